@@ -1,0 +1,37 @@
+"""Turn the errors a user can cause into one clear line (exit 2) instead of a traceback."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+_err = Console(stderr=True)
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """The exception types that mean 'bad input or environment', collected from the packages that define them."""
+    from kvstore.errors import KVStoreError
+    from swe_env.sandbox.base import SandboxError
+    from tasks.schema import TaskError
+
+    types: list[type[BaseException]] = [KVStoreError, SandboxError, TaskError, FileNotFoundError]
+    try:
+        from agent.errors import AgentError
+
+        types.append(AgentError)
+    except ImportError:
+        pass
+    return tuple(types)
+
+
+def run(app: typer.Typer) -> None:
+    try:
+        app(standalone_mode=True)
+    except KeyboardInterrupt:
+        _err.print("[yellow]interrupted[/yellow]")
+        sys.exit(130)
+    except user_error_types() as exc:
+        _err.print(f"[red]error:[/red] {exc}", highlight=False)
+        sys.exit(2)
