@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""execute_bash: run one bash command in the current directory (an R2E-Gym-style agent tool).
+
+`--cmd` runs under `bash -c` with stdin closed and a timeout ($NEXUS_EXEC_TIMEOUT seconds, default 90; the whole
+process group is killed when it expires). The output is the command's stdout and stderr, each under its own header,
+and the exit code is the command's (124 on a timeout). Interactive or state-changing commands (git, ipython, jupyter,
+nohup, editors, terminal multiplexers) are refused with a message and exit code 1: the environment takes the patch
+from git itself, and an interactive program would only hang until the timeout.
+Standard library only; runs under any python3 >= 3.8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+
+BLOCKED = {
+    "git": "the environment manages the repository and collects your changes itself",
+    "ipython": "interactive shells cannot be used here; run a script with python instead",
+    "jupyter": "notebooks cannot be used here; run a script with python instead",
+    "nohup": "background processes cannot be left running",
+    "vi": "interactive editors cannot be used here; use file_editor",
+    "vim": "interactive editors cannot be used here; use file_editor",
+    "nvim": "interactive editors cannot be used here; use file_editor",
+    "nano": "interactive editors cannot be used here; use file_editor",
+    "emacs": "interactive editors cannot be used here; use file_editor",
+    "screen": "terminal multiplexers cannot be used here",
+    "tmux": "terminal multiplexers cannot be used here",
+}
+OPERATOR_CHARS = ";&|()`\n"  # tokens made only of these end one command and start the next
+# words after which the next word is again a command: shell keywords and programs that run their argument
+PREFIXES = {"if", "then", "elif", "else", "while", "until", "do", "!", "{", "}", "$"}
+PREFIXES |= {"sudo", "env", "time", "exec", "command", "builtin", "nice", "xargs"}
+HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
+TIMEOUT_EXIT = 124
+
+
+class BashToolError(Exception):
+    """A mistake in the call; printed as one ERROR line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse would exit 2 with a usage dump
+        raise BashToolError(message)
+
+
+def emit(text: str) -> None:
+    """Print as UTF-8 whatever the locale of the image is."""
+    sys.stdout.buffer.write((text + "\n").encode("utf-8", errors="replace"))
+    sys.stdout.flush()
+
+
+def strip_heredocs(cmd: str) -> str:
+    """`cmd` without the bodies of its here-documents (their text is data, not commands)."""
+    out, ending = [], None
+    for line in cmd.split("\n"):
+        if ending is not None:
+            if line.strip() == ending:
+                ending = None
+            continue
+        out.append(line)
+        match = HEREDOC.search(line)
+        if match:
+            ending = match.group(2)
+    return "\n".join(out)
+
+
+def command_words(cmd: str) -> list:
+    """The words in command position: the first word of every simple command in `cmd`."""
+    lexer = shlex.shlex(strip_heredocs(cmd), posix=True, punctuation_chars=OPERATOR_CHARS)
+    lexer.whitespace = " \t\r"
+    lexer.commenters = ""
+    try:
+        tokens = list(lexer)
+    except ValueError:  # unbalanced quotes: bash will complain itself; check the first word only
+        tokens = cmd.split()[:1]
+    words, expect = [], True
+    for token in tokens:
+        if set(token) <= set(OPERATOR_CHARS):
+            expect = True
+        elif expect and not (token in PREFIXES or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", token)):
+            words.append(token)
+            expect = False
+    return words
+
+
+def blocked_reason(cmd: str) -> str | None:
+    for word in command_words(cmd):
+        name = os.path.basename(word)
+        if name in BLOCKED:
+            return f"Bash command '{name}' is not allowed ({BLOCKED[name]}). Please use a different command or tool."
+    return None
+
+
+def exec_timeout() -> float:
+    try:
+        return float(os.environ.get("NEXUS_EXEC_TIMEOUT", "90"))
+    except ValueError:
+        return 90.0
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
+def run(cmd: str, timeout: float) -> tuple:
+    """(stdout, stderr, return code, timed out) of `bash -c cmd` in its own process group."""
+    proc = subprocess.Popen(
+        ["bash", "-c", "--", cmd],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return out, err, proc.returncode, False
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        try:
+            out, err = proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:  # a descendant left the group and holds the pipes open
+            proc.kill()
+            out, err = b"", b""
+        return out, err, TIMEOUT_EXIT, True
+
+
+def decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace").strip()
+
+
+def main(argv: list | None = None) -> int:
+    try:
+        args = _Parser(prog="execute_bash", description=__doc__.splitlines()[0], allow_abbrev=False)
+        args.add_argument("cmd_pos", nargs="?", help="the command (positional form)")
+        args.add_argument("--cmd", help="the bash command to run")
+        parsed = args.parse_args(argv)
+        cmd = parsed.cmd if parsed.cmd is not None else parsed.cmd_pos
+        if cmd is None or not cmd.strip():
+            raise BashToolError("Parameter `cmd` is required and must not be empty.")
+    except BashToolError as e:
+        emit(f"ERROR: {e}")
+        return 1
+    reason = blocked_reason(cmd)
+    if reason:
+        emit(reason)
+        return 1
+    timeout = exec_timeout()
+    out, err, code, timed_out = run(cmd, timeout)
+    report = f"[STDOUT]\n\n{decode(out)}\n\n[STDERR]\n\n{decode(err)}"
+    if timed_out:
+        report = f"ERROR: The command timed out after {timeout:g} seconds and was killed.\n\n" + report
+    elif code != 0:
+        report = "Error executing command:\n\n" + report
+    emit(report)
+    return code if code >= 0 else 128 - code  # killed by signal N: 128 + N, as bash reports it
+
+
+if __name__ == "__main__":
+    sys.exit(main())
