@@ -1,0 +1,43 @@
+"""Replays the assistant messages of a recorded trajectory, in order (regression tests, debugging)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent.errors import AgentError
+from agent.protocols import Message, ModelReply, Sampling
+from agent.trajectory import load_trajectory
+
+
+class ReplayModel:
+    """Answers each turn with the next recorded reply, whatever the observations say."""
+
+    def __init__(self, replies: list[str], name: str = "replay") -> None:
+        self.replies = list(replies)
+        self.name = name
+        self.source = ""
+        self._next = 0
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ReplayModel:
+        traj = load_trajectory(path)
+        if not traj.steps:
+            raise AgentError(f"trajectory {path} has no assistant messages to replay")
+        model = cls(traj.replies(), name=f"replay:{Path(path).name}")
+        model.source = str(path)
+        return model
+
+    @property
+    def remaining(self) -> int:
+        return len(self.replies) - self._next
+
+    def reply(self, new_messages: list[Message], sampling: Sampling) -> ModelReply:
+        if self._next >= len(self.replies):
+            where = f" in {self.source}" if self.source else ""
+            raise AgentError(
+                f"the replay ran out: all {len(self.replies)} recorded replies{where} were used and the agent "
+                "asked for another (the run diverged from the recording)"
+            )
+        text = self.replies[self._next]
+        self._next += 1
+        return ModelReply(text=text, finish_reason="replay")

@@ -1,0 +1,83 @@
+"""The four tools the model may call, as the system prompt describes them and the parser checks them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a tool."""
+
+    name: str
+    description: str
+    required: bool = False
+    choices: tuple[str, ...] = ()  # allowed values; empty = any string
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool: its name, what it does, and its parameters."""
+
+    name: str
+    description: str
+    params: tuple[Param, ...]
+
+    def param(self, name: str) -> Param | None:
+        return next((p for p in self.params if p.name == name), None)
+
+
+FILE_EDITOR = ToolSpec(
+    "file_editor",
+    "Look at and change files. Paths are absolute (e.g. /testbed/pkg/module.py).\n"
+    "* view: a file as numbered lines, or a directory as a tree two levels deep.\n"
+    "* create: write a new file; an existing file is never overwritten.\n"
+    "* str_replace: replace `old_str` with `new_str`; `old_str` must occur exactly once in the file, so include\n"
+    "  enough surrounding lines to make it unique, with the exact indentation.\n"
+    "* insert: add `new_str` after line `insert_line` (0 puts it at the top).\n"
+    "* undo_edit: take back the last edit made to `path`.",
+    (
+        Param(
+            "command",
+            "one of view, create, str_replace, insert, undo_edit",
+            True,
+            ("view", "create", "str_replace", "insert", "undo_edit"),
+        ),
+        Param("path", "absolute path of the file or directory", True),
+        Param("file_text", "content of the new file (create)"),
+        Param("old_str", "the exact text to replace (str_replace)"),
+        Param("new_str", "the replacement (str_replace) or the text to add (insert)"),
+        Param("insert_line", "line number after which `new_str` goes (insert)"),
+        Param("view_range", "lines to show, e.g. [10, 40]; -1 as the end means to the end of the file (view)"),
+        Param("concise", "true to fold long function bodies in a Python file view (view)"),
+    ),
+)
+
+EXECUTE_BASH = ToolSpec(
+    "execute_bash",
+    "Run a bash command in the repository and see its output and exit code. Long outputs show only their first\n"
+    "and last lines. Commands that wait for input, start background servers or use git are refused; a command\n"
+    "that runs too long is stopped.",
+    (Param("cmd", "the bash command line to run", True),),
+)
+
+SEARCH = ToolSpec(
+    "search",
+    "Find a plain text in the files of a directory (listing the files and match counts) or in one file (listing\n"
+    "the matching lines with their numbers).",
+    (
+        Param("search_term", "the text to look for", True),
+        Param("path", "the directory or file to search; the repository when omitted"),
+    ),
+)
+
+FINISH = ToolSpec(
+    "finish",
+    "End the task once the fix is made and checked. The changes in the repository are what gets submitted.",
+    (
+        Param("command", "always `submit`", True, ("submit",)),
+        Param("result", "a short summary of the change (optional)"),
+    ),
+)
+
+TOOLS: dict[str, ToolSpec] = {t.name: t for t in (FILE_EDITOR, EXECUTE_BASH, SEARCH, FINISH)}
