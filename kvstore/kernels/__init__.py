@@ -1,0 +1,51 @@
+"""Fused GPU kernels of the cache's hot paths, with the torch reference as the CPU path.
+
+`window_block_scores_auto` is what the cache calls: the Triton kernel on CUDA when triton is importable (or on the
+CPU when NEXUS_FORCE_TRITON=1 and TRITON_INTERPRET=1, for tests), `kvstore.scoring.window_block_scores` otherwise.
+Triton is optional (extra `gpu`): nothing here imports it until a kernel runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from functools import cache
+
+import torch
+
+from kvstore.scoring import window_block_scores
+
+__all__ = ["triton_available", "triton_window_block_scores", "use_triton", "window_block_scores_auto"]
+
+
+@cache
+def triton_available() -> bool:
+    """True when the triton package can be imported."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def use_triton(device: torch.device) -> bool:
+    """Whether the Triton path runs for tensors on `device`."""
+    if not triton_available():
+        return False
+    if device.type == "cuda":
+        return True
+    return os.environ.get("NEXUS_FORCE_TRITON") == "1" and os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def triton_window_block_scores(
+    q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: float | None = None
+) -> torch.Tensor:
+    """Fused S-hat [W, N_k] of `kvstore.kernels.triton_scores` (needs triton; see `window_block_scores`)."""
+    from kvstore.kernels.triton_scores import triton_window_block_scores as kernel
+
+    return kernel(q_win, keys, block, scale)
+
+
+def window_block_scores_auto(
+    q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: float | None = None
+) -> torch.Tensor:
+    """S-hat [W, N_k] of window queries [Hq, W, D] over held keys [Hkv, T, D]: Triton when `use_triton`, else torch."""
+    if use_triton(keys.device):
+        return triton_window_block_scores(q_win, keys, block, scale)
+    return window_block_scores(q_win, keys, block, scale)

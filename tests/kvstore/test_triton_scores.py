@@ -1,0 +1,101 @@
+"""The fused Triton window-scoring kernel equals the torch reference, run by triton's interpreter on the CPU."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import pytest
+import torch
+
+# the interpreter is chosen when the kernels are decorated, i.e. when kvstore.kernels.triton_scores is imported
+os.environ["TRITON_INTERPRET"] = "1"
+pytest.importorskip("triton", reason="triton is not installed (pip install triton --no-deps, or the 'gpu' extra)")
+
+from kvstore import kernels  # noqa: E402
+from kvstore.scoring import window_block_scores  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ts():
+    """kvstore.kernels.triton_scores loaded in interpreter mode (reloaded if something imported it compiled)."""
+    mod = importlib.import_module("kvstore.kernels.triton_scores")
+    if not mod.INTERPRETED:
+        mod = importlib.reload(sys.modules["kvstore.kernels.triton_scores"])
+    assert mod.INTERPRETED, "triton did not switch to its interpreter"
+    return mod
+
+
+def _inputs(hq, hkv, w, d, t, dtype, seed=0, spread=1.0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(hq, w, d, generator=g).to(dtype)
+    k = (spread * torch.randn(hkv, t, d, generator=g)).to(dtype)
+    return q, k
+
+
+CASES = [  # hq, hkv, w, d, t, block
+    (4, 2, 16, 16, 64, 32),  # whole blocks
+    (4, 2, 16, 16, 100, 32),  # partial last block
+    (4, 2, 16, 16, 16, 32),  # T == W: a single partial block
+    (8, 2, 16, 64, 300, 16),  # GQA group 4, several tiles
+    (4, 4, 5, 16, 37, 64),  # MHA, W not a power of two
+    (6, 3, 16, 16, 130, 128),  # group 2 with 3 kv heads
+    (2, 1, 70, 16, 200, 32),  # W > 64: scored in row chunks
+]
+
+
+@pytest.mark.parametrize(("hq", "hkv", "w", "d", "t", "block"), CASES)
+def test_matches_reference_fp32(ts, hq, hkv, w, d, t, block):
+    q, k = _inputs(hq, hkv, w, d, t, torch.float32, spread=3.0)
+    got = ts.triton_window_block_scores(q, k, block)
+    ref = window_block_scores(q, k, block)
+    assert got.shape == ref.shape == (w, -(-t // block))
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, ref, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(got.sum(-1), torch.ones(w), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("t", "block"), [(90, 16), (257, 32)])
+def test_matches_reference_half(ts, dtype, t, block):
+    q, k = _inputs(8, 2, 16, 64, t, dtype, seed=1, spread=2.0)
+    got = ts.triton_window_block_scores(q, k, block)
+    torch.testing.assert_close(got, window_block_scores(q, k, block), atol=1e-4, rtol=1e-3)
+
+
+def test_strided_inputs_and_scale(ts):
+    """Keys viewed out of a larger preallocated buffer and a transposed query buffer need no copy."""
+    buf = torch.randn(1, 2, 200, 16)
+    keys = buf[0, :, :150]  # [Hkv, T, D], non-contiguous over T
+    q = torch.randn(16, 4, 16).transpose(0, 1)  # [Hq=4, W=16, D], non-contiguous
+    got = ts.triton_window_block_scores(q, keys, 32, scale=0.3)
+    torch.testing.assert_close(got, window_block_scores(q, keys, 32, scale=0.3), atol=1e-6, rtol=1e-5)
+
+
+def test_window_longer_than_keys(ts):
+    """With T < W the first W - T rows see no key: 0 here (NaN in the torch reference); the rest match."""
+    q, k = _inputs(4, 2, 16, 16, 10, torch.float32)
+    got = ts.triton_window_block_scores(q, k, 16)
+    ref = window_block_scores(q, k, 16)
+    assert torch.equal(got[:6], torch.zeros(6, 1))
+    torch.testing.assert_close(got[6:], ref[6:])
+
+
+def test_bad_shapes_raise(ts):
+    q, k = _inputs(3, 2, 16, 16, 40, torch.float32)
+    with pytest.raises(ValueError, match="incompatible heads"):
+        ts.triton_window_block_scores(q, k, 32)
+    q, k = _inputs(4, 2, 16, 16, 40, torch.float32)
+    with pytest.raises(ValueError, match="power of two"):
+        ts.triton_window_block_scores(q, k, 24)
+
+
+def test_auto_dispatch(ts, monkeypatch):
+    q, k = _inputs(4, 2, 16, 16, 100, torch.float32)
+    monkeypatch.delenv("NEXUS_FORCE_TRITON", raising=False)
+    assert not kernels.use_triton(k.device)
+    assert torch.equal(kernels.window_block_scores_auto(q, k, 32), window_block_scores(q, k, 32))
+    monkeypatch.setenv("NEXUS_FORCE_TRITON", "1")
+    assert kernels.use_triton(k.device)
+    assert torch.equal(kernels.window_block_scores_auto(q, k, 32), ts.triton_window_block_scores(q, k, 32))
