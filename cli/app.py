@@ -19,6 +19,7 @@ app.add_typer(bench_app, name="bench")
 # Each module below adds its command(s) to `app` or `bench_app` when imported (one command per file).
 _COMMAND_MODULES = [
     "cli.bench.overhead",
+    "cli.tasks_cmd",
 ]
 
 

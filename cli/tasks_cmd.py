@@ -1,0 +1,66 @@
+"""`nexus-agent tasks list|show`: browse the tasks of any source (built-in, a local file, a HF dataset)."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from cli.app import app
+
+tasks_app = typer.Typer(help="Browse tasks: built-in, a local JSON/JSONL/parquet file, or a HF dataset.")
+app.add_typer(tasks_app, name="tasks")
+
+DATASET_HELP = "Task source: 'builtin' (default), a .json/.jsonl/.parquet file, or a HF dataset 'owner/name[:split]'."
+
+
+def _first_line(text: str, width: int = 80) -> str:
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+@tasks_app.command("list")
+def list_tasks(dataset: str = typer.Option(None, "--dataset", "-d", help=DATASET_HELP)) -> None:
+    """One row per task: id, repo, number of FAIL_TO_PASS / PASS_TO_PASS tests, the issue's first line."""
+    from tasks import load_tasks
+
+    tasks = load_tasks(dataset)
+    table = Table(title=f"{len(tasks)} tasks from {dataset or 'builtin'}")
+    for column in ("instance_id", "repo", "#F2P", "#P2P", "issue"):
+        table.add_column(column, justify="right" if column.startswith("#") else "left")
+    for task in tasks:
+        row = (task.instance_id, task.repo, str(len(task.fail_to_pass)), str(len(task.pass_to_pass)))
+        table.add_row(*row, _first_line(task.problem_statement))
+    Console().print(table)
+
+
+@tasks_app.command("show")
+def show_task(
+    instance_id: str = typer.Argument(..., help="The task's instance_id."),
+    dataset: str = typer.Option(None, "--dataset", "-d", help=DATASET_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the SWE-bench record as JSON."),
+) -> None:
+    """The full record of one task: metadata, the issue, the test lists and the patches."""
+    from tasks import get_task
+
+    task = get_task(instance_id, dataset)
+    if as_json:
+        typer.echo(json.dumps(task.to_record(), indent=2))
+        return
+    console = Console()
+    meta = Table.grid(padding=(0, 2))
+    for key in ("instance_id", "repo", "base_commit", "version", "created_at", "docker_image", "test_cmd", "source"):
+        meta.add_row(f"[bold]{key}[/bold]", str(getattr(task, key) or "-"))
+    console.print(meta)
+    console.print(Panel(Text(task.problem_statement.strip()), title="issue", expand=False))
+    for title, tests in (("FAIL_TO_PASS", task.fail_to_pass), ("PASS_TO_PASS", task.pass_to_pass)):
+        console.print(f"[bold]{title}[/bold] ({len(tests)})")
+        for test in tests:
+            console.print(f"  {test}", markup=False, highlight=False)
+    for title, patch in (("gold patch", task.patch), ("test patch", task.test_patch)):
+        console.rule(title)
+        console.print(patch.rstrip() or "(none)", markup=False, highlight=False)
