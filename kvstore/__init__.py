@@ -1,0 +1,18 @@
+"""kvstore: the evicting KV cache (Nexus Sampling and baselines) and the persistent session built on it."""
+
+from kvstore.cache import EvictingCache, make_cache
+from kvstore.config import CacheConfig
+from kvstore.errors import KVStoreError
+from kvstore.policies import POLICIES
+from kvstore.prefill import cache_kwarg, forward, prefill
+
+__all__ = [
+    "POLICIES",
+    "CacheConfig",
+    "EvictingCache",
+    "KVStoreError",
+    "cache_kwarg",
+    "forward",
+    "make_cache",
+    "prefill",
+]

@@ -51,7 +51,9 @@ def rownorm(s: torch.Tensor) -> torch.Tensor:
     return s / s.sum(-1, keepdim=True).clamp_min(torch.finfo(s.dtype).tiny)
 
 
-def window_block_scores(q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: float | None = None) -> torch.Tensor:
+def window_block_scores(
+    q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: float | None = None
+) -> torch.Tensor:
     """S-hat = rownorm(BlockSum_b(head-mean(softmax(Q K^T / sqrt(D))))): [Hq, W, D] x [Hkv, T, D] -> [W, N_k]."""
     p = window_attention(q_win, keys, scale).mean(0)  # [W, T] head-averaged
     return rownorm(block_sum(p, block))

@@ -1,0 +1,88 @@
+"""Attach the cache to a model's attention without forking modeling code.
+
+A wrapper of the model's own attention function is registered in transformers' `AttentionInterface` (and the
+matching mask function in `AttentionMaskInterface`) under "nexus_<impl>". The cache layer that was just updated
+hands itself over here (`hand_over`); the wrapper then (1) aligns the mask to that layer's held keys, (2) calls the
+real kernel, and (3) gives the layer the queries exactly as attention used them (after RoPE / q-norm), after which
+the layer may evict. With no evicting layer pending (e.g. a plain DynamicCache), the wrapper is a pass-through.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+import torch
+from transformers import AttentionInterface
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+from kvstore.errors import KVStoreError
+
+PREFIX = "nexus_"
+SUPPORTED = ("eager", "sdpa", "flash_attention_2", "flash_attention_3")
+_pending = threading.local()
+
+
+def hand_over(layer_idx: int, layer: Any) -> None:
+    """Called by a cache layer's update(): the next attention call of `layer_idx` belongs to `layer`."""
+    if not hasattr(_pending, "layers"):
+        _pending.layers = {}
+    _pending.layers[layer_idx] = layer
+
+
+def _take(layer_idx: int | None) -> Any:
+    layers = getattr(_pending, "layers", None)
+    if not layers or layer_idx is None:
+        return None
+    return layers.pop(layer_idx, None)
+
+
+def _base_function(impl: str, module: torch.nn.Module):
+    if impl == "eager":  # eager lives in each modeling file; use the model's own
+        return sys.modules[type(module).__module__].eager_attention_forward
+    return AttentionInterface._global_mapping[impl]
+
+
+def _align_mask(mask: torch.Tensor | None, kv_len: int) -> torch.Tensor | None:
+    """Keep the right-most kv_len columns: the cache reports the largest held length over layers, and a layer
+    holding fewer keys must keep the causal block of the new tokens aligned to the right edge."""
+    if mask is None or mask.dim() != 4 or mask.shape[-1] == kv_len:
+        return mask
+    return mask[..., mask.shape[-1] - kv_len :]
+
+
+def _make_wrapper(impl: str):
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        layer = _take(getattr(module, "layer_idx", None))
+        attention_mask = _align_mask(attention_mask, key.shape[-2])
+        if layer is not None:
+            attention_mask = layer.head_mask(attention_mask, query, impl)
+        out = _base_function(impl, module)(module, query, key, value, attention_mask, **kwargs)
+        if layer is not None:
+            layer.after_attention(query, scaling=kwargs.get("scaling"))
+        return out
+
+    attention.__name__ = f"{PREFIX}{impl}_attention"
+    return attention
+
+
+def install(model: torch.nn.Module) -> str:
+    """Route `model`'s attention through the capturing wrapper (idempotent); returns the implementation name."""
+    impl = model.config._attn_implementation
+    if impl.startswith(PREFIX):
+        return impl
+    if impl not in SUPPORTED:
+        raise KVStoreError(f"attention implementation {impl!r} is not supported; use one of {', '.join(SUPPORTED)}")
+    name = PREFIX + impl
+    AttentionInterface.register(name, _make_wrapper(impl))
+    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[impl])
+    model.set_attn_implementation(name)
+    return name
+
+
+def uninstall(model: torch.nn.Module) -> None:
+    """Restore the model's original attention implementation."""
+    impl = model.config._attn_implementation
+    if impl.startswith(PREFIX):
+        model.set_attn_implementation(impl[len(PREFIX) :])

@@ -1,0 +1,156 @@
+"""One layer of the evicting cache: held keys/values with their original positions, the rolling window of recent
+queries, and the eviction step (score -> plan -> gather) that runs right after attention used the new tokens."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from transformers.cache_utils import DynamicLayer
+
+from kvstore import capture
+from kvstore.errors import KVStoreError
+from kvstore.eviction import plan_eviction
+from kvstore.policies.base import ScoreContext
+from kvstore.stats import LayerStats
+
+if TYPE_CHECKING:
+    from kvstore.cache import EvictingCache
+
+
+class EvictingLayer(DynamicLayer):
+    """keys/values: [B, Hkv, T_held, D]; positions: [B, Hkv, T_held] original token positions (never re-rotated)."""
+
+    def __init__(self, layer_idx: int, owner: EvictingCache) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.owner = owner
+        self.seen = 0  # tokens seen (new tokens continue at this position)
+        self.positions: torch.Tensor | None = None
+        self.valid: torch.Tensor | None = None  # [B, Hkv, T] bool, head-masking policies only
+        self.state: dict[str, torch.Tensor] = {}
+        self.window_q: torch.Tensor | None = None  # [B, Hq, <=W, D]
+        self.last_q_len = 0
+        self.stats = LayerStats()
+
+    # --- transformers Cache API -------------------------------------------------------------------------------
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        bsz, hkv, q, _ = key_states.shape
+        self.keys = torch.cat([self.keys, key_states], dim=-2)
+        self.values = torch.cat([self.values, value_states], dim=-2)
+        pos = torch.arange(self.seen, self.seen + q, device=key_states.device).expand(bsz, hkv, q)
+        self.positions = pos.clone() if self.positions is None else torch.cat([self.positions, pos], dim=-1)
+        for name in self.owner.policy.token_state:
+            fresh = torch.zeros(bsz, hkv, q, device=key_states.device)
+            self.state[name] = torch.cat([self.state[name], fresh], -1) if name in self.state else fresh
+        if self.owner.policy.masks_heads:
+            fresh = torch.ones(bsz, hkv, q, dtype=torch.bool, device=key_states.device)
+            self.valid = fresh if self.valid is None else torch.cat([self.valid, fresh], dim=-1)
+        self.seen += q
+        self.last_q_len = q
+        capture.hand_over(self.layer_idx, self)
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.seen
+
+    def held(self) -> int:
+        return 0 if self.keys is None or not self.is_initialized else self.keys.shape[-2]
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        held = self.held()
+        return held + query_length, self.seen - held
+
+    def crop(self, tokens_to_remove: int) -> None:
+        raise KVStoreError("an evicting cache cannot be cropped (evicted tokens are gone for good)")
+
+    # --- called by the attention wrapper (kvstore.capture) ----------------------------------------------------
+    def head_mask(self, mask: torch.Tensor | None, query: torch.Tensor, impl: str) -> torch.Tensor | None:
+        """Add the per-head mask of padded slots (head-masking policies) to the attention mask."""
+        if self.valid is None or bool(self.valid.all()):
+            return mask
+        if impl.startswith("flash"):
+            raise KVStoreError(
+                f"policy {self.owner.config.policy} masks heads; use sdpa or eager attention, not {impl}"
+            )
+        bsz, hq, q, _ = query.shape
+        kv = self.valid.shape[-1]
+        allowed = self.valid.repeat_interleave(hq // self.valid.shape[1], dim=1)[:, :, None, :]  # [B, Hq, 1, kv]
+        if mask is None:  # build the causal mask sdpa would have implied: held keys are past, new ones causal
+            j = torch.arange(kv, device=query.device)
+            i = torch.arange(q, device=query.device)
+            mask = (j[None, :] <= kv - q + i[:, None])[None, None]
+        if mask.dtype == torch.bool:
+            return mask & allowed
+        return mask.masked_fill(~allowed, torch.finfo(mask.dtype).min)
+
+    def after_attention(self, query: torch.Tensor, scaling: float | None = None) -> None:
+        """Record the window queries, let the policy observe, and evict if this layer is over budget + slack."""
+        w = self.owner.config.window
+        q = query.detach()[..., -w:, :]
+        self.window_q = q if self.window_q is None else torch.cat([self.window_q, q], dim=-2)[..., -w:, :]
+        self.scaling = scaling
+        policy = self.owner.policy
+        if policy.token_state:
+            t0 = self.owner.timer()
+            policy.observe(self._context(), query.detach())
+            self.stats.score_s += self.owner.timer() - t0
+        if self.owner.should_evict(self):
+            self.evict()
+
+    # --- eviction ---------------------------------------------------------------------------------------------
+    def _context(self) -> ScoreContext:
+        return ScoreContext(
+            self.keys, self.window_q, self.positions, self.state, getattr(self, "scaling", None), self.layer_idx
+        )
+
+    def evict(self) -> None:
+        """Score, select and gather: brings the layer back to its budget (nexus-spec.md, "Setting")."""
+        cache, t = self.owner, self.held()
+        timer = cache.timer
+        t0 = timer()
+        scores = cache.policy.score(self._context())
+        t1 = timer()
+        plan = plan_eviction(
+            scores,
+            t,
+            cache.layer_budget(self.layer_idx),
+            self.keys.shape[1],
+            cache.config,
+            cache.policy,
+            cache.generator,
+            self.valid,
+        )
+        if plan is not None:
+            self._apply(plan.keep, plan.valid, t)
+        self.stats.score_s += t1 - t0
+        self.stats.select_s += timer() - t1
+
+    def _apply(self, keep: torch.Tensor, valid: torch.Tensor | None, t: int) -> None:
+        before = self.effective_held()
+        dropped = torch.ones(t, dtype=torch.bool, device=keep.device)
+        dropped[keep[0, 0]] = False
+        gone = self.positions[0, 0][dropped]
+        if self.owner.policy.granularity == "block":
+            gone = gone[:: self.owner.config.block]
+        idx = keep[..., None].expand(-1, -1, -1, self.keys.shape[-1])
+        self.keys = self.keys.gather(2, idx)
+        self.values = self.values.gather(2, idx)
+        self.positions = self.positions.gather(2, keep)
+        self.state = {k: v.gather(2, keep) for k, v in self.state.items()}
+        if self.valid is not None:
+            self.valid = valid
+        self.stats.record(self.seen, gone, before - self.effective_held())
+
+    def effective_held(self) -> float:
+        """Tokens held per kv head (unmasked ones, averaged over heads, for head-masking policies)."""
+        if self.valid is not None:
+            return float(self.valid[0].sum()) / self.valid.shape[1]
+        return float(self.held())
+
+    def nbytes(self) -> int:
+        if not self.is_initialized:
+            return 0
+        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()

@@ -1,0 +1,21 @@
+"""Nexus Sampling: the Nexus score (direct window score + bridge walk) per layer, shared across heads, fed to the
+n-averaged weighted reservoir. Based on "Nexus Sampling" (seeds/nexus-sampling-paper.txt, section 2)."""
+
+import torch
+
+from kvstore.policies.base import Policy, ScoreContext
+from kvstore.scoring import nexus_weights
+from kvstore.scoring import window_block_scores as window_block_scores_auto  # Triton path: see kvstore.kernels
+
+
+class NexusPolicy(Policy):
+    name = "nexus"
+    default_selector = "reservoir"
+
+    def score(self, ctx: ScoreContext) -> torch.Tensor:
+        cfg = self.config
+        rows = []
+        for i in range(ctx.keys.shape[0]):
+            s_hat = window_block_scores_auto(ctx.queries[i], ctx.keys[i], cfg.block, ctx.scaling)  # [W, N_k]
+            rows.append(nexus_weights(s_hat, cfg.walk_steps, cfg.lam, cfg.eps_tie))  # [N_k]
+        return torch.stack(rows)[:, None, :]  # [B, 1, N_k]

@@ -1,0 +1,41 @@
+"""Chunked prefill onto a cache, so a long prompt is evicted as it streams in (peak memory near the budget)."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from transformers.cache_utils import Cache
+
+
+def cache_kwarg(model: torch.nn.Module) -> str:
+    """The forward argument that takes the cache: `cache` in newer transformers, `past_key_values` before."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+@torch.inference_mode()
+def forward(model: torch.nn.Module, cache: Cache, input_ids: torch.Tensor, last_only: bool = True) -> torch.Tensor:
+    """One forward of new tokens [B, q] on top of `cache`; logits [B, q or 1, V] (float32)."""
+    kwargs = {cache_kwarg(model): cache, "use_cache": True}
+    if last_only:
+        kwargs["logits_to_keep"] = 1
+    return model(input_ids=input_ids, **kwargs).logits.float()
+
+
+@torch.inference_mode()
+def prefill(
+    model: torch.nn.Module, cache: Cache, input_ids: torch.Tensor, chunk_size: int | None = None
+) -> torch.Tensor:
+    """Prefill `input_ids` [B, T] in chunks; returns the logits of the last position [B, V].
+
+    A density budget is fixed here from the prompt length (tokens already seen + T)."""
+    if hasattr(cache, "resolve_budget"):
+        cache.resolve_budget(cache.get_seq_length() + input_ids.shape[-1])
+    size = chunk_size or getattr(getattr(cache, "config", None), "chunk_size", None) or input_ids.shape[-1]
+    logits = None
+    for start in range(0, input_ids.shape[-1], size):
+        logits = forward(model, cache, input_ids[:, start : start + size])
+    if logits is None:
+        raise ValueError("prefill needs at least one token")
+    return logits[:, -1]
