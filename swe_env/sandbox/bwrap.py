@@ -1,0 +1,141 @@
+"""The bubblewrap backend: fast, no daemon. Each command runs in a fresh bwrap with no network.
+
+The host's root is visible read-only; the task's working copy is bound read-write at /testbed and a private dir
+at /tmp (the only writable places); the tools sit read-only at tools_dir. PID, IPC and network namespaces are
+unshared, so when a command ends (or is killed) everything it started dies with it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from swe_env.sandbox import common
+from swe_env.sandbox.base import ExecResult, SandboxError
+from tasks.schema import Task
+
+INSTALL_HINT = "bubblewrap is not installed: apt-get install -y bubblewrap (or use --sandbox docker)"
+_SKIP_TOP = {"proc", "dev", "tmp", "sys", "lost+found"}
+
+
+@dataclass
+class BwrapConfig:
+    """Settings of a bubblewrap sandbox."""
+
+    workdir: str = common.DEFAULT_WORKDIR  # where the repo appears inside the sandbox
+    tools_dir: str = common.DEFAULT_TOOLS_DIR  # where the agent tools appear (read-only, first on PATH)
+    repo_cache: Path | None = None  # local git mirrors (owner__name) used before any clone
+    install_tools: bool = True  # put the agent tools into tools_dir
+    extra_path: tuple[str, ...] = ()  # dirs put on PATH before the system dirs (e.g. a Python env's bin)
+    extra_env: tuple[tuple[str, str], ...] = ()  # extra environment variables (the rest is cleared)
+    network: bool = False  # keep the host network (only for environment set-up, never for the agent)
+    bwrap: str = "bwrap"  # the bubblewrap executable
+
+
+class BwrapSandbox:
+    """A task's repo in its own working copy, commands under bubblewrap."""
+
+    def __init__(self, task: Task, config: BwrapConfig | None = None, repo: Path | None = None):
+        self.task = task
+        self.config = config or BwrapConfig()
+        self.workdir = self.config.workdir
+        self.tools_dir = self.config.tools_dir
+        self._bwrap = shutil.which(self.config.bwrap)
+        if self._bwrap is None:
+            raise SandboxError(INSTALL_HINT)
+        self._root = common.make_workspace("bwrap")
+        try:
+            self.repo = repo or common.prepare_repo(task, self._root / "repo", self.config.repo_cache)
+            self._tmp = self._root / "tmp"
+            self._tmp.mkdir()
+            self._tools = self._root / "tools"
+            if self.config.install_tools:
+                common.install_tools(self._tools)
+            else:
+                self._tools.mkdir()
+            self._mounts = {self.workdir: self.repo, "/tmp": self._tmp, self.tools_dir: self._tools}
+        except BaseException:
+            self.close()
+            raise
+
+    def execute(self, cmd: str, timeout: float = 120.0) -> ExecResult:
+        if self._root is None:
+            raise SandboxError("sandbox is closed")
+        return common.run_process([*self._bwrap_argv(), "bash", "-c", cmd], timeout=timeout, env={})
+
+    def _bwrap_argv(self) -> list[str]:
+        targets = [self.workdir, self.tools_dir]
+        argv = [self._bwrap, *_root_binds(Path("/"), targets)]
+        argv += ["--proc", "/proc", "--dev", "/dev", "--bind", str(self._tmp), "/tmp"]
+        argv += ["--bind", str(self.repo), self.workdir, "--ro-bind", str(self._tools), self.tools_dir]
+        argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
+        if not self.config.network:
+            argv.append("--unshare-net")
+        argv += ["--clearenv", "--chdir", self.workdir]
+        for key, value in self._env().items():
+            argv += ["--setenv", key, value]
+        return argv
+
+    def _env(self) -> dict[str, str]:
+        # the interpreter running nexus-agent (with pytest) comes first after the tools, whatever the host layout
+        path = [self.tools_dir, *self.config.extra_path, str(Path(sys.executable).parent), common.SYSTEM_PATH]
+        env = {"PATH": ":".join(path), "HOME": "/tmp", "LANG": "C.UTF-8", "TERM": "dumb"}
+        env.update(dict(self.config.extra_env))
+        return env
+
+    def read_file(self, path: str) -> str:
+        host = common.rewrite_path(path, self.workdir, self._mounts)
+        target = host if host is not None else Path(path)
+        try:
+            return target.read_text(errors="replace")
+        except OSError as exc:
+            raise SandboxError(f"cannot read {path} in the sandbox: {exc.strerror}") from None
+
+    def write_file(self, path: str, content: str) -> None:
+        host = common.rewrite_path(path, self.workdir, self._mounts)
+        if host is None or host.is_relative_to(self._tools):
+            raise SandboxError(f"cannot write {path}: only {self.workdir} and /tmp are writable in the sandbox")
+        host.parent.mkdir(parents=True, exist_ok=True)
+        host.write_text(content)
+
+    def get_patch(self) -> str:
+        res = self.execute(common.patch_command(self.task.base_commit), timeout=120)
+        if res.returncode != 0:
+            raise SandboxError(f"git diff failed in the sandbox: {res.output.strip()[-500:]}")
+        return res.output
+
+    def close(self) -> None:
+        root, self._root = getattr(self, "_root", None), None
+        if root is not None:
+            shutil.rmtree(root, ignore_errors=True)
+
+    def __enter__(self) -> BwrapSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _root_binds(top: Path, targets: list[str]) -> list[str]:
+    """Read-only binds of the host tree under `top`, opened up around the mount targets (which get fresh dirs).
+
+    Binding `/` itself would make bwrap create /testbed on the host's disk; binding entry by entry on bwrap's
+    own tmpfs root leaves the host untouched.
+    """
+    argv: list[str] = []
+    for entry in sorted(os.listdir(top)):
+        path = top / entry
+        if top == Path("/") and entry in _SKIP_TOP:
+            continue
+        if any(str(path) == t for t in targets):
+            continue
+        if path.is_symlink():
+            argv += ["--symlink", os.readlink(path), str(path)]
+        elif any(Path(t).is_relative_to(path) for t in targets) and path.is_dir():
+            argv += ["--dir", str(path), *_root_binds(path, targets)]
+        elif path.is_dir() or path.is_file():
+            argv += ["--ro-bind", str(path), str(path)]
+    return argv

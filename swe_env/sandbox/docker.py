@@ -1,0 +1,205 @@
+"""The docker backend (production): one container per task, no network, memory and process limits.
+
+Images: the task's own `docker_image` (R2E-Gym), the locally built image for built-in tasks (the repo is copied in
+at start, so one image serves them all), else the SWE-bench eval image, whose /testbed already holds the repo.
+"""
+
+from __future__ import annotations
+
+import io
+import shlex
+import shutil
+import tarfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from swe_env import images
+from swe_env.dockerd import connect
+from swe_env.sandbox import common
+from swe_env.sandbox.base import ExecResult, SandboxError
+from tasks.builtin import is_builtin
+from tasks.schema import Task
+
+SWEBENCH_PATH = "/opt/miniconda3/envs/testbed/bin:/opt/miniconda3/bin"
+_GRACE_S = 15.0  # how long past `timeout` an exec may hang (a background child holding stdout) before a kill
+
+
+@dataclass
+class DockerConfig:
+    """Settings of a docker sandbox."""
+
+    workdir: str = common.DEFAULT_WORKDIR  # where the repo lives in the container
+    tools_dir: str = common.DEFAULT_TOOLS_DIR  # where the agent tools are put (first on PATH)
+    repo_cache: Path | None = None  # local git mirrors (owner__name), for repos copied in at start
+    install_tools: bool = True  # put the agent tools into tools_dir
+    image: str | None = None  # force this image (default: derived from the task)
+    copy_repo: bool | None = None  # copy the repo in at start; None: only for built-in tasks
+    mem_limit: str = "8g"  # container memory limit
+    pids_limit: int = 1024  # container process limit
+    nano_cpus: int | None = None  # CPU limit in 1e-9 CPUs (None: unlimited)
+    extra_path: tuple[str, ...] = ()  # dirs put on PATH before the image's own
+
+
+def image_for(task: Task, config: DockerConfig | None = None) -> str:
+    """The image a task runs in."""
+    if config is not None and config.image:
+        return config.image
+    if task.docker_image:
+        return task.docker_image
+    if is_builtin(task):
+        return images.BUILTIN_IMAGE
+    return swebench_image(task.instance_id)
+
+
+def swebench_image(instance_id: str) -> str:
+    return f"swebench/sweb.eval.x86_64.{instance_id.replace('__', '_1776_')}:latest".lower()
+
+
+class DockerSandbox:
+    """A task's container; commands run through `docker exec` wrapped in `timeout`."""
+
+    def __init__(self, task: Task, config: DockerConfig | None = None, client=None):
+        self.task = task
+        self.config = config or DockerConfig()
+        self.workdir = self.config.workdir
+        self.tools_dir = self.config.tools_dir
+        self.container = None
+        self.client = client or connect()
+        self.image = image_for(task, self.config)
+        if not images.image_exists(self.client, self.image):
+            raise SandboxError(f"docker image {self.image} is not in the local daemon; {_image_hint(self.image)}")
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> None:
+        self.container = self.client.containers.run(
+            self.image, command=["sleep", "infinity"], detach=True, tty=False, init=True,
+            network_mode="none", mem_limit=self.config.mem_limit, pids_limit=self.config.pids_limit,
+            nano_cpus=self.config.nano_cpus, labels={**images.LABEL, "nexus-agent.task": self.task.instance_id},
+            working_dir="/",
+        )  # fmt: skip
+        self._path = self._container_path()
+        copy = self.config.copy_repo if self.config.copy_repo is not None else is_builtin(self.task)
+        if copy:
+            self._copy_repo_in()
+        if self.config.install_tools:
+            ws = common.make_workspace("tools")
+            try:
+                self._put_dir(common.install_tools(ws / "tools"), self.tools_dir)
+            finally:
+                shutil.rmtree(ws, ignore_errors=True)
+
+    def _container_path(self) -> str:
+        env = self.client.api.inspect_container(self.container.id)["Config"].get("Env") or []
+        base = next((e.split("=", 1)[1] for e in env if e.startswith("PATH=")), common.SYSTEM_PATH)
+        extra = list(self.config.extra_path)
+        if self.image.startswith("swebench/"):
+            extra.append(SWEBENCH_PATH)
+        return ":".join([self.tools_dir, *extra, base])
+
+    def _copy_repo_in(self) -> None:
+        ws = common.make_workspace("docker")
+        try:
+            repo = common.prepare_repo(self.task, ws / "repo", self.config.repo_cache)
+            self._put_dir(repo, self.workdir)
+        finally:
+            shutil.rmtree(ws, ignore_errors=True)
+        self._check("git config --global --add safe.directory '*'")
+
+    def _put_dir(self, src: Path, dest: str) -> None:
+        """Copy a host dir's contents to dest in the container, owned by root."""
+        self._check(f"rm -rf {shlex.quote(dest)} && mkdir -p {shlex.quote(dest)}")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(str(src), arcname=".", filter=_root_owned)
+        if not self.container.put_archive(dest, buf.getvalue()):
+            raise SandboxError(f"could not copy {src} into the container at {dest}")
+
+    def _check(self, cmd: str) -> None:
+        res = self.execute(cmd, timeout=300)
+        if res.returncode != 0:
+            raise SandboxError(f"container set-up failed ({cmd}): {res.output.strip()[-500:]}")
+
+    def execute(self, cmd: str, timeout: float = 120.0) -> ExecResult:
+        if self.container is None:
+            raise SandboxError("sandbox is closed")
+        secs = max(1, int(round(timeout)))
+        argv = ["timeout", "-k", "5", str(secs), "bash", "-c", cmd]
+        env = {"PATH": self._path, "LANG": "C.UTF-8", "TERM": "dumb", "HOME": "/root"}
+        box: dict = {}
+        worker = threading.Thread(target=self._exec, args=(argv, env, box), daemon=True)
+        start = time.monotonic()
+        worker.start()
+        worker.join(secs + 5 + _GRACE_S)
+        if worker.is_alive():  # a child outlived the command and holds its output open: kill all but init
+            self.container.exec_run(["kill", "-9", "-1"])
+            worker.join(30)
+        if "error" in box:
+            raise SandboxError(f"docker exec failed: {box['error']}")
+        code, output = box.get("code", -1), box.get("output", "")
+        # 124: `timeout` fired; 137 after the deadline: its -k follow-up kill did
+        if "code" not in box or code == 124 or (code == 137 and time.monotonic() - start >= secs):
+            return ExecResult(output, -1, timed_out=True)
+        return ExecResult(output, code)
+
+    def _exec(self, argv: list[str], env: dict[str, str], box: dict) -> None:
+        try:
+            res = self.container.exec_run(argv, workdir=self.workdir, environment=env, demux=False)
+            box["code"], box["output"] = res.exit_code, (res.output or b"").decode("utf-8", errors="replace")
+        except Exception as exc:  # noqa: BLE001 - reported to the caller's thread
+            box["error"] = str(exc)
+
+    def read_file(self, path: str) -> str:
+        res = self.execute(f"cat -- {shlex.quote(path)}", timeout=60)
+        if res.returncode != 0:
+            raise SandboxError(f"cannot read {path} in the container: {res.output.strip()}")
+        return res.output
+
+    def write_file(self, path: str, content: str) -> None:
+        inner = Path(path) if path.startswith("/") else Path(self.workdir) / path
+        self._check(f"mkdir -p {shlex.quote(str(inner.parent))}")
+        buf = io.BytesIO()
+        data = content.encode()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(inner.name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+        if not self.container.put_archive(str(inner.parent), buf.getvalue()):
+            raise SandboxError(f"cannot write {path} in the container")
+
+    def get_patch(self) -> str:
+        res = self.execute(common.patch_command(self.task.base_commit), timeout=120)
+        if res.returncode != 0:
+            raise SandboxError(f"git diff failed in the container: {res.output.strip()[-500:]}")
+        return res.output
+
+    def close(self) -> None:
+        container, self.container = self.container, None
+        if container is not None:
+            try:
+                container.remove(force=True)
+            except Exception:  # noqa: BLE001 - already gone; `env prune` removes labelled leftovers anyway
+                pass
+
+    def __enter__(self) -> DockerSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+def _image_hint(image: str) -> str:
+    if image.startswith("nexus-agent/"):
+        return "build it with: nexus-agent env build"
+    return "pull or load it into this daemon (no registry is reachable here), or use --sandbox bwrap"
