@@ -3,9 +3,9 @@ n-averaged weighted reservoir. Based on "Nexus Sampling" (seeds/nexus-sampling-p
 
 import torch
 
+from kvstore.kernels import window_block_scores_auto
 from kvstore.policies.base import Policy, ScoreContext
-from kvstore.scoring import nexus_weights
-from kvstore.scoring import window_block_scores as window_block_scores_auto  # Triton path: see kvstore.kernels
+from kvstore.scoring import nexus_weights, window_block_scores
 
 
 class NexusPolicy(Policy):
@@ -14,8 +14,9 @@ class NexusPolicy(Policy):
 
     def score(self, ctx: ScoreContext) -> torch.Tensor:
         cfg = self.config
+        block_scores = window_block_scores if cfg.use_triton is False else window_block_scores_auto
         rows = []
         for i in range(ctx.keys.shape[0]):
-            s_hat = window_block_scores_auto(ctx.queries[i], ctx.keys[i], cfg.block, ctx.scaling)  # [W, N_k]
+            s_hat = block_scores(ctx.queries[i], ctx.keys[i], cfg.block, ctx.scaling)  # [W, N_k]
             rows.append(nexus_weights(s_hat, cfg.walk_steps, cfg.lam, cfg.eps_tie))  # [N_k]
         return torch.stack(rows)[:, None, :]  # [B, 1, N_k]
