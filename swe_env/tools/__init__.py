@@ -31,13 +31,16 @@ def install_tools(tools_dir: Path) -> dict[str, Path]:
     return installed
 
 
-def command_for(name: str, params: dict[str, str], tools_dir: str) -> str:
+def command_for(name: str, params: dict[str, str], tools_dir: str, python: str | None = None) -> str:
     """A bash command line running the tool `name` from `tools_dir` with each parameter as `--key=value`.
 
     Every argument is shell-quoted, so multi-line values and values starting with "-" arrive unchanged.
+    `python`: an interpreter (>= 3.8) to run the tool with, for images whose `python3` on PATH is older;
+    by default the tool's `#!/usr/bin/env python3` line decides.
     """
     if name not in TOOL_NAMES:
         raise ValueError(f"Unknown tool {name!r}; the tools are: {', '.join(TOOL_NAMES)}.")
-    parts = [shlex.quote(f"{tools_dir.rstrip('/')}/{name}")]
+    parts = [shlex.quote(python)] if python else []
+    parts.append(shlex.quote(f"{tools_dir.rstrip('/')}/{name}"))
     parts += [shlex.quote(f"--{key}={value}") for key, value in params.items()]
     return " ".join(parts)

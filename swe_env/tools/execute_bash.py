@@ -143,6 +143,8 @@ def main(argv: list | None = None) -> int:
         args.add_argument("cmd_pos", nargs="?", help="the command (positional form)")
         args.add_argument("--cmd", help="the bash command to run")
         parsed = args.parse_args(argv)
+        if parsed.cmd is not None and parsed.cmd_pos is not None:
+            raise BashToolError(f"unrecognized arguments: {parsed.cmd_pos}")
         cmd = parsed.cmd if parsed.cmd is not None else parsed.cmd_pos
         if cmd is None or not cmd.strip():
             raise BashToolError("Parameter `cmd` is required and must not be empty.")

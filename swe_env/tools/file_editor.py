@@ -379,6 +379,8 @@ def check_path(command: str, raw: str | None) -> Path:
 
 
 def run(args: argparse.Namespace) -> str:
+    if args.command is not None and args.command_opt is not None:
+        raise EditorError(f"unrecognized arguments: {args.command}")
     command = args.command_opt or args.command
     if not command:
         raise EditorError(f"Parameter `command` is required; allowed values: {', '.join(COMMANDS)}.")

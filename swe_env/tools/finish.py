@@ -36,6 +36,8 @@ def main(argv: list | None = None) -> int:
     parser.add_argument("--result", default="", help="a short summary of the work (optional)")
     try:
         args = parser.parse_args(argv)
+        if args.command is not None and args.command_opt is not None:
+            raise FinishError(f"unrecognized arguments: {args.command}")
         command = args.command_opt or args.command or "submit"
         if command != "submit":
             raise FinishError(f"Unrecognized command {command!r}; the only allowed value is 'submit'.")

@@ -192,6 +192,7 @@ def test_crlf_and_latin1_files_keep_their_form(tools: str, tmp_path: Path) -> No
         ({"path": "/tmp"}, "`command` is required"),
         ({"command": "str_replace", "path": "/tmp", "old_str": "a"}, "is a directory"),
         ({"command": "view", "path": "/tmp", "bogus": "1"}, "unrecognized arguments"),
+        ({"command": "view", "path": "/tmp", "a b": "1"}, "unrecognized arguments"),
     ],
 )
 def test_errors_are_one_clear_line(tools: str, tmp_path: Path, params: dict, message: str) -> None:
