@@ -29,7 +29,7 @@ class CacheConfig:
     pool_kernel: int = 5  # SnapKV / PyramidKV average-pooling kernel over token scores
     pyramid_spread: float = 0.5  # PyramidKV: layer 0 gets (1 + spread) x budget, the last layer (1 - spread) x budget
     ada_floor: float = 0.2  # Ada-KV: share of each head's uniform budget it is guaranteed
-    use_triton: bool | None = None  # fused Triton scoring kernel: None = on CUDA when triton is installed; False = torch
+    use_triton: bool | None = None  # fused Triton scorer: None = on CUDA when installed; False = torch path
     seed: int = 0  # seed of the cache's torch.Generator (reservoir draws)
 
     def __post_init__(self) -> None:
