@@ -5,6 +5,7 @@ from kvstore.config import CacheConfig
 from kvstore.errors import KVStoreError
 from kvstore.policies import POLICIES
 from kvstore.prefill import cache_kwarg, forward, prefill
+from kvstore.state import export_state, restore_cache
 
 __all__ = [
     "POLICIES",
@@ -15,4 +16,6 @@ __all__ = [
     "forward",
     "make_cache",
     "prefill",
+    "export_state",
+    "restore_cache",
 ]

@@ -105,6 +105,12 @@ class EvictingCache(Cache):
             "masked_heads": self.policy.masks_heads,
         }
 
+    def export_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Tensors + JSON-able metadata to continue exactly here later (see kvstore.state.restore_cache)."""
+        from kvstore.state import export_state
+
+        return export_state(self)
+
     def evictions(self, layer_idx: int) -> torch.Tensor:
         """Survival record of one layer: [E, 2] rows of (tokens seen at eviction, evicted block start position)."""
         return self.layers[layer_idx].stats.events_tensor()

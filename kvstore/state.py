@@ -1,0 +1,90 @@
+"""A cache as plain tensors + JSON-able metadata (for saving sessions), and back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from kvstore.cache import EvictingCache, model_identity
+from kvstore.capture import install
+from kvstore.config import CacheConfig
+from kvstore.errors import KVStoreError
+from kvstore.stats import LayerStats
+
+STATE_VERSION = 1
+_IDENTITY_KEYS = ("model_type", "num_layers", "num_kv_heads", "head_dim")
+
+
+def export_state(cache: EvictingCache) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Everything needed to continue exactly where the cache is: tensors (contiguous, on CPU) and metadata."""
+    tensors: dict[str, torch.Tensor] = {"generator": cache.generator.get_state()}
+    layers = []
+    for i, layer in enumerate(cache.layers):
+        entries = {
+            "keys": layer.keys,
+            "values": layer.values,
+            "positions": layer.positions,
+            "valid": layer.valid,
+            "window_q": layer.window_q,
+            "events": layer.stats.events_tensor(),
+        }
+        entries |= {f"state.{k}": v for k, v in layer.state.items()}
+        for name, t in entries.items():
+            if t is not None and layer.is_initialized:
+                tensors[f"layer{i}.{name}"] = t.detach().to("cpu").contiguous()
+        layers.append(
+            {
+                "seen": layer.seen,
+                "last_q_len": layer.last_q_len,
+                "scaling": getattr(layer, "scaling", None),
+                "initialized": bool(layer.is_initialized),
+                "counters": layer.stats.counters(),
+            }
+        )
+    meta = {
+        "version": STATE_VERSION,
+        "config": cache.config.to_dict(),
+        "identity": cache.identity,
+        "budget_blocks": cache.budget_blocks,
+        "layers": layers,
+    }
+    return tensors, meta
+
+
+def restore_cache(model: torch.nn.Module, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> EvictingCache:
+    """Rebuild the cache saved by `export_state` on `model` (which must have the same architecture and shapes)."""
+    if meta.get("version") != STATE_VERSION:
+        raise KVStoreError(f"cache state version {meta.get('version')!r} is not supported (expected {STATE_VERSION})")
+    ident = model_identity(model)
+    for key in _IDENTITY_KEYS:
+        if ident[key] != meta["identity"].get(key):
+            raise KVStoreError(
+                f"saved cache is for a model with {key}={meta['identity'].get(key)!r}, "
+                f"this model has {key}={ident[key]!r}"
+            )
+    install(model)
+    cache = EvictingCache(CacheConfig(**meta["config"]), ident)
+    if meta["budget_blocks"] is not None and cache.budget_blocks is None:
+        cache._set_budget(meta["budget_blocks"])
+    cache.generator.set_state(tensors["generator"])
+    device = next(model.parameters()).device
+    for i, (layer, info) in enumerate(zip(cache.layers, meta["layers"], strict=True)):
+        _restore_layer(
+            layer, info, {k.split(".", 1)[1]: v for k, v in tensors.items() if k.startswith(f"layer{i}.")}, device
+        )
+    return cache
+
+
+def _restore_layer(layer, info: dict[str, Any], t: dict[str, torch.Tensor], device: torch.device) -> None:
+    layer.seen, layer.last_q_len, layer.scaling = info["seen"], info["last_q_len"], info["scaling"]
+    layer.stats = LayerStats.restore(info["counters"], t.get("events", torch.zeros(0, 2, dtype=torch.int64)))
+    if not info["initialized"]:
+        return
+    layer.device = device
+    layer.keys, layer.values = t["keys"].to(device), t["values"].to(device)
+    layer.positions = t["positions"].to(device)
+    layer.valid = t["valid"].to(device) if "valid" in t else None
+    layer.window_q = t["window_q"].to(device) if "window_q" in t else None
+    layer.state = {k[len("state.") :]: v.to(device) for k, v in t.items() if k.startswith("state.")}
+    layer.is_initialized = True
