@@ -128,9 +128,15 @@ def snapshot(path: Path) -> str | None:
     return base64.b64encode(path.read_bytes()).decode("ascii") if path.exists() else None
 
 
-def remember(path: Path, before: str | None) -> None:
-    """Record `before` (taken just before a successful edit) as the version undo_edit restores next."""
-    save_history(path, load_history(path) + [before])
+def remember(path: Path, before: str | None) -> str:
+    """Record `before` (taken just before a successful edit) as the version undo_edit restores next.
+
+    The edit is already made, so a history that cannot be saved is a note in the output, not an error."""
+    try:
+        save_history(path, load_history(path) + [before])
+    except EditorError as e:
+        return f"\nNote: undo_edit will not be able to revert this edit. {e}"
+    return ""
 
 
 # ---------------------------------------------------------------- formatting
@@ -198,31 +204,18 @@ def concise_lines(text: str) -> list:
     """(line number, text) pairs with long function bodies replaced by one "... eliding lines a-b ..." entry."""
     lines = text.split("\n")
     try:
-        tree = ast.parse(text)
+        nodes = [n for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     except SyntaxError:
         return list(enumerate(lines, 1))
-    ranges = []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first, last = node.body[0].lineno, getattr(node.body[-1], "end_lineno", None)
-            if last and last - first + 1 >= CONCISE_MIN_BODY_LINES:
-                ranges.append((first, last))
-    ranges.sort()
-    out, skip_to = [], 0
-    starts = {}
-    for first, last in ranges:
-        if first > skip_to:  # nested bodies inside an elided one are covered already
-            starts[first] = last
-            skip_to = last
-    number = 1
-    while number <= len(lines):
-        if number in starts:
-            out.append((number, f"... eliding lines {number}-{starts[number]} ..."))
-            number = starts[number] + 1
-            continue
-        out.append((number, lines[number - 1]))
-        number += 1
-    return out
+    bodies = sorted((n.body[0].lineno, getattr(n.body[-1], "end_lineno", 0) or 0) for n in nodes)
+    out, number = [], 1
+    for first, last in bodies:
+        if first < number or last - first + 1 < CONCISE_MIN_BODY_LINES:
+            continue  # nested in a body elided already, or short enough to show
+        out += list(enumerate(lines[number - 1 : first - 1], number))
+        out.append((first, f"... eliding lines {first}-{last} ..."))
+        number = last + 1
+    return out + list(enumerate(lines[number - 1 :], number))
 
 
 def view_file(path: Path, view_range: list | None, concise: bool) -> str:
@@ -261,11 +254,11 @@ def create(path: Path, file_text: str | None) -> str:
     except OSError as e:
         raise EditorError(f"Cannot create the directory {path.parent}: {e.strerror or e}") from None
     write_text(path, file_text)
-    remember(path, None)
+    note = remember(path, None)
     shown = clip(numbered(text_lines(file_text)))
     return (
         f"File created at {path}. Here's the result of running `cat -n` on {path}:\n{shown}\n"
-        "Review the file and make sure that it is as expected. Edit the file if necessary."
+        "Review the file and make sure that it is as expected. Edit the file if necessary." + note
     )
 
 
@@ -296,12 +289,13 @@ def str_replace(path: Path, old: str | None, new: str | None) -> str:
     before = snapshot(path)
     updated = text.replace(old, new, 1)
     write_text(path, updated)
-    remember(path, before)
+    note = remember(path, before)
     first = found[0]
     shown = snippet(updated, first - SNIPPET_LINES, first + new.count("\n") + SNIPPET_LINES)
     return (
         f"The file {path} has been edited. Here's the result of running `cat -n` on a snippet of {path}:\n"
         f"{clip(shown)}\nReview the changes and make sure they are as expected. Edit the file again if necessary."
+        + note
     )
 
 
@@ -315,22 +309,20 @@ def insert(path: Path, insert_line: str | None, new: str | None) -> str:
     except ValueError:
         raise EditorError(f"Invalid insert_line {insert_line!r}: expected an integer.") from None
     text = read_text(path)
-    lines = text.splitlines(keepends=True)
+    lines = [line + "\n" for line in text_lines(text)]  # only "\n" ends a line, as in view; a last one gets one
     if not 0 <= after <= len(lines):
         raise EditorError(f"Invalid insert_line {after}: it must be in [0, {len(lines)}].")
-    if lines and not lines[-1].endswith("\n"):
-        lines[-1] += "\n"
     new = new.replace("\r\n", "\n")
     added = new if new.endswith("\n") else new + "\n"
     before = snapshot(path)
     updated = "".join(lines[:after]) + added + "".join(lines[after:])
     write_text(path, updated)
-    remember(path, before)
+    note = remember(path, before)
     shown = snippet(updated, after + 1 - SNIPPET_LINES, after + added.count("\n") + SNIPPET_LINES)
     return (
         f"The file {path} has been edited. Here's the result of running `cat -n` on a snippet of the edited file:\n"
         f"{clip(shown)}\nReview the changes and make sure they are as expected (correct indentation, no duplicate "
-        "lines, etc). Edit the file again if necessary."
+        "lines, etc). Edit the file again if necessary." + note
     )
 
 

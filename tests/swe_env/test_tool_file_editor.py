@@ -213,3 +213,18 @@ def test_runs_under_python_3_8(tools: str, tmp_path: Path, src: Path) -> None:
     assert rc == 0 and "eliding lines 2-5" in out
     _, rc = edit(tools, tmp_path, str(bin_dir), command="undo_edit", path=str(src))
     assert rc == 0 and src.read_text() == SOURCE
+
+
+def test_insert_counts_only_newlines_as_line_ends(tools: str, tmp_path: Path) -> None:
+    path = tmp_path / "ff.py"
+    path.write_text("a = 1\n\x0c\nb = 2")  # a form feed is not a line end; no final newline
+    _, rc = edit(tools, tmp_path, command="insert", path=str(path), insert_line="3", new_str="c = 3")
+    assert rc == 0
+    assert path.read_text() == "a = 1\n\x0c\nb = 2\nc = 3\n"
+
+
+def test_an_edit_whose_history_cannot_be_saved_still_happens(tools: str, tmp_path: Path, src: Path) -> None:
+    (tmp_path / "state").write_text("a file, so no directory can be made here")
+    out, rc = edit(tools, tmp_path, command="str_replace", path=str(src), old_str="a = 1", new_str="a = 5")
+    assert rc == 0 and "has been edited" in out and "undo_edit will not be able to revert" in out
+    assert "a = 5" in src.read_text()
