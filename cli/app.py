@@ -20,6 +20,8 @@ app.add_typer(bench_app, name="bench")
 _COMMAND_MODULES = [
     "cli.bench.overhead",
     "cli.tasks_cmd",
+    "cli.env_cmd",
+    "cli.grade_cmd",
 ]
 
 

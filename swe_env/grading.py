@@ -61,6 +61,7 @@ def grade(task: Task, patch: str, backend: str = "auto", config: GradeConfig | N
     cfg = config or GradeConfig(backend=backend)
     start = time.monotonic()
     report = _new_report(task, "empty_patch", cfg)
+    report.backend = "none"  # an empty patch is graded without a sandbox
     if patch.strip():
         sandbox_cfg = cfg.sandbox if cfg.sandbox is not None else SandboxConfig(install_tools=False)
         try:

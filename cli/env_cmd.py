@@ -1,0 +1,85 @@
+"""`nexus-agent env build|prune|status`: the docker images built-in tasks run in, leftovers, what is available."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cli.app import app
+
+env_app = typer.Typer(help="Sandbox environments: build the offline docker images, prune leftovers, show status.")
+app.add_typer(env_app, name="env")
+
+
+@env_app.command("build")
+def build(
+    force: bool = typer.Option(False, "--force", help="Rebuild every step, even those whose result exists."),
+    cache_dir: Path = typer.Option(None, "--cache-dir", help="Where the rootfs tarball is kept between runs."),
+) -> None:
+    """Build nexus-agent/base:bookworm (debootstrap -> docker import) and the built-in task image FROM it."""
+    from swe_env.dockerd import connect
+    from swe_env.images import ImageBuildConfig, build_images
+
+    console = Console()
+    cfg = ImageBuildConfig(force=force)
+    if cache_dir is not None:
+        cfg.cache_dir = cache_dir
+    start = time.monotonic()
+
+    def log(msg: str) -> None:
+        console.print(f"[dim]{time.monotonic() - start:6.1f}s[/dim] {msg}", highlight=False)
+
+    with console.status("building images"):
+        tags = build_images(connect(), cfg, log)
+    console.print(f"[green]ready:[/green] {', '.join(tags)}")
+
+
+@env_app.command("prune")
+def prune(images: bool = typer.Option(False, "--images", help="Also remove the nexus-agent/* images.")) -> None:
+    """Remove every container labelled nexus-agent=1 (leftovers of interrupted runs)."""
+    from swe_env.dockerd import connect
+
+    client = connect()
+    containers = client.containers.list(all=True, filters={"label": "nexus-agent=1"})
+    for container in containers:
+        container.remove(force=True)
+    typer.echo(f"removed {len(containers)} container(s)")
+    if images:
+        removed = 0
+        for image in client.images.list(filters={"reference": "nexus-agent/*"}):
+            for tag in image.tags:
+                client.images.remove(tag, force=True)
+                removed += 1
+        typer.echo(f"removed {removed} image tag(s)")
+
+
+@env_app.command("status")
+def status() -> None:
+    """What sandboxes can run here: docker daemon and images, bubblewrap, debootstrap, leftovers."""
+    from swe_env.images import BASE_IMAGE, BUILTIN_IMAGE, image_exists
+    from swe_env.sandbox.base import SandboxError
+
+    table = Table(show_header=False)
+    for tool in ("bwrap", "debootstrap", "dockerd"):
+        table.add_row(tool, _yes(shutil.which(tool) is not None, "installed", "missing (apt-get install -y ...)"))
+    try:
+        from swe_env.dockerd import connect
+
+        client = connect(timeout=10)
+        table.add_row("docker daemon", f"[green]answers[/green] ({client.api.base_url})")
+        for tag in (BASE_IMAGE, BUILTIN_IMAGE):
+            table.add_row(tag, _yes(image_exists(client, tag), "present", "missing (nexus-agent env build)"))
+        left = client.containers.list(all=True, filters={"label": "nexus-agent=1"})
+        table.add_row("leftover containers", str(len(left)) + (" (nexus-agent env prune)" if left else ""))
+    except SandboxError as exc:
+        table.add_row("docker daemon", f"[red]{exc}[/red]")
+    Console().print(table)
+
+
+def _yes(ok: bool, good: str, bad: str) -> str:
+    return f"[green]{good}[/green]" if ok else f"[red]{bad}[/red]"

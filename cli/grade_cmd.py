@@ -1,0 +1,73 @@
+"""`nexus-agent grade ID --patch FILE|gold|empty`: grade one patch like SWE-bench and print the verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cli.app import app
+
+_STYLE = {"resolved": "green", "unresolved": "yellow", "empty_patch": "yellow", "patch_failed": "red", "error": "red"}
+
+
+@app.command("grade")
+def grade_cmd(
+    instance_id: str = typer.Argument(..., help="The task's instance_id."),
+    patch: str = typer.Option(..., "--patch", "-p", help="A diff file, 'gold' (the task's patch) or 'empty'."),
+    dataset: str = typer.Option(None, "--dataset", "-d", help="Task source (default: built-in tasks)."),
+    sandbox: str = typer.Option("auto", "--sandbox", "-s", help="auto, docker, bwrap, or local (no isolation)."),
+    json_path: Path = typer.Option(None, "--json", help="Also write the report as JSON here."),
+    repo_cache: Path = typer.Option(None, "--repo-cache", help="Dir of local git mirrors (owner__name)."),
+    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds the tests may run."),
+) -> None:
+    """Apply the patch and the task's test patch in a fresh sandbox, run the tests, report per test."""
+    from swe_env.grading import GradeConfig, grade
+    from swe_env.sandbox.factory import SandboxConfig
+    from tasks import get_task
+
+    task = get_task(instance_id, dataset)
+    cfg = GradeConfig(
+        backend=sandbox, sandbox=SandboxConfig(repo_cache=repo_cache, install_tools=False), test_timeout=timeout
+    )
+    console = Console()
+    with console.status(f"grading {instance_id} ({sandbox})"):
+        report = grade(task, _patch_text(patch, task), config=cfg)
+    _print(console, report)
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(report.to_json() + "\n")
+        console.print(f"report written to {json_path}")
+    if report.status == "error":
+        raise typer.Exit(1)
+
+
+def _patch_text(patch: str, task) -> str:
+    if patch == "gold":
+        return task.patch
+    if patch == "empty":
+        return ""
+    path = Path(patch)
+    if not path.is_file():
+        raise FileNotFoundError(f"patch file {patch} not found (or use --patch gold / --patch empty)")
+    return path.read_text()
+
+
+def _print(console: Console, report) -> None:
+    style = _STYLE.get(report.status, "white")
+    console.print(
+        f"[bold]{report.instance_id}[/bold]: [{style}]{report.status}[/{style}] "
+        f"(backend {report.backend}, patch applied with {report.apply_method or '-'}, {report.duration_s:.1f} s)"
+    )
+    if report.error:
+        console.print(f"[red]{report.error}[/red]", highlight=False)
+    table = Table("kind", "test", "result")
+    for kind, results in (("FAIL_TO_PASS", report.fail_to_pass), ("PASS_TO_PASS", report.pass_to_pass)):
+        for test, result in results.items():
+            color = "green" if result in ("PASSED", "XFAIL") else "red" if result != "NOT_RUN" else "dim"
+            table.add_row(kind, test, f"[{color}]{result}[/{color}]")
+    console.print(table)
+    if report.status in ("patch_failed", "error") and report.log_excerpt:
+        console.print(report.log_excerpt[-2000:], markup=False, highlight=False)
