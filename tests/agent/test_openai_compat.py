@@ -1,0 +1,107 @@
+"""OpenAICompatModel against a real HTTP server on 127.0.0.1 that speaks the chat-completions protocol."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from agent.backends.openai_compat import OpenAICompatConfig, OpenAICompatModel
+from agent.errors import AgentError
+from agent.protocols import Sampling
+
+
+class Server(ThreadingHTTPServer):
+    requests: list[dict]
+    answers: list[tuple[int, dict]]
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: Server
+
+    def do_POST(self) -> None:  # noqa: N802 (the http.server API)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+        code, answer = self.server.answers.pop(0)
+        data = json.dumps(answer).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    srv = Server(("127.0.0.1", 0), Handler)
+    srv.requests, srv.answers = [], []
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def completion(text: str, finish: str = "stop", total: int = 100) -> tuple[int, dict]:
+    usage = {"prompt_tokens": total - 10, "completion_tokens": 10, "total_tokens": total}
+    return 200, {
+        "choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+        "usage": usage,
+    }
+
+
+def model_for(server: Server, **kw: object) -> OpenAICompatModel:
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    return OpenAICompatModel(OpenAICompatConfig(model="deepswe", base_url=url, **kw))
+
+
+def test_history_stop_and_usage(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NEXUS_TEST_KEY", "sk-test")
+    call_cut = "Look.\n<function=execute_bash>\n<parameter=cmd>ls</parameter>\n"  # the server dropped </function>
+    server.answers += [completion(call_cut, total=120), completion("no call here", finish="length", total=300)]
+    model = model_for(server, api_key_env="NEXUS_TEST_KEY", seed=3)
+    first = [{"role": "system", "content": "sys"}, {"role": "user", "content": "issue"}]
+    r1 = model.reply(first, Sampling(max_new_tokens=64, temperature=0.5, top_p=0.9))
+    assert r1.text == call_cut + "</function>" and r1.context_tokens == 120 and r1.finish_reason == "stop"
+    assert r1.stats == {"prompt_tokens": 110, "completion_tokens": 10, "total_tokens": 120}
+    r2 = model.reply([{"role": "user", "content": "obs"}], Sampling())
+    assert r2.text == "no call here" and r2.context_tokens == 300
+    req1, req2 = server.requests
+    assert req1["path"] == "/v1/chat/completions" and req1["auth"] == "Bearer sk-test"
+    body = req1["body"]
+    assert body["stop"] == ["</function>"] and body["max_tokens"] == 64 and body["seed"] == 3
+    assert (body["temperature"], body["top_p"], body["model"]) == (0.5, 0.9, "deepswe")
+    assert [m["content"] for m in req2["body"]["messages"]] == ["sys", "issue", r1.text, "obs"]
+
+
+def test_client_error_is_one_clear_agent_error(server: Server) -> None:
+    server.answers.append((400, {"error": {"message": "model 'x' not found"}}))
+    with pytest.raises(AgentError, match=r"HTTP 400: .*model 'x' not found"):
+        model_for(server, retries=0).reply([{"role": "user", "content": "u"}], Sampling())
+
+
+def test_server_error_is_retried(server: Server) -> None:
+    server.answers += [(503, {"error": "busy"}), completion("ok")]
+    assert model_for(server, retries=1).reply([], Sampling()).text == "ok"
+    assert len(server.requests) == 2
+
+
+def test_unreachable_server(server: Server) -> None:
+    port = server.server_address[1]
+    server.shutdown()
+    server.server_close()
+    model = OpenAICompatModel(OpenAICompatConfig(model="m", base_url=f"http://127.0.0.1:{port}/v1", retries=0))
+    with pytest.raises(AgentError, match="cannot reach the model server"):
+        model.reply([], Sampling())
+
+
+def test_unexpected_answer(server: Server) -> None:
+    server.answers.append((200, {"nothing": True}))
+    with pytest.raises(AgentError, match="unexpected chat-completions answer"):
+        model_for(server, retries=0).reply([], Sampling())
