@@ -12,12 +12,14 @@ Standard library only; runs under any python3 >= 3.8.
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import re
 import shlex
 import signal
 import subprocess
 import sys
+import threading
 
 BLOCKED = {
     "git": "the environment manages the repository and collects your changes itself",
@@ -38,6 +40,7 @@ PREFIXES = {"if", "then", "elif", "else", "while", "until", "do", "!", "{", "}",
 PREFIXES |= {"sudo", "env", "time", "exec", "command", "builtin", "nice", "xargs"}
 HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
 TIMEOUT_EXIT = 124
+KEEP_BYTES = 512 * 1024  # of each output stream, at its start and at its end
 
 
 class BashToolError(Exception):
@@ -104,6 +107,37 @@ def exec_timeout() -> float:
         return 90.0
 
 
+class Capture(threading.Thread):
+    """Reads one pipe to its end, keeping only its first and last KEEP_BYTES (an endless output cannot fill memory)."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__(daemon=True)
+        self.fd, self.head, self.tail, self.tail_len, self.dropped = fd, bytearray(), collections.deque(), 0, 0
+
+    def run(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            room = KEEP_BYTES - len(self.head)
+            self.head += chunk[: max(room, 0)]
+            chunk = chunk[max(room, 0) :]
+            if chunk:
+                self.tail.append(chunk)
+                self.tail_len += len(chunk)
+                while self.tail_len - len(self.tail[0]) >= KEEP_BYTES:
+                    old = self.tail.popleft()
+                    self.tail_len -= len(old)
+                    self.dropped += len(old)
+
+    def data(self) -> bytes:
+        note = f"\n[... {self.dropped} bytes of output omitted ...]\n".encode() if self.dropped else b""
+        return bytes(self.head) + note + b"".join(list(self.tail))
+
+
 def kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -112,7 +146,10 @@ def kill_group(proc: subprocess.Popen) -> None:
 
 
 def run(cmd: str, timeout: float) -> tuple:
-    """(stdout, stderr, return code, timed out) of `bash -c cmd` in its own process group."""
+    """(stdout, stderr, return code, timed out) of `bash -c cmd` in its own process group.
+
+    When bash exits (or the timeout expires) the whole group is killed: nothing the command started in the
+    background outlives it, and a background process holding the pipes open cannot stall the tool."""
     proc = subprocess.Popen(
         ["bash", "-c", "--", cmd],
         stdin=subprocess.DEVNULL,
@@ -120,17 +157,18 @@ def run(cmd: str, timeout: float) -> tuple:
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
+    readers = [Capture(proc.stdout.fileno()), Capture(proc.stderr.fileno())]
+    for reader in readers:
+        reader.start()
     try:
-        out, err = proc.communicate(timeout=timeout)
-        return out, err, proc.returncode, False
+        code, timed_out = proc.wait(timeout=timeout), False
     except subprocess.TimeoutExpired:
-        kill_group(proc)
-        try:
-            out, err = proc.communicate(timeout=5)
-        except subprocess.TimeoutExpired:  # a descendant left the group and holds the pipes open
-            proc.kill()
-            out, err = b"", b""
-        return out, err, TIMEOUT_EXIT, True
+        code, timed_out = TIMEOUT_EXIT, True
+    kill_group(proc)
+    proc.wait()
+    for reader in readers:
+        reader.join(timeout=5)  # a descendant that left the group may hold a pipe: keep what was read
+    return readers[0].data(), readers[1].data(), code, timed_out
 
 
 def decode(data: bytes) -> str:

@@ -115,3 +115,19 @@ def test_unknown_parameter_is_an_error(tools: str, tmp_path: Path) -> None:
     proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 1 and proc.stdout.startswith("ERROR: unrecognized arguments")
     assert not (tmp_path / "ran").exists()
+
+
+def test_background_children_neither_stall_nor_outlive_the_command(tools: str, tmp_path: Path) -> None:
+    start = time.monotonic()
+    out, rc = bash_tool(tools, tmp_path, "(sleep 2; touch late) & echo quick", timeout="20")
+    assert time.monotonic() - start < 1.8
+    assert rc == 0 and "quick" in out
+    time.sleep(2.3)
+    assert not (tmp_path / "late").exists()
+
+
+def test_endless_output_keeps_its_start_and_end(tools: str, tmp_path: Path) -> None:
+    out, rc = bash_tool(tools, tmp_path, "echo FIRST; head -c 3000000 /dev/zero | tr '\\0' x; echo; echo LAST")
+    assert rc == 0
+    assert "FIRST" in out and "LAST" in out and "bytes of output omitted" in out
+    assert len(out) < 1_200_000
