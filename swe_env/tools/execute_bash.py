@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """execute_bash: run one bash command in the current directory (an R2E-Gym-style agent tool).
 
-`--cmd` runs under `bash -c` with stdin closed and a timeout ($NEXUS_EXEC_TIMEOUT seconds, default 90; the whole
-process group is killed when it expires). The output is the command's stdout and stderr, each under its own header,
-and the exit code is the command's (124 on a timeout). Interactive or state-changing commands (git, ipython, jupyter,
-nohup, editors, terminal multiplexers) are refused with a message and exit code 1: the environment takes the patch
-from git itself, and an interactive program would only hang until the timeout.
+`--cmd` runs under `bash -c` with stdin closed and a timeout ($NEXUS_EXEC_TIMEOUT seconds, default 90). When it
+ends or times out its whole process group is killed, so nothing it started in the background keeps running.
+The output is the command's stdout and stderr, each under its own header (a very long stream keeps its start and
+end), and the exit code is the command's (124 on a timeout). Interactive or state-changing commands (git,
+ipython, jupyter, nohup, editors, terminal multiplexers) are refused with a message and exit code 1: the
+environment takes the patch from git itself, and an interactive program would only hang until the timeout.
 Standard library only; runs under any python3 >= 3.8.
 """
 
@@ -175,26 +176,34 @@ def decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace").strip()
 
 
+def parse_cmd(argv: list | None) -> str:
+    parser = _Parser(prog="execute_bash", description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser.add_argument("cmd_pos", nargs="?", help="the command (positional form)")
+    parser.add_argument("--cmd", help="the bash command to run")
+    args = parser.parse_args(argv)
+    if args.cmd is not None and args.cmd_pos is not None:
+        raise BashToolError(f"unrecognized arguments: {args.cmd_pos}")
+    cmd = args.cmd if args.cmd is not None else args.cmd_pos
+    if cmd is None or not cmd.strip():
+        raise BashToolError("Parameter `cmd` is required and must not be empty.")
+    return cmd
+
+
 def main(argv: list | None = None) -> int:
     try:
-        args = _Parser(prog="execute_bash", description=__doc__.splitlines()[0], allow_abbrev=False)
-        args.add_argument("cmd_pos", nargs="?", help="the command (positional form)")
-        args.add_argument("--cmd", help="the bash command to run")
-        parsed = args.parse_args(argv)
-        if parsed.cmd is not None and parsed.cmd_pos is not None:
-            raise BashToolError(f"unrecognized arguments: {parsed.cmd_pos}")
-        cmd = parsed.cmd if parsed.cmd is not None else parsed.cmd_pos
-        if cmd is None or not cmd.strip():
-            raise BashToolError("Parameter `cmd` is required and must not be empty.")
+        cmd = parse_cmd(argv)
+        reason = blocked_reason(cmd)
+        if reason:
+            emit(reason)
+            return 1
+        timeout = exec_timeout()
+        out, err, code, timed_out = run(cmd, timeout)
     except BashToolError as e:
         emit(f"ERROR: {e}")
         return 1
-    reason = blocked_reason(cmd)
-    if reason:
-        emit(reason)
+    except Exception as e:  # the model must see a message, never a traceback
+        emit(f"ERROR: execute_bash failed: {type(e).__name__}: {e}")
         return 1
-    timeout = exec_timeout()
-    out, err, code, timed_out = run(cmd, timeout)
     report = f"[STDOUT]\n\n{decode(out)}\n\n[STDERR]\n\n{decode(err)}"
     if timed_out:
         report = f"ERROR: The command timed out after {timeout:g} seconds and was killed.\n\n" + report
