@@ -22,6 +22,7 @@ _COMMAND_MODULES = [
     "cli.tasks_cmd",
     "cli.env_cmd",
     "cli.grade_cmd",
+    "cli.bench.gpu",
 ]
 
 

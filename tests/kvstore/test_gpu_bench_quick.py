@@ -1,0 +1,65 @@
+"""`nexus-agent bench gpu --quick`: the device benchmark's machinery on tiny CPU shapes (real model, real caches)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli import app as cli_app
+
+REPO = Path(__file__).resolve().parents[2]
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+CLI = "import cli.bench.gpu; from cli.app import app; from cli.errors import run; run(app)"  # as main(), this command only
+RUN = "import sys, cli.bench.gpu; from cli.app import app; sys.argv = ['nexus-agent'] + sys.argv[1:]; app()"
+
+
+def test_command_is_registered():
+    assert "cli.bench.gpu" in cli_app._COMMAND_MODULES
+
+
+@pytest.mark.slow
+def test_quick_run(tmp_path):
+    out = tmp_path / "gpu.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    if HAS_TRITON:  # score through the Triton kernel, run by its interpreter
+        env |= {"TRITON_INTERPRET": "1", "NEXUS_FORCE_TRITON": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN, "bench", "gpu", "--quick", "--json", str(out)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "decode after a 1024-token prefill" in proc.stdout and "fused Triton kernel" in proc.stdout
+    result = json.loads(out.read_text())
+    assert result["env"]["attn_implementation"] == "sdpa"
+    runs = {r["policy"]: r for r in result["runs"]}
+    dense, nexus = runs["dense"]["marks"], runs["nexus"]["marks"]
+    assert [m["decode"] for m in dense] == [m["decode"] for m in nexus] == [64, 128]
+    # dense holds every token; nexus stays within budget (ceil(0.2 * 32) = 7 blocks) + one block of slack
+    assert [m["tokens_held_layer0"] for m in dense] == [1024 + 64, 1024 + 128]
+    assert all(m["tokens_held_layer0"] <= 8 * 32 for m in nexus)
+    assert all(n["cache_mib"] < d["cache_mib"] / 3 for n, d in zip(nexus, dense, strict=True))
+    assert runs["nexus"]["eviction_steps"] > 0
+    assert all(m["tok_s"] > 0 and m["ms_step_p50_tail"] > 0 for m in dense + nexus)
+    assert [r["T"] for r in result["kernel"]] == [256, 1024]
+    if HAS_TRITON:
+        assert result["env"]["scoring_path"] == "triton"
+        assert all(r["max_abs_diff"] < 1e-5 for r in result["kernel"])
+
+
+def test_no_gpu_is_one_clear_error():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    proc = subprocess.run(
+        [sys.executable, "-c", CLI, "bench", "gpu"],
+        cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "no CUDA GPU" in proc.stderr and "Traceback" not in proc.stderr
