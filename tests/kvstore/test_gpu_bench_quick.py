@@ -15,7 +15,7 @@ from cli import app as cli_app
 
 REPO = Path(__file__).resolve().parents[2]
 HAS_TRITON = importlib.util.find_spec("triton") is not None
-CLI = "import cli.bench.gpu; from cli.app import app; from cli.errors import run; run(app)"  # as main(), this command only
+CLI = "import cli.bench.gpu; from cli.app import app; from cli.errors import run; run(app)"  # main() minus _register
 RUN = "import sys, cli.bench.gpu; from cli.app import app; sys.argv = ['nexus-agent'] + sys.argv[1:]; app()"
 
 
