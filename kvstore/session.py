@@ -1,0 +1,278 @@
+"""A persistent chat session over one evicting KV cache: append messages, generate replies, save and restore.
+
+The session keeps the whole conversation as one token sequence (append-only, see kvstore.chat) and a cache that
+has seen a prefix of it. Two protocols differ only in what the cache holds, never in the tokens:
+
+- ``true-eviction``: one cache for the session's life; each turn prefills only the tokens it has not seen.
+- ``re-prefill``: each turn starts an empty cache (same config and seed) and prefills the whole history.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import kvstore
+from kvstore.chat import ChatRenderer
+from kvstore.errors import KVStoreError
+from kvstore.sampling import TextStream, check_sampling, next_token
+
+PROTOCOLS = ("true-eviction", "re-prefill")
+
+
+@dataclass
+class SessionConfig:
+    """How a session loads its model and manages its cache."""
+
+    model: str = "smollm2-135m"  # registry name, Hugging Face id or local model directory
+    policy: str = "nexus"  # eviction policy (kvstore.POLICIES); "full" = dense reference, never evicts
+    budget: int | float | None = None  # tokens per layer, or density of the first prompt; None = the cache's default
+    protocol: str = "true-eviction"  # "true-eviction" (one cache for the session) or "re-prefill" (new cache per turn)
+    seed: int = 0  # seed of the cache's generator and of sampling
+    chunk_size: int = 512  # prefill chunk in tokens (eviction runs between chunks)
+    device: str | None = None  # None: a CUDA GPU when there is one, else the CPU
+    dtype: str | None = None  # "bf16" | "fp16" | "fp32"; None: bf16 where the hardware supports it, else fp32
+    cache_options: dict = field(default_factory=dict)  # further CacheConfig knobs (block, window, lam, ...)
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise KVStoreError(f"unknown protocol {self.protocol!r}; use one of {', '.join(PROTOCOLS)}")
+        if self.chunk_size < 1:
+            raise KVStoreError(f"chunk_size must be >= 1, got {self.chunk_size}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SessionConfig:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class TurnStats:
+    """What one turn (a `generate` or `prefill` call) did; token counts per layer are means over layers."""
+
+    prefill_tokens: int  # tokens run through the model before decoding (the whole history under re-prefill)
+    generated_tokens: int  # tokens the model generated
+    evicted_tokens: int  # tokens evicted during the turn, per layer
+    held_tokens: int  # tokens the cache holds after the turn, per layer
+    held_bytes: int  # bytes of keys, values and their bookkeeping held after the turn (all layers)
+    prefill_s: float  # seconds of prefill (eviction included)
+    decode_s: float  # seconds of decoding (eviction included)
+    evict_s: float  # seconds of prefill_s + decode_s spent scoring and selecting what to evict
+    tokens_per_s: float  # generated tokens per second of decoding (0 when nothing was generated)
+    turn: int = 0  # 1-based index of the turn in the session
+    history_tokens: int = 0  # tokens in the conversation after the turn (positions used)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        """One line for the terminal."""
+        return (
+            f"turn {self.turn}: prefill {self.prefill_tokens} tok {self.prefill_s:.2f}s, "
+            f"generated {self.generated_tokens} tok ({self.tokens_per_s:.1f} tok/s), "
+            f"cache {self.held_tokens} tok/layer {self.held_bytes / 2**20:.1f} MiB, "
+            f"evicted {self.evicted_tokens} tok/layer ({self.evict_s:.2f}s), history {self.history_tokens} tok"
+        )
+
+
+@dataclass
+class Reply:
+    """A generated reply."""
+
+    text: str  # the decoded reply (its end-of-turn token excluded)
+    token_ids: list[int]  # the raw generated token ids, as they are in the history and the cache
+    finish_reason: str  # "stop" (a stop string), "eos" (end-of-turn token) or "length" (max_new_tokens / context)
+    stats: TurnStats
+
+
+class Session:
+    """A conversation whose KV cache persists across turns (see the module docstring for the protocols)."""
+
+    def __init__(self, model, tokenizer, config: SessionConfig):
+        self.model, self.tokenizer, self.config = model, tokenizer, config
+        self.renderer = ChatRenderer(tokenizer)
+        self.tokens: list[int] = []  # the whole conversation, token-exact
+        self.prefilled = 0  # how many of `tokens` the cache has seen
+        self.messages: list[dict] = []
+        self.turns: list[TurnStats] = []
+        self.cache = self.new_cache()
+        self.generator = torch.Generator(device="cpu").manual_seed(config.seed)
+        self.eos_ids = _eos_ids(model, tokenizer)
+        self.max_positions = int(model.config.max_position_embeddings)
+        self._logits: torch.Tensor | None = None  # [V] logits after the last token the cache has seen
+
+    @classmethod
+    def open(cls, config: SessionConfig) -> Session:
+        """A new session on the model `config.model`, loaded through the registry (kvstore.models)."""
+        from kvstore.models import load_model
+
+        model, tokenizer, _ = load_model(config.model, device=config.device, dtype=config.dtype)
+        return cls(model, tokenizer, config)
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens in the conversation (every position used, whatever the cache still holds)."""
+        return len(self.tokens)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def new_cache(self):
+        """An empty cache with the session's policy, budget, seed and options."""
+        c = self.config
+        options = {"chunk_size": c.chunk_size} | dict(c.cache_options)
+        return kvstore.make_cache(self.model, policy=c.policy, budget=c.budget, seed=c.seed, **options)
+
+    # --- conversation ---------------------------------------------------------------------------------------------
+    def append(self, messages: list[dict[str, str]]) -> None:
+        """Add messages (role system/user/assistant/tool); only they are rendered and tokenized, nothing is run."""
+        if not messages:
+            return
+        ids = self.renderer.encode_messages(messages, first=not self.tokens)
+        self._grow(ids)
+        self.messages.extend(dict(m) for m in messages)
+
+    def _grow(self, ids: Sequence[int]) -> None:
+        if len(self.tokens) + len(ids) > self.max_positions:
+            raise KVStoreError(
+                f"the conversation would grow to {len(self.tokens) + len(ids)} tokens, past the model's maximum of "
+                f"{self.max_positions} positions (the cache holding fewer does not add positions); start a new session"
+            )
+        self.tokens.extend(ids)
+
+    def prefill(self) -> TurnStats:
+        """Run the pending tokens through the model (the whole history under re-prefill); a turn without decoding."""
+        return self._turn(lambda: None)
+
+    def generate(
+        self,
+        max_new_tokens: int = 1024,
+        *,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        stop: Sequence[str] = (),
+        on_token: Callable[[str], None] | None = None,
+    ) -> Reply:
+        """Prefill what is pending plus the generation prompt, then decode a reply.
+
+        The raw reply tokens stay in the history (and the cache) as generated; the template's end-of-turn tokens
+        follow them, so the history stays a valid conversation. Decoding stops at an end-of-turn token, a stop
+        string, `max_new_tokens`, or the model's last position.
+        """
+        check_sampling(temperature, top_p)
+        if max_new_tokens < 1:
+            raise KVStoreError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        prompt, closing = self.renderer.generation_prompt_ids, self.renderer.end_of_turn_ids
+        room = self.max_positions - len(self.tokens) - len(prompt) - len(closing)
+        if room < 1:
+            raise KVStoreError(
+                f"no room left to generate: {len(self.tokens)} tokens of the model's {self.max_positions} positions "
+                "are used; start a new session"
+            )
+        self._grow(prompt)
+        stream = TextStream(self.renderer.decode, stop, on_token)
+        reply: dict[str, Any] = {}
+
+        def decode() -> int:
+            reply["finish"] = self._decode(stream, min(max_new_tokens, room), temperature, top_p)
+            return len(stream.ids)
+
+        stats = self._turn(decode)
+        ids = list(stream.ids)
+        text = self.renderer.decode(ids[:-1] if reply["finish"] == "eos" else ids)
+        self.tokens.extend(self.renderer.end_of_reply(ids))
+        self.messages.append({"role": "assistant", "content": text})
+        return Reply(text=text, token_ids=ids, finish_reason=reply["finish"], stats=stats)
+
+    # --- the model ------------------------------------------------------------------------------------------------
+    def _turn(self, decode: Callable[[], int | None]) -> TurnStats:
+        """Prefill (per the protocol), then `decode()`; record and return the turn's statistics."""
+        if self.config.protocol == "re-prefill":
+            self.cache, self.prefilled = self.new_cache(), 0
+        before = self.cache.stats()
+        t0 = self._now()
+        pending = len(self.tokens) - self.prefilled
+        if pending:
+            ids = torch.tensor([self.tokens[self.prefilled :]], device=self.device)  # [1, pending]
+            self._logits = kvstore.prefill(self.model, self.cache, ids, self.config.chunk_size)[0]  # [V]
+            self.prefilled = len(self.tokens)
+        t1 = self._now()
+        generated = decode() or 0
+        t2 = self._now()
+        stats = self._stats(before, self.cache.stats(), pending, generated, t1 - t0, t2 - t1)
+        self.turns.append(stats)
+        return stats
+
+    def _decode(self, stream: TextStream, limit: int, temperature: float, top_p: float) -> str:
+        """Decode up to `limit` tokens into `stream`; the finish reason. The last token stays pending (unseen)."""
+        logits = self._logits
+        while True:
+            token = next_token(logits, temperature, top_p, self.generator)
+            self.tokens.append(token)
+            if token in self.eos_ids:
+                stream.ids.append(token)
+                stream.flush()
+                return "eos"
+            if stream.push(token):
+                stream.flush()
+                return "stop"
+            if len(stream.ids) >= limit:
+                stream.flush()
+                return "length"
+            ids = torch.tensor([[token]], device=self.device)  # [1, 1]
+            logits = kvstore.forward(self.model, self.cache, ids)[0, -1]  # [V]
+            self.prefilled += 1
+
+    def _stats(self, before: dict, after: dict, prefilled: int, generated: int, prefill_s: float, decode_s: float):
+        n_layers = max(1, len(after["tokens_held_per_layer"]))
+        evict_s = (after["score_s"] + after["select_s"]) - (before["score_s"] + before["select_s"])
+        return TurnStats(
+            prefill_tokens=prefilled,
+            generated_tokens=generated,
+            evicted_tokens=round((after["tokens_evicted"] - before["tokens_evicted"]) / n_layers),
+            held_tokens=round(after["tokens_held"] / n_layers),
+            held_bytes=int(after["bytes_held"]),
+            prefill_s=prefill_s,
+            decode_s=decode_s,
+            evict_s=evict_s,
+            tokens_per_s=generated / decode_s if generated and decode_s > 0 else 0.0,
+            turn=len(self.turns) + 1,
+            history_tokens=len(self.tokens),
+        )
+
+    def _now(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    # --- persistence ----------------------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        """Write the whole session to one file, atomically (see kvstore.persist)."""
+        from kvstore.persist import save_session
+
+        save_session(self, Path(path))
+
+    @classmethod
+    def load(cls, path: str | Path, model=None, tokenizer=None, config: SessionConfig | None = None) -> Session:
+        """Restore a saved session; with `config`, refuse a file saved under another model or cache config."""
+        from kvstore.persist import load_session
+
+        return load_session(cls, Path(path), model=model, tokenizer=tokenizer, expect=config)
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    """Token ids that end a reply: the generation config's EOS ids and the tokenizer's."""
+    ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    found = set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
+    if tokenizer.eos_token_id is not None:
+        found.add(int(tokenizer.eos_token_id))
+    return found
