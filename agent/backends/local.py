@@ -1,0 +1,50 @@
+"""A local transformers model over a persistent kvstore Session: each turn prefills only the new messages.
+
+The reply is kept verbatim (raw generated tokens) in the session's history and cache; the session's protocol
+(true-eviction or re-prefill) and policy decide what the cache holds. Per-turn cache statistics come back with
+every reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from agent.errors import LimitsExceeded
+from agent.protocols import Message, ModelReply, Sampling
+from kvstore.session import Session, SessionConfig
+
+
+class LocalModel:
+    """The ModelBackend over a kvstore Session."""
+
+    def __init__(self, session: Session, on_token: Callable[[str], None] | None = None, name: str = "") -> None:
+        self.session = session
+        self.on_token = on_token  # called with each piece of decoded text (live views)
+        c = session.config
+        self.name = name or f"{c.model} ({c.policy}, budget {c.budget}, {c.protocol})"
+
+    @classmethod
+    def open(cls, config: SessionConfig, on_token: Callable[[str], None] | None = None) -> LocalModel:
+        """Load the model named in `config` (kvstore's registry, a local directory or a hub id) into a new session."""
+        return cls(Session.open(config), on_token=on_token)
+
+    def reply(self, new_messages: list[Message], sampling: Sampling) -> ModelReply:
+        self._check_room(new_messages)
+        self.session.append(new_messages)
+        r = self.session.generate(
+            sampling.max_new_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            stop=sampling.stop,
+            on_token=self.on_token,
+        )
+        return ModelReply(r.text, r.stats.to_dict(), self.session.num_tokens, r.finish_reason)
+
+    def _check_room(self, new_messages: list[Message]) -> None:
+        """End the episode with token_limit when the model's positions cannot hold the messages and one reply token."""
+        s = self.session
+        renderer = s.renderer
+        ids = renderer.encode_messages(new_messages, first=not s.tokens) if new_messages else []
+        need = s.num_tokens + len(ids) + len(renderer.generation_prompt_ids) + len(renderer.end_of_turn_ids) + 1
+        if need > s.max_positions:
+            raise LimitsExceeded("token_limit", f"the next turn needs {need} of the {s.max_positions} positions")

