@@ -17,7 +17,7 @@ def get_task(instance_id: str, source: str | None = None) -> Task:
         if task.instance_id == instance_id:
             return task
     ids = [t.instance_id for t in tasks]
-    close = difflib.get_close_matches(instance_id, ids, n=3, cutoff=0.5)
+    close = difflib.get_close_matches(instance_id, ids, n=3, cutoff=0.8)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     where = source or "builtin"
     listing = "nexus-agent tasks list" + (f" --dataset {source}" if source else "")

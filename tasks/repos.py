@@ -81,8 +81,8 @@ def _clone(task: Task, source: str, dest: Path) -> None:
         git.Repo.clone_from(source, dest, no_checkout=True, env={"GIT_TERMINAL_PROMPT": "0"})
     except git.GitCommandError as exc:
         hint = "" if source.startswith("/") else " (offline? mirror it into a --repo-cache DIR as owner__name)"
-        detail = (exc.stderr or str(exc)).strip().splitlines()[-1:] or [""]
-        raise TaskError(f"cannot clone {task.repo} for {task.instance_id} from {source}{hint}: {detail[0]}") from None
+        reason = _git_error(exc)
+        raise TaskError(f"cannot clone {task.repo} for {task.instance_id} from {source}{hint}: {reason}") from None
 
 
 def _checkout(task: Task, dest: Path, source: str) -> None:
@@ -104,3 +104,10 @@ def _fetch_commit(repo: git.Repo, task: Task, source: str) -> None:
         raise TaskError(
             f"base commit {task.base_commit} of {task.instance_id} is not in {source} (update the mirror?)"
         ) from None
+
+
+def _git_error(exc: git.GitCommandError) -> str:
+    """The last 'fatal:'/'error:' line git printed, without GitPython's quoting."""
+    lines = [ln.strip(" '") for ln in str(exc.stderr or exc).splitlines()]
+    lines = [ln.removeprefix("stderr: ").strip(" '") for ln in lines if ln.strip(" '")]
+    return next((ln for ln in reversed(lines) if ln.startswith(("fatal:", "error:"))), lines[-1] if lines else "")
