@@ -52,6 +52,7 @@ def test_every_builtin_task_has_a_gold_trajectory() -> None:
     assert {t.instance_id for t in load_tasks(None)} <= recorded
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("path", GOLD, ids=[p.name.split(".")[0] for p in GOLD])
 def test_gold_trajectory_resolves(path: Path, backend: str, tmp_path: Path) -> None:
