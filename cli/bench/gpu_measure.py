@@ -60,13 +60,14 @@ class GpuBenchConfig:
     window: int = 16  # W of the kernel timing
     block: int = 32  # b of the kernel timing
     seed: int = 0  # seed of the weights, prompt and cache
+    cpu_threads: int | None = None  # torch threads on the CPU (1 in quick mode: shared CPUs make threads spin)
 
     @classmethod
     def quick(cls) -> GpuBenchConfig:
         """Tiny shapes on the CPU: checks the machinery in seconds."""
         return cls(
             shapes=dict(QWEN3_TINY), device="cpu", dtype="float32", prefill=1024, decode_marks=(64, 128),
-            tail_steps=32, max_decode_s=60.0, kernel_lengths=(256, 1024), kernel_reps=3,
+            tail_steps=32, max_decode_s=60.0, kernel_lengths=(256, 1024), kernel_reps=3, cpu_threads=1,
         )  # fmt: skip
 
 

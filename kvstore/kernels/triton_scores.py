@@ -59,7 +59,8 @@ def _last_key(first_pos, W, WP: tl.constexpr, GB: tl.constexpr):
     return tl.where(r_i < W, first_pos + r_i, -1)
 
 
-@triton.jit
+# lengths change at every eviction step: do not compile a variant per value class (== 1, % 16) of them
+@triton.jit(do_not_specialize=["T", "first_pos", "tiles_per_prog"])
 def _lse_kernel(
     q_ptr,
     k_ptr,
@@ -106,7 +107,7 @@ def _lse_kernel(
         tl.store(lse_ptr + (pid * n_hb + hb) * GB * WP + rows, m + tl.log(tl.maximum(acc, 1e-30)))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "first_pos", "n_blocks"])
 def _block_kernel(
     q_ptr,
     k_ptr,

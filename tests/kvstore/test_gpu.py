@@ -1,0 +1,112 @@
+"""GPU-only checks of issue 7: the compiled Triton kernel against the torch reference, its memory (no [Hq, W, T]
+tensor), the cache's memory staying flat while decoding under eviction, and flash-attention when installed."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+    pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton"),
+]
+
+CASES = [  # hq, hkv, w, d, t, block
+    (32, 8, 16, 128, 8192, 32),  # Qwen3-8B
+    (64, 8, 16, 128, 5000, 32),  # Qwen3-32B (group 8), partial block
+    (32, 8, 16, 128, 3001, 16),
+    (32, 8, 16, 128, 3001, 64),
+    (32, 8, 16, 128, 3001, 128),
+    (16, 2, 64, 64, 777, 32),  # W = 64, head_dim 64
+    (4, 2, 100, 16, 300, 32),  # W > 64 (row chunks), head_dim 16
+]
+
+
+def _inputs(hq, hkv, w, d, t, dtype):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(hq, w, d, device="cuda", generator=g).to(dtype)
+    k = (2 * torch.randn(hkv, t, d, device="cuda", generator=g)).to(dtype)
+    return q, k
+
+
+# every shape in bf16 (the production dtype), the Qwen3-8B shape also in fp16 and fp32 (few compiles: fast run)
+DTYPE_CASES = [(torch.bfloat16, *c) for c in CASES] + [(dt, *CASES[0]) for dt in (torch.float16, torch.float32)]
+
+
+@pytest.mark.parametrize(("dtype", "hq", "hkv", "w", "d", "t", "block"), DTYPE_CASES)
+def test_kernel_matches_reference(dtype, hq, hkv, w, d, t, block):
+    from kvstore.kernels.triton_scores import INTERPRETED, triton_window_block_scores
+    from kvstore.scoring import window_block_scores
+
+    assert not INTERPRETED, "unset TRITON_INTERPRET to test the compiled kernel"
+    q, k = _inputs(hq, hkv, w, d, t, dtype)
+    got = triton_window_block_scores(q, k, block)
+    ref = window_block_scores(q, k, block)
+    assert got.shape == ref.shape and got.is_cuda
+    torch.testing.assert_close(got, ref, atol=2e-5 if dtype == torch.float32 else 1e-4, rtol=1e-3)
+
+
+def test_kernel_never_materializes_window_attention():
+    from kvstore.kernels.triton_scores import triton_window_block_scores
+
+    hq, w, t = 32, 16, 32768
+    q, k = _inputs(hq, 8, w, 128, t, torch.bfloat16)
+    triton_window_block_scores(q, k, 32)  # compile
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    triton_window_block_scores(q, k, 32)
+    extra = torch.cuda.max_memory_allocated() - before
+    assert extra < hq * w * t * 4 / 8  # far below one fp32 [Hq, W, T] tensor
+
+
+def test_auto_uses_triton_on_cuda():
+    from kvstore.kernels import use_triton
+
+    assert use_triton(torch.device("cuda"))
+
+
+def _tiny_model(attn: str):
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    cfg = Qwen3Config(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
+                      num_key_value_heads=2, head_dim=32, vocab_size=1000, max_position_embeddings=8192)  # fmt: skip
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        return AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation=attn).eval()
+
+
+def _decode_peaks(attn: str) -> tuple[list[float], list[int]]:
+    """Peak allocated memory and bytes held over 4 consecutive spans of 256 decode steps after a 2K prefill."""
+    import kvstore
+
+    model = _tiny_model(attn)
+    cache = kvstore.make_cache(model, "nexus", 0.2)
+    ids = torch.randint(0, 1000, (1, 2048), device="cuda")
+    tok = kvstore.prefill(model, cache, ids).argmax(-1, keepdim=True)
+    peaks, held = [], []
+    for _ in range(4):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        for _ in range(256):
+            tok = kvstore.forward(model, cache, tok)[:, -1].argmax(-1, keepdim=True)
+        torch.cuda.synchronize()
+        peaks.append(torch.cuda.max_memory_allocated())
+        held.append(cache.stats()["bytes_held"])
+    return peaks, held
+
+
+def test_memory_flat_while_decoding_under_eviction():
+    peaks, held = _decode_peaks("sdpa")
+    assert max(held) <= min(held) * 1.5  # budget + one block of slack, whatever the decode length
+    assert max(peaks[1:]) <= peaks[0] * 1.05  # no growing allocator footprint
+
+
+@pytest.mark.skipif(importlib.util.find_spec("flash_attn") is None, reason="flash-attn is not installed")
+def test_cache_with_flash_attention_2():
+    peaks, held = _decode_peaks("flash_attention_2")
+    assert max(held) <= min(held) * 1.5
+    assert max(peaks[1:]) <= peaks[0] * 1.05
