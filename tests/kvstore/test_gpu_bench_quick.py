@@ -34,7 +34,7 @@ def test_quick_run(tmp_path):
         cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "decode after a 1024-token prefill" in proc.stdout and "fused Triton kernel" in proc.stdout
+    assert "decode after a 1024-token prefill" in proc.stdout and "fused Triton kernel vs torch" in proc.stdout
     result = json.loads(out.read_text())
     assert result["env"]["attn_implementation"] == "sdpa"
     runs = {r["policy"]: r for r in result["runs"]}
