@@ -10,6 +10,17 @@ from tinymodels import random_ids, tiny_model
 import kvstore
 
 
+def _allowed(layer, t: int, hq: int) -> torch.Tensor:
+    """[Hq, t] which keys the next query may see: the held (unmasked) positions of its kv head, and itself."""
+    held_pos = layer.positions[0]  # [Hkv, T_held]
+    valid = layer.valid[0] if layer.valid is not None else torch.ones_like(held_pos, dtype=torch.bool)
+    allowed = torch.zeros(held_pos.shape[0], t, dtype=torch.bool)
+    for h in range(held_pos.shape[0]):
+        allowed[h, held_pos[h][valid[h]]] = True
+    allowed[:, t - 1] = True
+    return allowed.repeat_interleave(hq // held_pos.shape[0], dim=0)
+
+
 def _reference_logits(ref_model, ids, allowed):
     """Stock forward over all of `ids`; the last query sees exactly `allowed` [Hq, T] (bool), earlier rows causal."""
     t = ids.shape[-1]
@@ -29,18 +40,9 @@ def test_logits_equal_masked_full_forward(impl, policy):
     ids = random_ids(700, seed=1)
     cache = kvstore.make_cache(model, policy, budget=192, seed=0)
     kvstore.prefill(model, cache, ids[:, :-1], chunk_size=128)
-    layer = cache.layers[0]
     assert cache.stats()["tokens_evicted"] > 0
-    held_pos = layer.positions[0]  # [Hkv, T_held]
-    valid = layer.valid[0] if layer.valid is not None else torch.ones_like(held_pos, dtype=torch.bool)
+    allowed = _allowed(cache.layers[0], ids.shape[-1], model.config.num_attention_heads)
     logits = kvstore.forward(model, cache, ids[:, -1:])[:, -1]
-    t = ids.shape[-1]
-    hq = model.config.num_attention_heads
-    allowed_kv = torch.zeros(held_pos.shape[0], t, dtype=torch.bool)
-    for h in range(held_pos.shape[0]):
-        allowed_kv[h, held_pos[h][valid[h]]] = True
-    allowed_kv[:, t - 1] = True
-    allowed = allowed_kv.repeat_interleave(hq // held_pos.shape[0], dim=0)
     torch.testing.assert_close(logits, _reference_logits(ref_model, ids, allowed), atol=1e-5, rtol=0)
 
 
@@ -55,12 +57,6 @@ def test_semantics_hold_through_decode_evictions(policy):
         kvstore.forward(model, cache, ids[:, i : i + 1])
     steps_before = cache.stats()["eviction_steps"]
     assert steps_before >= 4
-    held_pos = cache.layers[0].positions[0]
+    allowed = _allowed(cache.layers[0], ids.shape[-1], model.config.num_attention_heads)
     logits = kvstore.forward(model, cache, ids[:, -1:])[:, -1]
-    t = ids.shape[-1]
-    allowed_kv = torch.zeros(held_pos.shape[0], t, dtype=torch.bool)
-    for h in range(held_pos.shape[0]):
-        allowed_kv[h, held_pos[h]] = True
-    allowed_kv[:, t - 1] = True
-    allowed = allowed_kv.repeat_interleave(2, dim=0)
     torch.testing.assert_close(logits, _reference_logits(ref_model, ids, allowed), atol=1e-5, rtol=0)
