@@ -144,7 +144,10 @@ def run_policy(model: torch.nn.Module, policy: str, cfg: GpuBenchConfig) -> dict
     ids = torch.randint(0, model.config.vocab_size, (1, cfg.prefill), generator=gen).to(cfg.device)
     cache = new_cache(model, policy, cfg)
     sync(cfg.device)
-    base = torch.cuda.memory_allocated() if cfg.device.startswith("cuda") else 0
+    base = 0
+    if cfg.device.startswith("cuda"):
+        base = torch.cuda.memory_allocated()  # weights (+ an empty cache)
+        torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     logits = kvstore.prefill(model, cache, ids, chunk_size=512)
     sync(cfg.device)

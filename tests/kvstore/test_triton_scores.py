@@ -42,6 +42,8 @@ CASES = [  # hq, hkv, w, d, t, block
     (4, 4, 5, 16, 37, 64),  # MHA, W not a power of two
     (6, 3, 16, 16, 130, 128),  # group 2 with 3 kv heads
     (2, 1, 70, 16, 200, 32),  # W > 64: scored in row chunks
+    (16, 2, 16, 16, 100, 32),  # group 8: two row stacks per kv head
+    (32, 8, 16, 128, 200, 32),  # Qwen3-8B heads and head_dim
 ]
 
 
