@@ -13,8 +13,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from swe_env.pyenv import PyEnvConfig, ensure_env, import_root
 from swe_env.sandbox import common
 from swe_env.sandbox.base import ExecResult, SandboxError
+from tasks.builtin import is_builtin
 from tasks.schema import Task
 
 INSTALL_HINT = "bubblewrap is not installed: apt-get install -y bubblewrap (or use --sandbox docker)"
@@ -32,6 +34,8 @@ class BwrapConfig:
     extra_path: tuple[str, ...] = ()  # dirs put on PATH before the system dirs (e.g. a Python env's bin)
     extra_env: tuple[tuple[str, str], ...] = ()  # extra environment variables (the rest is cleared)
     network: bool = False  # keep the host network (only for environment set-up, never for the agent)
+    python_env: bool | None = None  # use a cached per-repo Python env (swe_env.pyenv); None: for non-built-in tasks
+    pyenv: PyEnvConfig | None = None  # where/how those envs are built (first build needs PyPI)
     bwrap: str = "bwrap"  # the bubblewrap executable
 
 
@@ -56,10 +60,21 @@ class BwrapSandbox:
                 common.install_tools(self._tools)
             else:
                 self._tools.mkdir()
+            self._env_extra = self._python_env()
             self._mounts = {self.workdir: self.repo, "/tmp": self._tmp, self.tools_dir: self._tools}
         except BaseException:
             self.close()
             raise
+
+    def _python_env(self) -> dict[str, str]:
+        """PATH / PYTHONPATH additions for the repo's cached Python env, when this task uses one."""
+        wanted = self.config.python_env
+        if wanted is None:
+            wanted = not is_builtin(self.task)
+        if not wanted:
+            return {}
+        env = ensure_env(self.task, self.repo, self.config.pyenv)
+        return {"PATH": env.bin_dir, "PYTHONPATH": import_root(self.workdir, self.repo), "VIRTUAL_ENV": str(env.path)}
 
     def execute(self, cmd: str, timeout: float = 120.0) -> ExecResult:
         if self._root is None:
@@ -71,6 +86,8 @@ class BwrapSandbox:
         argv = [self._bwrap, *_root_binds(Path("/"), targets)]
         argv += ["--proc", "/proc", "--dev", "/dev", "--bind", str(self._tmp), "/tmp"]
         argv += ["--bind", str(self.repo), self.workdir, "--ro-bind", str(self._tools), self.tools_dir]
+        if "VIRTUAL_ENV" in self._env_extra:  # visible even where the host path is hidden (e.g. under /tmp)
+            argv += ["--ro-bind", self._env_extra["VIRTUAL_ENV"], self._env_extra["VIRTUAL_ENV"]]
         argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
         if not self.config.network:
             argv.append("--unshare-net")
@@ -81,8 +98,10 @@ class BwrapSandbox:
 
     def _env(self) -> dict[str, str]:
         # the interpreter running nexus-agent (with pytest) comes first after the tools, whatever the host layout
-        path = [self.tools_dir, *self.config.extra_path, str(Path(sys.executable).parent), common.SYSTEM_PATH]
+        env_bin = [self._env_extra["PATH"]] if "PATH" in self._env_extra else []
+        path = [self.tools_dir, *self.config.extra_path, *env_bin, str(Path(sys.executable).parent), common.SYSTEM_PATH]
         env = {"PATH": ":".join(path), "HOME": "/tmp", "LANG": "C.UTF-8", "TERM": "dumb"}
+        env.update({k: v for k, v in self._env_extra.items() if k != "PATH"})
         env.update(dict(self.config.extra_env))
         return env
 
