@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from cli.bench.gpu_measure import GpuBenchConfig, build_model, kernel_rows, run_policy
+from cli.bench.gpu_measure import GpuBenchConfig, build_model, kernel_rows, run_policy, warm_up_kernel
 from kvstore.errors import KVStoreError
 
 
@@ -74,6 +74,8 @@ def run_bench(cfg: GpuBenchConfig) -> dict[str, Any]:
     model, layers = build_model(cfg, attn)
     weights = torch.cuda.memory_allocated() / 2**20 if cfg.device.startswith("cuda") else None
     result: dict[str, Any] = {"config": asdict(cfg), "env": environment(cfg, attn, layers), "weights_mib": weights}
+    if use_triton(torch.device(cfg.device)):
+        warm_up_kernel(cfg)
     result["runs"] = []
     for policy in cfg.policies:
         result["runs"].append(run_policy(model, policy, cfg))

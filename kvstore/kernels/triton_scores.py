@@ -217,6 +217,7 @@ def _block_mass(q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: floa
         1.0 / hq,
         BLOCK=block,
         TILE=tile,
+        num_warps=8 if gb * wp * tile >= 8192 else 4,  # [GB * WP, TILE] fp32 tiles: spread the larger ones
         **common,
     )
     return out
