@@ -83,8 +83,7 @@ def image_exists(client, name: str) -> bool:
 
 def rootfs_tarball(cfg: ImageBuildConfig, log: Callable[[str], None] = print) -> Path:
     """The cached root filesystem tarball for cfg's suite and packages, made with debootstrap when missing."""
-    key = hashlib.sha256(" ".join([cfg.suite, cfg.mirror, *sorted(cfg.packages)]).encode()).hexdigest()[:12]
-    tarball = cfg.cache_dir / f"rootfs-{cfg.suite}-{key}.tar"
+    tarball = tarball_path(cfg)
     if tarball.exists() and not cfg.force:
         log(f"rootfs tarball cached: {tarball}")
         return tarball
@@ -103,6 +102,12 @@ def rootfs_tarball(cfg: ImageBuildConfig, log: Callable[[str], None] = print) ->
         _run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(partial), "."])
         partial.rename(tarball)
     return tarball
+
+
+def tarball_path(cfg: ImageBuildConfig) -> Path:
+    """Where the rootfs tarball for cfg's suite, mirror and packages is cached."""
+    key = hashlib.sha256(" ".join([cfg.suite, cfg.mirror, *sorted(cfg.packages)]).encode()).hexdigest()[:12]
+    return cfg.cache_dir / f"rootfs-{cfg.suite}-{key}.tar"
 
 
 def _add_host_ca(rootfs: Path, ca_file: Path) -> None:
