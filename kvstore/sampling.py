@@ -20,16 +20,31 @@ def check_sampling(temperature: float, top_p: float) -> None:
 def next_token(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator) -> int:
     """The next token id from `logits` [V]: argmax when temperature is 0, else a draw from `generator`.
 
-    Sampling runs on the CPU in float32, so a seeded generator draws the same tokens on any device.
+    Sampling runs on the CPU in float32, so a seeded generator draws the same tokens on any device. One uniform
+    per token, inverted through the cumulative distribution (torch.multinomial is ~100x slower over 150k tokens).
     """
     if temperature == 0:
         return int(logits.argmax())
     probs = torch.softmax(logits.detach().to("cpu", torch.float32) / temperature, dim=-1)  # [V]
-    if top_p < 1.0:
-        sorted_p, order = probs.sort(descending=True)
-        drop = sorted_p.cumsum(-1) - sorted_p >= top_p  # tokens wholly past the nucleus
-        probs = probs.scatter(0, order[drop], 0.0)
-    return int(torch.multinomial(probs, 1, generator=generator))
+    ids, probs = nucleus(probs, top_p)  # [K], [K]
+    cdf = probs.cumsum(0)  # [K]
+    u = torch.rand(1, generator=generator, dtype=torch.float64).item() * cdf[-1].item()
+    return int(ids[min(int(torch.searchsorted(cdf, torch.tensor([u])).item()), len(ids) - 1)])
+
+
+def nucleus(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The smallest set of most likely tokens whose mass reaches top_p: (ids [K], probs [K]), most likely first.
+
+    Looks at the top 1024 tokens first and sorts the whole vocabulary only when they do not reach top_p.
+    """
+    if top_p >= 1.0:
+        return torch.arange(len(probs)), probs
+    k = min(1024, len(probs))
+    top, ids = probs.topk(k)  # [k] sorted descending
+    if top.sum() < top_p and k < len(probs):
+        top, ids = probs.sort(descending=True)
+    keep = int((top.cumsum(0) - top < top_p).sum())  # tokens whose preceding mass is below top_p
+    return ids[:keep], top[:keep]
 
 
 class TextStream:

@@ -35,7 +35,7 @@ def tiny_chat_model(arch: str = "qwen3", max_positions: int = 4096, seed: int = 
         intermediate_size=128,
         vocab_size=len(qwen_tokenizer()),
         max_position_embeddings=max_positions,
-        tie_word_embeddings=True,
+        tie_word_embeddings=False,
     )
     return AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa").eval()
 

@@ -1,0 +1,160 @@
+"""The persistent session on a tiny random Qwen3 model with the real Qwen3 tokenizer and template."""
+
+from __future__ import annotations
+
+import pytest
+from sessionlib import qwen_tokenizer, tiny_chat_model, words
+
+from kvstore.errors import KVStoreError
+from kvstore.session import Reply, Session, SessionConfig, TurnStats
+
+BLOCK = 16
+EVICTING = {"policy": "nexus", "budget": 96, "cache_options": {"block": BLOCK}}
+
+
+def session(max_positions: int = 4096, **config) -> Session:
+    return Session(tiny_chat_model("qwen3", max_positions), qwen_tokenizer(), SessionConfig(**config))
+
+
+def forced_turns(s: Session, turns: int = 4) -> list[TurnStats]:
+    """An agent session with forced replies: observation, prefill (the turn), then the reply as given text."""
+    s.append([{"role": "system", "content": words(120, "sys")}, {"role": "user", "content": words(60, "task")}])
+    stats = []
+    for t in range(turns):
+        stats.append(s.prefill())
+        reply, observation = words(20, f"r{t}"), words(50, f"o{t}")
+        s.append([{"role": "assistant", "content": reply}, {"role": "tool", "content": observation}])
+    return stats
+
+
+@pytest.mark.parametrize("protocol", ["true-eviction", "re-prefill"])
+def test_protocols_prefill_what_they_promise_on_the_same_tokens(protocol: str) -> None:
+    reference = session(**EVICTING)
+    forced_turns(reference)
+    s = session(protocol=protocol, **EVICTING)
+    stats = forced_turns(s)
+    assert s.tokens == reference.tokens  # both protocols see exactly the same token sequence
+    history = [t.history_tokens for t in stats]
+    if protocol == "true-eviction":
+        new_tokens = [history[0]] + [b - a for a, b in zip(history, history[1:], strict=False)]
+        assert [t.prefill_tokens for t in stats] == new_tokens
+    else:
+        assert [t.prefill_tokens for t in stats] == history  # the whole history, each turn
+    assert s.cache.get_seq_length() == s.prefilled == history[-1]
+    assert all(t.held_tokens <= 96 + BLOCK for t in stats) and stats[-1].evicted_tokens > 0
+
+
+def test_true_eviction_holds_the_budget_while_full_holds_everything() -> None:
+    nexus, full = session(**EVICTING), session(policy="full")
+    last_nexus, last_full = forced_turns(nexus)[-1], forced_turns(full)[-1]
+    assert last_full.held_tokens == last_full.history_tokens and last_full.evicted_tokens == 0
+    assert last_nexus.held_tokens <= 96 + BLOCK and last_nexus.held_bytes < last_full.held_bytes / 2
+
+
+def test_full_policy_protocols_generate_identical_replies() -> None:
+    replies = {}
+    for protocol in ("true-eviction", "re-prefill"):
+        s = session(policy="full", protocol=protocol)
+        s.append([{"role": "user", "content": words(80)}])
+        replies[protocol] = []
+        for t in range(3):
+            replies[protocol].append(s.generate(8).token_ids)
+            s.append([{"role": "tool", "content": words(30, f"o{t}")}])
+    assert replies["true-eviction"] == replies["re-prefill"]
+
+
+def test_reply_tokens_stay_raw_and_the_turn_is_closed() -> None:
+    s = session(**EVICTING)
+    s.append([{"role": "user", "content": words(40)}])
+    start = s.num_tokens
+    reply = s.generate(6)
+    assert isinstance(reply, Reply) and reply.finish_reason == "length" and len(reply.token_ids) == 6
+    prompt, closing = s.renderer.generation_prompt_ids, s.renderer.end_of_turn_ids
+    assert s.tokens[start:] == prompt + reply.token_ids + closing
+    assert s.messages[-1] == {"role": "assistant", "content": reply.text}
+    assert reply.stats.generated_tokens == 6 and reply.stats.prefill_tokens == start + len(prompt)
+    assert s.prefilled == s.num_tokens - len(closing) - 1  # the last reply token and the closing wait for the next turn
+
+
+def test_stop_strings_and_eos_end_the_reply() -> None:
+    s = session(**EVICTING)
+    s.append([{"role": "user", "content": words(40)}])
+    probe = s.generate(8).token_ids
+    stop = s.renderer.decode(probe[:4])[-3:]  # text the greedy reply reaches at its 4th token
+    k = next(i for i in range(1, len(probe)) if probe[i] not in probe[:i])  # its first new token after the first
+    for finish, kwargs in (("stop", {"stop": [stop]}), ("eos", {})):
+        s = session(**EVICTING)
+        s.append([{"role": "user", "content": words(40)}])
+        if finish == "eos":
+            s.eos_ids = {probe[k]}  # a token of the greedy reply plays the end-of-turn token
+        reply = s.generate(8, **kwargs)
+        assert reply.finish_reason == finish
+        if finish == "stop":
+            assert reply.token_ids == probe[: len(reply.token_ids)] and stop in reply.text and len(reply.token_ids) <= 4
+        else:
+            assert reply.token_ids == probe[: k + 1] and reply.text == s.renderer.decode(probe[:k])
+
+
+def test_streamed_text_is_the_reply_text() -> None:
+    s = session(**EVICTING)
+    s.append([{"role": "user", "content": words(40)}])
+    pieces: list[str] = []
+    reply = s.generate(12, temperature=1.0, on_token=pieces.append)
+    assert "".join(pieces) == reply.text and pieces
+
+
+def test_seeded_sampling_is_reproducible() -> None:
+    def sample(seed: int) -> list[list[int]]:
+        s = session(seed=seed, **EVICTING)
+        s.append([{"role": "user", "content": words(60)}])
+        return [s.generate(8, temperature=0.8).token_ids for _ in range(2)]
+
+    assert sample(3) == sample(3)
+    assert sample(3) != sample(4)
+
+
+def test_context_limit_counts_positions_not_held_tokens() -> None:
+    s = session(max_positions=256, **EVICTING)
+    s.append([{"role": "user", "content": words(150)}])
+    before = list(s.tokens)
+    with pytest.raises(KVStoreError, match="maximum of 256 positions"):
+        s.append([{"role": "tool", "content": words(200)}])
+    assert s.tokens == before  # a refused append changes nothing
+    reply = s.generate(1000)  # capped at the room left, although the cache holds far fewer tokens
+    assert reply.finish_reason == "length" and s.num_tokens == 256
+    with pytest.raises(KVStoreError, match="no room left"):
+        s.generate(10)
+
+
+def test_turn_stats_as_data_and_one_line() -> None:
+    s = session(**EVICTING)
+    s.append([{"role": "user", "content": words(100)}])
+    stats = s.generate(4).stats
+    assert s.turns == [stats] and stats.turn == 1
+    data = stats.to_dict()
+    assert {"prefill_tokens", "generated_tokens", "evicted_tokens", "held_tokens", "held_bytes"} <= set(data)
+    assert {"prefill_s", "decode_s", "evict_s", "tokens_per_s"} <= set(data)
+    assert stats.prefill_s > 0 and stats.decode_s > 0 and stats.tokens_per_s > 0 and 0 <= stats.evict_s
+    assert "\n" not in stats.summary() and "turn 1" in stats.summary()
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"protocol": "sometimes"}, "unknown protocol"),
+        ({"policy": "nope"}, "unknown policy"),
+        ({"chunk_size": 0}, "chunk_size"),
+    ],
+)
+def test_bad_config_is_one_clear_error(config: dict, message: str) -> None:
+    with pytest.raises(KVStoreError, match=message):
+        session(**config)
+
+
+def test_bad_generation_arguments() -> None:
+    s = session(**EVICTING)
+    s.append([{"role": "user", "content": "hi"}])
+    for kwargs in ({"temperature": -1.0}, {"top_p": 0.0}, {"max_new_tokens": 0}):
+        with pytest.raises(KVStoreError):
+            s.generate(**kwargs)
+    assert s.num_tokens == len(s.renderer.encode_messages([{"role": "user", "content": "hi"}], first=True))
