@@ -62,6 +62,7 @@ class BwrapSandbox:
                 self._tools.mkdir()
             self._env_extra = self._python_env()
             self._mounts = {self.workdir: self.repo, "/tmp": self._tmp, self.tools_dir: self._tools}
+            common.track(self)
         except BaseException:
             self.close()
             raise

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shlex
 import signal
 import subprocess
 import tempfile
+import weakref
 from pathlib import Path
 
 from swe_env.sandbox.base import ExecResult, SandboxError
@@ -15,6 +17,18 @@ from tasks.schema import Task
 DEFAULT_WORKDIR = "/testbed"
 DEFAULT_TOOLS_DIR = "/opt/nexus-tools"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_OPEN: weakref.WeakSet = weakref.WeakSet()
+
+
+def track(sandbox: object) -> None:
+    """Close `sandbox` at interpreter exit if its owner never did (the safety net under the context manager)."""
+    _OPEN.add(sandbox)
+
+
+@atexit.register
+def _close_open_sandboxes() -> None:
+    for sandbox in list(_OPEN):
+        sandbox.close()
 
 
 def run_process(

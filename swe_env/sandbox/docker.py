@@ -72,6 +72,7 @@ class DockerSandbox:
             raise SandboxError(f"docker image {self.image} is not in the local daemon; {_image_hint(self.image)}")
         try:
             self._start()
+            common.track(self)
         except BaseException:
             self.close()
             raise

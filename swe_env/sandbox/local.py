@@ -37,6 +37,7 @@ class LocalSandbox:
             tools = self._root / "tools"
             common.install_tools(tools) if self.config.install_tools else tools.mkdir()
             self.workdir, self.tools_dir = str(self.repo), str(tools)
+            common.track(self)
         except BaseException:
             self.close()
             raise

@@ -59,3 +59,20 @@ def check_files_and_patch(sb: Sandbox) -> None:
     patch = sb.get_patch()
     assert "diff --git a/notes/new_file.txt b/notes/new_file.txt" in patch
     assert f"diff --git a/{first} b/{first}" in patch and "+appended" in patch
+
+
+def forgotten_sandbox_output(backend: str) -> str:
+    """Run a Python process that opens a sandbox and exits without closing it; return what it printed."""
+    import sys
+    from pathlib import Path
+
+    code = (
+        "from swe_env.sandbox.factory import open_sandbox, SandboxConfig\n"
+        "from tasks import get_task\n"
+        f"sb = open_sandbox(get_task('nexus-demo__semver-lite-1'), {backend!r}, SandboxConfig(install_tools=False))\n"
+        "print(sb.container.id if hasattr(sb, 'container') else sb.repo.parent)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()

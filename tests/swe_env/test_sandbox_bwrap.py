@@ -93,3 +93,8 @@ def test_missing_bubblewrap_says_how_to_install():
 
 def test_runs_as_the_calling_user(sandbox):
     assert sandbox.execute("id -u").output.strip() == str(os.getuid())
+
+
+def test_a_forgotten_sandbox_is_removed_at_exit(bwrap_installed):
+    root = checks.forgotten_sandbox_output("bwrap")
+    assert root.startswith("/tmp/nexus-bwrap-") and not Path(root).exists()

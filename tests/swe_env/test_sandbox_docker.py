@@ -88,3 +88,9 @@ def test_no_daemon_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
     with pytest.raises(SandboxError, match="no Docker daemon answers.*scripts/dockerd.sh start"):
         DockerSandbox(get_task(TASK_ID))
+
+
+def test_a_forgotten_container_is_removed_at_exit(docker_client, builtin_image):
+    cid = checks.forgotten_sandbox_output("docker")
+    assert len(cid) == 64
+    assert docker_client.containers.list(all=True, filters={"id": cid}) == []
