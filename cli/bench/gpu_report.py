@@ -38,7 +38,7 @@ def environment(cfg: GpuBenchConfig, attn: str, layers: int) -> dict[str, Any]:
     """What ran: versions, device, attention kernel, scoring path, and how many of the model's layers were built."""
     import transformers
 
-    from kvstore.kernels import use_triton
+    from kvstore.kernels import triton_error, use_triton
 
     triton_version = None
     if importlib.util.find_spec("triton") is not None:
@@ -54,6 +54,7 @@ def environment(cfg: GpuBenchConfig, attn: str, layers: int) -> dict[str, Any]:
         "device": torch.cuda.get_device_name(cfg.device) if cuda else platform.processor() or "cpu",
         "attn_implementation": attn,
         "scoring_path": "triton" if use_triton(torch.device(cfg.device)) else "torch",
+        "triton_error": triton_error(),
         "layers": layers,
         "layers_of_model": cfg.shapes["num_hidden_layers"],
         "dtype": cfg.dtype,
@@ -73,9 +74,9 @@ def run_bench(cfg: GpuBenchConfig) -> dict[str, Any]:
     attn = pick_attention(cfg.device)
     model, layers = build_model(cfg, attn)
     weights = torch.cuda.memory_allocated() / 2**20 if cfg.device.startswith("cuda") else None
-    result: dict[str, Any] = {"config": asdict(cfg), "env": environment(cfg, attn, layers), "weights_mib": weights}
     if use_triton(torch.device(cfg.device)):
         warm_up_kernel(cfg)
+    result: dict[str, Any] = {"config": asdict(cfg), "env": environment(cfg, attn, layers), "weights_mib": weights}
     result["runs"] = []
     for policy in cfg.policies:
         result["runs"].append(run_policy(model, policy, cfg))
@@ -128,7 +129,9 @@ def kernel_table(result: dict[str, Any]) -> str:
          _fmt(r["torch_peak_mib"]), _fmt(r.get("triton_peak_mib")), _fmt(r.get("max_abs_diff"), ".2e")]
         for r in result["kernel"]
     ]  # fmt: skip
-    return text_table("window block scores of one layer: fused Triton kernel vs torch path", header, rows)
+    table = text_table("window block scores of one layer: fused Triton kernel vs torch path", header, rows)
+    errors = [f"T={r['T']}: triton failed: {r['triton_error']}" for r in result["kernel"] if "triton_error" in r]
+    return "\n".join([table, *errors])
 
 
 def report(result: dict[str, Any]) -> str:

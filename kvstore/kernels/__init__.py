@@ -9,13 +9,21 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import warnings
 from functools import cache
 
 import torch
 
 from kvstore.scoring import window_block_scores
 
-__all__ = ["triton_available", "triton_window_block_scores", "use_triton", "window_block_scores_auto"]
+__all__ = ["triton_available", "triton_error", "triton_window_block_scores", "use_triton", "window_block_scores_auto"]
+
+_failure: list[str] = []  # the first error of the Triton path in this process; the torch path is used from then on
+
+
+def triton_error() -> str | None:
+    """Why the Triton path was given up in this process (it failed to compile or run), else None."""
+    return _failure[0] if _failure else None
 
 
 @cache
@@ -26,7 +34,7 @@ def triton_available() -> bool:
 
 def use_triton(device: torch.device) -> bool:
     """Whether the Triton path runs for tensors on `device`."""
-    if not triton_available():
+    if not triton_available() or _failure:
         return False
     if device.type == "cuda":
         return True
@@ -47,5 +55,11 @@ def window_block_scores_auto(
 ) -> torch.Tensor:
     """S-hat [W, N_k] of window queries [Hq, W, D] over held keys [Hkv, T, D]: Triton when `use_triton`, else torch."""
     if use_triton(keys.device):
-        return triton_window_block_scores(q_win, keys, block, scale)
+        try:
+            return triton_window_block_scores(q_win, keys, block, scale)
+        except ValueError:
+            raise  # bad shapes: the caller's bug, the same on either path
+        except Exception as exc:  # a triton that cannot compile or launch here: keep the cache working
+            _failure.append(f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
+            warnings.warn(f"Triton scoring failed, using the torch path from now on: {_failure[0]}", stacklevel=2)
     return window_block_scores(q_win, keys, block, scale)

@@ -101,3 +101,36 @@ def test_auto_dispatch(ts, monkeypatch):
     monkeypatch.setenv("NEXUS_FORCE_TRITON", "1")
     assert kernels.use_triton(k.device)
     assert torch.equal(kernels.window_block_scores_auto(q, k, 32), ts.triton_window_block_scores(q, k, 32))
+
+
+FALLBACK = """
+import os, warnings
+import torch
+import kvstore.kernels.triton_scores as ts  # compiled mode, and this machine has no GPU driver
+from kvstore import kernels
+from kvstore.scoring import window_block_scores
+assert not ts.INTERPRETED
+os.environ.update(TRITON_INTERPRET="1", NEXUS_FORCE_TRITON="1")  # too late for the kernels: they stay compiled
+q, k = torch.randn(4, 16, 16), torch.randn(2, 100, 16)
+assert kernels.use_triton(k.device)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    got = kernels.window_block_scores_auto(q, k, 32)
+assert torch.equal(got, window_block_scores(q, k, 32))
+assert kernels.triton_error() and not kernels.use_triton(k.device)
+assert any("Triton scoring failed" in str(w.message) for w in caught)
+"""
+
+
+def test_auto_falls_back_to_torch_when_the_kernel_cannot_launch():
+    """A triton that cannot compile or launch (here: compiled mode on a machine without a GPU driver) leaves the
+    cache on the torch path with one warning, and says why."""
+    import subprocess
+    from pathlib import Path
+
+    if torch.cuda.is_available():
+        pytest.skip("the kernel launches on this machine")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NEXUS_FORCE_TRITON")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.run([sys.executable, "-c", FALLBACK], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
