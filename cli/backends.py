@@ -1,0 +1,94 @@
+"""Pick the model backend a run asks for: a recorded trajectory to replay, or a local model over a kvstore Session.
+
+A process loads each model once (`eval` workers solve many tasks with one model); every task gets a fresh Session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agent.protocols import ModelBackend
+from cli.runner import RunConfig, RunError
+
+_LOADED: dict[tuple[str, str | None], tuple[Any, Any]] = {}  # (model, device) -> (model, tokenizer), per process
+
+
+def make_backend(
+    cfg: RunConfig, instance_id: str, on_token: Callable[[str], None] | None = None
+) -> tuple[ModelBackend, dict[str, Any] | None]:
+    """The backend for one task, and the recorded agent config when replaying (else None)."""
+    from agent.backends.replay import ReplayModel
+    from agent.trajectory import load_trajectory
+
+    if cfg.replay is not None or cfg.replay_dir is not None:
+        path = cfg.replay if cfg.replay is not None else replay_file(cfg.replay_dir, instance_id)
+        recorded = load_trajectory(path)
+        task_id = recorded.header.get("task_id")
+        if task_id and task_id != instance_id:
+            raise RunError(f"{path} records task {task_id}, not {instance_id}")
+        return ReplayModel.from_file(path), recorded.header.get("config")
+    from agent.backends.local import LocalModel
+
+    return LocalModel(new_session(cfg), on_token=on_token), None
+
+
+def new_session(cfg: RunConfig):
+    """A fresh kvstore Session on the (once per process) loaded model."""
+    from kvstore.session import Session
+
+    config = session_config(cfg)
+    model, tokenizer = load_once(cfg.model, cfg.device)
+    return Session(model, tokenizer, config)
+
+
+def session_config(cfg: RunConfig):
+    from kvstore.session import SessionConfig
+
+    return SessionConfig(
+        model=cfg.model, policy=cfg.policy, budget=cfg.budget, protocol=cfg.protocol, seed=cfg.seed, device=cfg.device
+    )
+
+
+def load_once(name: str, device: str | None = None) -> tuple[Any, Any]:
+    """(model, tokenizer) for `name`, loaded on the first call in this process."""
+    key = (name, device)
+    if key not in _LOADED:
+        from kvstore.models import load_model
+
+        model, tokenizer, _ = load_model(name, device=device)
+        _LOADED[key] = (model, tokenizer)
+    return _LOADED[key]
+
+
+def replay_file(folder: Path, instance_id: str) -> Path:
+    """The recording of `instance_id` in `folder`: <id>.jsonl, else the one <id>.*.jsonl (e.g. <id>.gold.jsonl)."""
+    if not folder.is_dir():
+        raise RunError(f"--replay-dir {folder} is not a directory")
+    exact = folder / f"{instance_id}.jsonl"
+    if exact.is_file():
+        return exact
+    found = sorted(folder.glob(f"{instance_id}.*jsonl"))
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise RunError(f"no recorded trajectory for {instance_id} in {folder} (expected {instance_id}[.*].jsonl)")
+    raise RunError(f"several trajectories for {instance_id} in {folder}: {', '.join(p.name for p in found)}")
+
+
+def check_model_available(name: str) -> None:
+    """Fail fast (KVStoreError) when the model cannot be loaded offline, before any worker starts."""
+    from kvstore.errors import KVStoreError
+    from kvstore.models import DEFAULT_MODEL, hub_offline, resolve
+
+    source = resolve(name)
+    if isinstance(source, Path) or not hub_offline():
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    if not isinstance(try_to_load_from_cache(source, "config.json"), str):
+        raise KVStoreError(
+            f"model {name!r} is neither a registered name nor a local directory, and the Hugging Face hub cannot "
+            f"provide it (offline); use the offline default {DEFAULT_MODEL!r} or a local model directory"
+        )

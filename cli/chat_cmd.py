@@ -1,0 +1,88 @@
+"""`nexus-agent chat`: an interactive coding session on a local repo whose KV cache persists across requests
+and across restarts (see cli/chat_session.py for the files and the interrupt rules)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from cli import chat_session as cs
+from cli.app import app
+from cli.runner import RunError
+
+
+@app.command("chat")
+def chat_cmd(
+    repo: Path = typer.Option(None, "--repo", "-r", help="The repository to work on (default: the current dir)."),
+    session: str = typer.Option(None, "--session", "-S", help="Session name (default: the repo's folder name)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the saved session (cache and messages)."),
+    yolo: bool = typer.Option(False, "--yolo", help="Run commands without asking first."),
+    model: str = typer.Option(None, "--model", "-m", help="Registry name or local model dir (smollm2-135m)."),
+    policy: str = typer.Option(None, "--policy", help="KV eviction policy (default nexus)."),
+    budget: str = typer.Option(None, "--budget", help="Cache budget: tokens per layer, a density, or 'none' (2048)."),
+    protocol: str = typer.Option(None, "--protocol", help="true-eviction (default) or re-prefill."),
+    max_steps: int = typer.Option(20, "--max-steps", help="Most agent steps per request."),
+    max_new_tokens: int = typer.Option(512, "--max-new-tokens", help="Most tokens in one reply."),
+    temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature (0 = greedy)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of sampling and of the cache (new sessions)."),
+    device: str = typer.Option(None, "--device", help="Torch device (default: CUDA when present, else CPU)."),
+) -> None:
+    """Talk to the agent about a repo; it works in a bubblewrap sandbox bound to the repo (edits land there)."""
+    from agent.loop import AgentConfig
+    from cli.runner import parse_budget
+
+    given = {"model": model, "policy": policy, "protocol": protocol, "device": device}
+    if budget is not None:
+        given["budget"] = parse_budget(budget)
+    name = session or (repo or Path.cwd()).resolve().name
+    folder = cs.session_dir(name)
+    console = Console(highlight=False)
+    state, kv = _resume(folder, repo, given) if resume else _start(folder, repo, given, seed)
+    agent_cfg = AgentConfig(
+        max_steps=max_steps, max_steps_absolute=max_steps, max_new_tokens=max_new_tokens, temperature=temperature
+    )
+    repo_path = Path(state.repo)
+    with cs.open_repo_sandbox(repo_path, name) as sandbox:
+        from cli.chat_loop import Chat
+
+        Chat(console, folder, name, state, kv, sandbox, agent_cfg, yolo).run()
+
+
+def _start(folder: Path, repo: Path | None, given: dict[str, Any], seed: int):
+    from kvstore.session import Session, SessionConfig
+
+    if (folder / cs.STATE_FILE).exists():
+        raise RunError(
+            f"session {folder.name!r} already exists ({folder}); continue it with --resume, or pick another --session"
+        )
+    repo = (repo or Path.cwd()).resolve()
+    if not repo.is_dir():
+        raise FileNotFoundError(f"--repo {repo} is not a directory")
+    defaults = {"model": "smollm2-135m", "policy": "nexus", "protocol": "true-eviction", "budget": 2048}
+    config = SessionConfig(**{k: v for k, v in (defaults | given).items() if v is not None or k == "budget"}, seed=seed)
+    session = Session.open(config)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = cs.ChatState(repo=str(repo), config=config.to_dict())
+    state.save(folder)
+    return state, session
+
+
+def _resume(folder: Path, repo: Path | None, given: dict[str, Any]):
+    from kvstore.session import Session, SessionConfig
+
+    state = cs.ChatState.load(folder)
+    if repo is not None and repo.resolve() != Path(state.repo):
+        raise RunError(f"session {folder.name!r} works on {state.repo}, not {repo.resolve()}; drop --repo to resume it")
+    saved = SessionConfig.from_dict(state.config)
+    differ = [f"--{k} {v} (saved: {getattr(saved, k)})" for k, v in given.items() if k != "device" and v is not None
+              and v != getattr(saved, k)]  # fmt: skip
+    if differ:
+        raise RunError(f"session {folder.name!r} was started with other settings: {', '.join(differ)}")
+    if given.get("device"):
+        saved.device = given["device"]
+    path = folder / cs.SESSION_FILE
+    session = Session.load(path, config=saved) if path.exists() else Session.open(saved)
+    return state, session

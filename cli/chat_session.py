@@ -1,0 +1,171 @@
+"""The pieces of `nexus-agent chat`: where a session lives on disk, its prompts, the sandbox on the user's repo,
+the confirm-before-running gate and the Ctrl-C handling of one turn.
+
+A session folder holds session.safetensors (the kvstore Session: token history, KV cache, messages, turn stats),
+chat.json (the repo, the request count, an observation the model has not seen yet) and trajectory.jsonl. Both
+state files are rewritten atomically after every agent step, so closing the program at any time loses at most the
+step in progress.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.protocols import ToolCall, ToolResult
+from cli.runner import RunError, atomic_write
+
+SESSION_FILE, STATE_FILE, TRAJECTORY_FILE = "session.safetensors", "chat.json", "trajectory.jsonl"
+READ_ONLY = {("file_editor", "view"), ("search", None), ("finish", None)}  # calls run without asking
+
+FIRST_REQUEST = """\
+You are working with a user on the code repository checked out in {workdir}, in an interactive session. The user \
+can see what you do and will send further requests after this one.
+
+The user's request:
+<request>
+{request}
+</request>
+
+Use the tools to do what is asked (look before you change anything, and check your changes). When the request is \
+done, call finish with command=submit and put your answer, or a short account of what you changed, in `result`."""
+
+NEXT_REQUEST = """\
+{unseen}The user's next request:
+<request>
+{request}
+</request>
+
+As before: use the tools, then call finish with command=submit and your answer or account in `result`."""
+
+
+def home() -> Path:
+    """Where chat sessions live: $NEXUS_AGENT_HOME, else ~/.local/share/nexus-agent."""
+    return Path(os.environ.get("NEXUS_AGENT_HOME") or Path.home() / ".local" / "share" / "nexus-agent")
+
+
+def session_dir(name: str) -> Path:
+    if not name or "/" in name or name.startswith("."):
+        raise RunError(f"--session {name!r}: use a plain name (letters, digits, - and _)")
+    return home() / "sessions" / name
+
+
+@dataclass
+class ChatState:
+    """What chat.json holds beside the kvstore session."""
+
+    repo: str  # the user's repository (host path), bound at /testbed
+    config: dict[str, Any] = field(default_factory=dict)  # the kvstore SessionConfig the session was opened with
+    requests: list[str] = field(default_factory=list)  # the user's requests, in order
+    unseen: str = ""  # the last observation when a turn ended before the model saw it (sent with the next request)
+
+    def save(self, folder: Path) -> None:
+        atomic_write(folder / STATE_FILE, json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, folder: Path) -> ChatState:
+        path = folder / STATE_FILE
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return cls(str(data["repo"]), dict(data["config"]), list(data["requests"]), str(data.get("unseen", "")))
+        except FileNotFoundError:
+            raise RunError(f"no chat session in {folder} (start one without --resume)") from None
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise RunError(f"{path} is corrupt ({type(exc).__name__}: {exc}); delete {folder} to start over") from None
+
+
+def request_message(request: str, first: bool, unseen: str, workdir: str) -> dict[str, str]:
+    """The user message of one request (the first one introduces the session)."""
+    if first:
+        return {"role": "user", "content": FIRST_REQUEST.format(workdir=workdir, request=request.strip())}
+    before = f"(Output of your last call, which you had not seen yet:)\n{unseen}\n\n" if unseen else ""
+    return {"role": "user", "content": NEXT_REQUEST.format(unseen=before, request=request.strip())}
+
+
+def open_repo_sandbox(repo: Path, name: str):
+    """A bubblewrap sandbox whose /testbed IS the user's repo (edits land there), tools installed, no network."""
+    from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
+    from tasks.schema import Task
+
+    head = _git(repo, "rev-parse", "HEAD") or "HEAD"
+    task = Task(instance_id=f"chat:{name}", repo=f"local/{repo.name}", base_commit=head, problem_statement="chat")
+    return BwrapSandbox(task, BwrapConfig(python_env=False), repo=repo)
+
+
+def _git(repo: Path, *args: str) -> str:
+    try:
+        res = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return res.stdout.strip() if res.returncode == 0 else ""
+
+
+def changed_files(repo: Path) -> str:
+    """`git status --short` of the user's repo ("" when it is not a git repo or nothing changed)."""
+    return _git(repo, "status", "--short")
+
+
+@dataclass
+class ChatEnvironment:
+    """Runs tool calls in the sandbox; never stages anything in the user's repo (no `git add` for a patch)."""
+
+    sandbox: Any
+
+    def execute(self, call: ToolCall, timeout: float) -> ToolResult:
+        from agent.environment import SandboxEnvironment
+
+        return SandboxEnvironment(self.sandbox).execute(call, timeout)
+
+    def get_patch(self) -> str:
+        return ""
+
+
+class StopTurn(KeyboardInterrupt):
+    """Ends the current turn at a step boundary (the session is consistent: nothing to roll back)."""
+
+
+class TurnInterrupt:
+    """Ctrl-C during a turn: the first press stops the turn after the current step, a second one stops it now."""
+
+    def __init__(self, notify) -> None:
+        self.notify = notify  # prints a one-line note
+        self.requested = False
+        self._previous: Any = None
+
+    def __enter__(self) -> TurnInterrupt:
+        self.requested = False
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self.notify("stopping after the current step (Ctrl-C again to stop now)")
+
+    def check(self) -> None:
+        """Called between steps: end the turn there when a stop was asked for."""
+        if self.requested:
+            raise StopTurn
+
+
+def needs_confirmation(call: ToolCall) -> bool:
+    """Whether confirm mode asks before this call (anything that may change files or run code)."""
+    sub = call.params.get("command") if call.name == "file_editor" else None
+    return (call.name, sub) not in READ_ONLY
+
+
+def describe(call: ToolCall) -> str:
+    """The call as the user should see it before approving it."""
+    if call.name == "execute_bash":
+        return f"$ {call.params.get('cmd', '')}"
+    shown = {k: (v if len(v) <= 300 else v[:300] + " ...") for k, v in call.params.items()}
+    return f"{call.name} " + " ".join(f"{k}={v!r}" for k, v in shown.items())

@@ -1,0 +1,136 @@
+"""`nexus-agent eval`: solve and grade many tasks (process pool or Ray), resumable, with SWE-bench predictions."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from cli.app import app
+from cli.runner import RunConfig
+
+
+@app.command("eval")
+def eval_cmd(
+    out: Path = typer.Option(..., "--out", "-o", help="Run folder (resumed when it exists)."),
+    dataset: str = typer.Option(None, "--dataset", "-d", help="Task source (default: the built-in tasks)."),
+    instances: str = typer.Option(None, "--instances", help="Comma-separated instance ids."),
+    slice_: str = typer.Option(None, "--slice", help="start:stop over the source's order."),
+    workers: int = typer.Option(1, "--workers", "-w", help="Tasks run at once (one model per worker)."),
+    executor: str = typer.Option("local", "--executor", help="local (process pool) or ray."),
+    ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster address (default: a local Ray)."),
+    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Registry name, local model dir or hub id."),
+    policy: str = typer.Option("nexus", "--policy", help="KV eviction policy (nexus, snapkv, full, ...)."),
+    budget: str = typer.Option("2048", "--budget", help="Cache budget: tokens per layer, a density, or 'none'."),
+    protocol: str = typer.Option("true-eviction", "--protocol", help="true-eviction or re-prefill."),
+    sandbox: str = typer.Option("auto", "--sandbox", "-s", help="auto, docker, bwrap, or local (no isolation)."),
+    max_steps: int = typer.Option(None, "--max-steps", help="Step limit (default 6; a replay: the recording's)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of sampling and of the cache."),
+    temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature (0 = greedy)."),
+    max_new_tokens: int = typer.Option(384, "--max-new-tokens", help="Most tokens in one reply."),
+    replay_dir: Path = typer.Option(None, "--replay-dir", help="Replay <dir>/<instance_id>[.*].jsonl per task."),
+    retry_errors: bool = typer.Option(False, "--retry-errors", help="Rerun finished tasks whose status is error."),
+) -> None:
+    """Solve and grade each task into --out/<id>/; finished tasks (report.json present) are skipped on rerun."""
+    from cli.runner import parse_budget
+
+    cfg = RunConfig(
+        dataset=dataset, model=model, policy=policy, budget=parse_budget(budget), protocol=protocol,
+        sandbox=sandbox, max_steps=max_steps, seed=seed, temperature=temperature, max_new_tokens=max_new_tokens,
+        replay_dir=replay_dir,
+    )  # fmt: skip
+    run_eval(cfg, out, instances, slice_, workers, executor, ray_address, retry_errors)
+
+
+def run_eval(
+    cfg: RunConfig,
+    out: Path,
+    instances: str | None = None,
+    slice_: str | None = None,
+    workers: int = 1,
+    executor: str = "local",
+    ray_address: str | None = None,
+    retry_errors: bool = False,
+) -> dict:
+    """The batch: pick tasks, skip finished ones, run the rest, keep predictions/summary current; the summary."""
+    from cli import eval_files as ef
+    from cli.executors import Job
+    from cli.live import EvalView
+    from cli.runner import RunError
+    from tasks import load_tasks
+
+    if executor not in ("local", "ray"):
+        raise RunError(f"unknown --executor {executor!r}; use local or ray")
+    tasks = ef.select(load_tasks(cfg.dataset), instances, slice_)
+    if not tasks:
+        raise RunError("no tasks selected")
+    _preflight(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    ef.claim_out_dir(out, cfg)
+    todo = [t for t in tasks if not _finished(ef.read_report(out, t.instance_id), retry_errors)]
+    console = Console()
+    console.print(f"eval: {len(tasks)} tasks, {len(tasks) - len(todo)} already finished, {len(todo)} to run -> {out}")
+    start = time.monotonic()
+    jobs = [Job(t, cfg, ef.task_dir(out, t.instance_id)) for t in todo]
+    try:
+        with EvalView(console, len(tasks), len(tasks) - len(todo)) as view:
+            for _job, report in _execute(jobs, workers, executor, ray_address, view.event):
+                view.finished_one(report)
+                ef.write_outputs(out, tasks, time.monotonic() - start)
+    finally:  # Ctrl-C included: the files describe exactly the finished tasks
+        summary = ef.write_outputs(out, tasks, time.monotonic() - start)
+    _print_summary(console, summary, out)
+    return summary
+
+
+def _finished(report: dict | None, retry_errors: bool) -> bool:
+    return report is not None and not (retry_errors and report.get("status") == "error")
+
+
+def _execute(jobs, workers: int, executor: str, ray_address: str | None, on_event):
+    if not jobs:
+        return iter(())
+    if executor == "ray":
+        from cli.executors.ray_exec import run_ray
+
+        return run_ray(jobs, ray_address, workers, on_event)
+    from cli.executors.local import run_local
+
+    return run_local(jobs, workers, on_event)
+
+
+def _preflight(cfg: RunConfig) -> None:
+    """The errors every task would hit (no sandbox, no model, no recordings), raised once before any work."""
+    import shutil
+
+    from swe_env.sandbox.base import SandboxError
+
+    if cfg.sandbox == "docker":
+        from swe_env.dockerd import connect
+
+        connect(timeout=10).close()
+    elif cfg.sandbox == "bwrap" and shutil.which("bwrap") is None:
+        from swe_env.sandbox.bwrap import INSTALL_HINT
+
+        raise SandboxError(INSTALL_HINT)
+    if cfg.replay_dir is not None:
+        if not cfg.replay_dir.is_dir():
+            raise FileNotFoundError(f"--replay-dir {cfg.replay_dir} is not a directory")
+    else:
+        from cli.backends import check_model_available
+
+        check_model_available(cfg.model)
+
+
+def _print_summary(console: Console, summary: dict, out: Path) -> None:
+    t = summary["totals"]
+    console.print(
+        f"[bold]resolved {summary['resolved']}/{summary['total']}[/bold] (finished {summary['finished']}; "
+        f"{', '.join(f'{k} {v}' for k, v in sorted(summary['statuses'].items()))}) | {summary['turns']} turns, "
+        f"generated {t['generated_tokens']} tok, prefilled {t['prefill_tokens']} tok, evicted {t['evicted_tokens']} "
+        f"tok/layer, peak cache {t['peak_held_tokens']} tok/layer | wall {summary['wall_s_this_session']:.0f} s",
+        highlight=False,
+    )
+    console.print(f"predictions: {out}/predictions.jsonl, summary: {out}/summary.json", highlight=False)

@@ -1,0 +1,99 @@
+"""The files of an `eval` run: which tasks it covers, which are finished, and its predictions and summary.
+
+Layout of --out: run.json (the run's config), <instance_id>/{trajectory.jsonl, patch.diff, report.json},
+predictions.jsonl (SWE-bench format) and summary.json, both rewritten atomically after every finished task.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from cli.runner import PATCH, REPORT, RunConfig, RunError, atomic_write, turn_totals
+from tasks.schema import Task
+
+RUN_FILE, PREDICTIONS, SUMMARY = "run.json", "predictions.jsonl", "summary.json"
+_RESULT_FIELDS = ("model", "policy", "budget", "protocol", "seed", "temperature", "max_new_tokens", "max_steps")
+
+
+def select(tasks: list[Task], instances: str | None, slice_: str | None) -> list[Task]:
+    """The tasks named by --instances a,b (in that order) or --slice a:b (Python slice of the source order)."""
+    if instances and slice_:
+        raise RunError("give --instances or --slice, not both")
+    if instances:
+        by_id = {t.instance_id: t for t in tasks}
+        wanted = [i.strip() for i in instances.split(",") if i.strip()]
+        unknown = [i for i in wanted if i not in by_id]
+        if unknown:
+            raise RunError(f"unknown instance id(s) in --instances: {', '.join(unknown)}")
+        return [by_id[i] for i in dict.fromkeys(wanted)]
+    if slice_:
+        try:
+            start, stop = (int(p) if p.strip() else None for p in slice_.split(":"))
+        except ValueError:
+            raise RunError(f"--slice {slice_!r}: use start:stop, e.g. 0:10 or 5:") from None
+        return tasks[start:stop]
+    return tasks
+
+
+def task_dir(out: Path, instance_id: str) -> Path:
+    return out / "".join(c if c.isalnum() or c in "-_." else "_" for c in instance_id)
+
+
+def read_report(out: Path, instance_id: str) -> dict[str, Any] | None:
+    """The finished task's report, or None when it has not finished (no report, or one that does not parse)."""
+    path = task_dir(out, instance_id) / REPORT
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def claim_out_dir(out: Path, cfg: RunConfig) -> None:
+    """Record the run's settings in --out; a folder holding a run with other result-changing settings is an error."""
+    path = out / RUN_FILE
+    wanted = {k: cfg.to_dict()[k] for k in _RESULT_FIELDS} | {"replay": cfg.replaying}
+    if path.is_file():
+        held = json.loads(path.read_text(encoding="utf-8"))
+        diff = [f"{k}: {held.get(k)!r} -> {v!r}" for k, v in wanted.items() if held.get(k) != v]
+        if diff:
+            settings = "; ".join(diff)
+            hint = "resume it as it was or use another --out"
+            raise RunError(f"{out} holds a run with other settings ({settings}); {hint}")
+        return
+    atomic_write(path, json.dumps(wanted, indent=2) + "\n")
+
+
+def write_outputs(out: Path, tasks: list[Task], wall_s: float) -> dict[str, Any]:
+    """Rewrite predictions.jsonl and summary.json from the finished tasks' reports; the summary."""
+    reports = [r for t in tasks if (r := read_report(out, t.instance_id)) is not None]
+    lines = []
+    for r in reports:
+        patch_path = task_dir(out, r["instance_id"]) / PATCH
+        patch = patch_path.read_text(encoding="utf-8") if patch_path.is_file() else ""
+        pred = {"instance_id": r["instance_id"], "model_name_or_path": r["model_name_or_path"], "model_patch": patch}
+        lines.append(json.dumps(pred) + "\n")
+    atomic_write(out / PREDICTIONS, "".join(lines))
+    summary = summarize(reports, len(tasks), wall_s)
+    atomic_write(out / SUMMARY, json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def summarize(reports: list[dict[str, Any]], total: int, wall_s: float) -> dict[str, Any]:
+    statuses: dict[str, int] = {}
+    for r in reports:
+        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    turns = [t for r in reports for t in r.get("turns", [])]
+    return {
+        "total": total,
+        "finished": len(reports),
+        "resolved": sum(bool(r.get("resolved")) for r in reports),
+        "statuses": statuses,
+        "resolved_ids": sorted(r["instance_id"] for r in reports if r.get("resolved")),
+        "exit_reasons": {r["instance_id"]: r.get("exit_reason") for r in reports},
+        "totals": turn_totals(turns),
+        "turns": len(turns),
+        "agent_s": round(sum(r.get("agent_s", 0) for r in reports), 1),
+        "wall_s_this_session": round(wall_s, 1),
+    }
