@@ -101,7 +101,7 @@ class BwrapSandbox:
         # the interpreter running nexus-agent (with pytest) comes first after the tools, whatever the host layout
         env_bin = [self._env_extra["PATH"]] if "PATH" in self._env_extra else []
         path = [self.tools_dir, *self.config.extra_path, *env_bin, str(Path(sys.executable).parent), common.SYSTEM_PATH]
-        env = {"PATH": ":".join(path), "HOME": "/tmp", "LANG": "C.UTF-8", "TERM": "dumb"}
+        env = {"PATH": ":".join(path), "HOME": "/tmp", **common.COMMAND_ENV}
         env.update({k: v for k, v in self._env_extra.items() if k != "PATH"})
         env.update(dict(self.config.extra_env))
         return env

@@ -68,9 +68,16 @@ def _decode(data: bytes | None) -> str:
     return (data or b"").decode("utf-8", errors="replace")
 
 
+# Byte-code is never part of a change (a binary hunk would also make the patch unappliable without --binary).
+PATCH_EXCLUDES = ("*.pyc", "**/__pycache__/**")
+# What every backend sets for commands: no byte-code files in the repo, UTF-8 output.
+COMMAND_ENV = {"LANG": "C.UTF-8", "TERM": "dumb", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
 def patch_command(base_commit: str) -> str:
     """The shell command that prints the repo's change against the base commit, new files included."""
-    return f"git add -A && git diff --cached {shlex.quote(base_commit)}"
+    excludes = " ".join(shlex.quote(f":(exclude,glob){p}") for p in PATCH_EXCLUDES)
+    return f"git add -A && git diff --cached {shlex.quote(base_commit)} -- . {excludes}"
 
 
 def install_tools(dest: Path) -> Path:

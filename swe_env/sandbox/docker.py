@@ -131,7 +131,7 @@ class DockerSandbox:
             raise SandboxError("sandbox is closed")
         secs = max(1, int(round(timeout)))
         argv = ["timeout", "-k", "5", str(secs), "bash", "-c", cmd]
-        env = {"PATH": self._path, "LANG": "C.UTF-8", "TERM": "dumb", "HOME": "/root"}
+        env = {"PATH": self._path, "HOME": "/root", **common.COMMAND_ENV}
         box: dict = {}
         worker = threading.Thread(target=self._exec, args=(argv, env, box), daemon=True)
         start = time.monotonic()

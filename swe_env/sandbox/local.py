@@ -45,7 +45,7 @@ class LocalSandbox:
     def execute(self, cmd: str, timeout: float = 120.0) -> ExecResult:
         if self._root is None:
             raise SandboxError("sandbox is closed")
-        env = dict(os.environ)
+        env = {**os.environ, **common.COMMAND_ENV}
         env["PATH"] = os.pathsep.join([self.tools_dir, *self.config.extra_path, env.get("PATH", common.SYSTEM_PATH)])
         return common.run_process(["bash", "-c", cmd], timeout=timeout, cwd=self.repo, env=env)
 

@@ -56,7 +56,9 @@ def check_files_and_patch(sb: Sandbox) -> None:
     assert sb.execute("cat notes/new_file.txt").output == "hello\n"
     first = sb.execute("git ls-files | head -1").output.strip()
     sb.execute(f"echo appended >> {first}")
+    sb.execute("python3 -m compileall -q . && mkdir -p pkg/__pycache__ && echo x > pkg/__pycache__/m.pyc")
     patch = sb.get_patch()
+    assert ".pyc" not in patch and "__pycache__" not in patch
     assert "diff --git a/notes/new_file.txt b/notes/new_file.txt" in patch
     assert f"diff --git a/{first} b/{first}" in patch and "+appended" in patch
 
