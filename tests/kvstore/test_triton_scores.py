@@ -122,6 +122,7 @@ assert any("Triton scoring failed" in str(w.message) for w in caught)
 """
 
 
+@pytest.mark.slow
 def test_auto_falls_back_to_torch_when_the_kernel_cannot_launch():
     """A triton that cannot compile or launch (here: compiled mode on a machine without a GPU driver) leaves the
     cache on the torch path with one warning, and says why."""
@@ -134,3 +135,30 @@ def test_auto_falls_back_to_torch_when_the_kernel_cannot_launch():
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     proc = subprocess.run([sys.executable, "-c", FALLBACK], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def _held_positions(use_triton: bool | None) -> list[torch.Tensor]:
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    import kvstore
+
+    cfg = Qwen3Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=16, vocab_size=300, max_position_embeddings=4096)  # fmt: skip
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    cache = kvstore.make_cache(model, "nexus", 0.25, seed=3, use_triton=use_triton)
+    ids = torch.randint(0, 300, (1, 700), generator=torch.Generator().manual_seed(1))
+    kvstore.prefill(model, cache, ids, chunk_size=128)
+    assert cache.stats()["eviction_steps"] > 0
+    return [layer.positions[0, 0].clone() for layer in cache.layers]
+
+
+@pytest.mark.slow
+def test_cache_evicts_the_same_blocks_through_the_kernel(ts, monkeypatch):
+    """The nexus cache run through the fused kernel keeps exactly the blocks the torch path keeps."""
+    monkeypatch.setenv("NEXUS_FORCE_TRITON", "1")
+    assert kernels.use_triton(torch.device("cpu"))
+    fused = _held_positions(None)
+    reference = _held_positions(False)
+    for a, b in zip(fused, reference, strict=True):
+        assert torch.equal(a, b)
