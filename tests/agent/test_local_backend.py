@@ -86,3 +86,24 @@ def test_model_positions_end_the_episode_with_token_limit(tokenizer, sandbox: Di
     res = Agent(LocalModel(session), SandboxEnvironment(sandbox), cfg).run(initial_messages("x", sandbox.workdir))
     assert res.exit_reason == "token_limit" and 1 <= res.steps < 50
     assert session.num_tokens <= first + 200
+
+
+@pytest.fixture(scope="module")
+def default_model():
+    from kvstore.models import DEFAULT_MODEL, load_model
+
+    model, tok, _ = load_model(DEFAULT_MODEL, device="cpu", dtype="fp32")
+    return model, tok
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol", ["true-eviction", "re-prefill"])
+def test_default_model_drives_three_turns(protocol: str, default_model, sandbox: DirSandbox) -> None:
+    model, tok = default_model
+    config = SessionConfig(policy="nexus", budget=512, protocol=protocol, seed=0)
+    local = LocalModel(Session(model, tok, config))
+    cfg = AgentConfig(max_steps=3, max_steps_absolute=3, max_new_tokens=8, temperature=1.0)
+    res = Agent(local, SandboxEnvironment(sandbox), cfg).run(initial_messages("add() subtracts", sandbox.workdir))
+    assert (res.exit_reason, res.steps) == ("abs_step_limit", 3)
+    assert all(0 < r["stats"]["generated_tokens"] <= 8 for r in res.step_records)
+    assert all(r["stats"]["held_tokens"] <= 512 + 128 for r in res.step_records)
