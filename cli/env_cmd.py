@@ -77,8 +77,14 @@ def status() -> None:
         left = client.containers.list(all=True, filters={"label": "nexus-agent=1"})
         table.add_row("leftover containers", str(len(left)) + (" (nexus-agent env prune)" if left else ""))
     except SandboxError as exc:
-        table.add_row("docker daemon", f"[red]{exc}[/red]")
-    Console().print(table)
+        table.add_row("docker daemon", "[red]not answering[/red] (see below)")
+        problem = str(exc)
+    else:
+        problem = ""
+    console = Console()
+    console.print(table)
+    if problem:
+        console.print(problem, soft_wrap=True, highlight=False, markup=False)
 
 
 def _yes(ok: bool, good: str, bad: str) -> str:

@@ -1,0 +1,28 @@
+"""`nexus-agent env status|build|prune` through the typer app."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+import cli.env_cmd  # noqa: F401 - registers the commands
+from cli.app import app
+
+
+def test_status_without_a_daemon_says_how_to_start_one(monkeypatch, tmp_path):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
+    res = CliRunner().invoke(app, ["env", "status"], terminal_width=200)
+    assert res.exit_code == 0 and "bwrap" in res.output
+    assert "no Docker daemon answers" in res.output and "dockerd.sh start" in res.output
+
+
+@pytest.mark.docker
+def test_build_is_cached_and_prune_removes_labelled_containers(docker_client, builtin_image):
+    res = CliRunner().invoke(app, ["env", "build"])
+    assert res.exit_code == 0 and res.output.count("present, skipped") == 2
+    leftover = docker_client.containers.run(builtin_image, ["sleep", "300"], detach=True, labels={"nexus-agent": "1"})
+    res = CliRunner().invoke(app, ["env", "prune"])
+    assert res.exit_code == 0 and "removed" in res.output
+    assert docker_client.containers.list(all=True, filters={"id": leftover.id}) == []
+    status = CliRunner().invoke(app, ["env", "status"], terminal_width=200)
+    assert "answers" in status.output and "nexus-agent/builtin:bookworm" in status.output

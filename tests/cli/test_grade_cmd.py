@@ -1,0 +1,48 @@
+"""`nexus-agent grade` end to end on a built-in task (bwrap), through the typer app."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import cli.grade_cmd  # noqa: F401 - registers the command
+from cli.app import app
+
+TASK_ID = "nexus-demo__semver-lite-1"
+
+
+def test_gold_patch_resolves_and_writes_json(tmp_path, bwrap_installed):
+    out = tmp_path / "report.json"
+    res = CliRunner().invoke(app, ["grade", TASK_ID, "--patch", "gold", "--sandbox", "bwrap", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "resolved" in res.output and "FAIL_TO_PASS" in res.output
+    report = json.loads(out.read_text())
+    assert report["status"] == "resolved" and report["resolved"] is True and report["backend"] == "bwrap"
+
+
+def test_patch_file_and_empty(tmp_path, bwrap_installed):
+    bad = tmp_path / "bad.diff"
+    bad.write_text("not a diff\n")
+    res = CliRunner().invoke(app, ["grade", TASK_ID, "--patch", str(bad), "--sandbox", "bwrap"])
+    assert res.exit_code == 0 and "patch_failed" in res.output
+    res = CliRunner().invoke(app, ["grade", TASK_ID, "--patch", "empty"])
+    assert res.exit_code == 0 and "empty_patch" in res.output
+
+
+def test_missing_patch_file_is_a_user_error(tmp_path):
+    res = CliRunner().invoke(app, ["grade", TASK_ID, "--patch", str(tmp_path / "none.diff")])
+    assert isinstance(res.exception, FileNotFoundError) and "none.diff" in str(res.exception)
+
+
+def test_no_daemon_exits_nonzero_with_the_fix(monkeypatch, tmp_path):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
+    res = CliRunner().invoke(app, ["grade", TASK_ID, "--patch", "gold", "--sandbox", "docker"])
+    assert res.exit_code == 1 and "scripts/dockerd.sh" in res.output.replace("\n", "")
+
+
+@pytest.mark.docker
+def test_gold_patch_in_docker(builtin_image):
+    res = CliRunner().invoke(app, ["grade", TASK_ID, "--patch", "gold", "--sandbox", "docker"])
+    assert res.exit_code == 0 and "resolved" in res.output and "backend docker" in res.output
