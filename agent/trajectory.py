@@ -83,6 +83,10 @@ class Trajectory:
         """One JSON document: header, messages, steps, footers."""
         return {"header": self.header, "messages": self.messages(), "steps": self.steps, "footers": self.footers}
 
+    def save_json(self, path: str | Path) -> None:
+        """Write `to_json()` as one indented JSON file."""
+        Path(path).write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
 
 def load_trajectory(path: str | Path) -> Trajectory:
     """Read a trajectory JSONL file; a truncated last line is skipped, any other bad line is an AgentError."""

@@ -32,7 +32,9 @@ def test_round_trip_and_json_export(tmp_path: Path) -> None:
     assert traj.header["task_id"] == "t-1" and traj.header["meta"] == {"seed": 7}
     assert traj.replies() == ["r1", "r2"] and traj.exit_reason == "agent" and traj.patch == "diff"
     assert [m["content"] for m in traj.messages()] == ["s", "u", "r1", "o1", "r2"]
-    doc = json.loads(json.dumps(traj.to_json()))
+    traj.save_json(tmp_path / "t.json")
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert doc == json.loads(json.dumps(traj.to_json()))
     assert doc["steps"][0]["stats"] == {"evicted_tokens": 5} and doc["footers"][0]["steps"] == 2
 
 
