@@ -1,4 +1,8 @@
-"""Replays the assistant messages of a recorded trajectory, in order (regression tests, debugging)."""
+"""Replays the assistant messages of a recorded trajectory, in order (regression tests, debugging).
+
+Each reply reports the context size recorded with it (when the recording has one), so token limits end a faithful
+replay where they ended the original run. No cache statistics: nothing is computed.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +16,11 @@ from agent.trajectory import load_trajectory
 class ReplayModel:
     """Answers each turn with the next recorded reply, whatever the observations say."""
 
-    def __init__(self, replies: list[str], name: str = "replay") -> None:
+    def __init__(
+        self, replies: list[str], name: str = "replay", context_tokens: list[int | None] | None = None
+    ) -> None:
         self.replies = list(replies)
+        self.context_tokens = list(context_tokens) if context_tokens is not None else [None] * len(self.replies)
         self.name = name
         self.source = ""
         self._next = 0
@@ -23,7 +30,8 @@ class ReplayModel:
         traj = load_trajectory(path)
         if not traj.steps:
             raise AgentError(f"trajectory {path} has no assistant messages to replay")
-        model = cls(traj.replies(), name=f"replay:{Path(path).name}")
+        counts = [s.get("context_tokens") for s in traj.steps]
+        model = cls(traj.replies(), name=f"replay:{Path(path).name}", context_tokens=counts)
         model.source = str(path)
         return model
 
@@ -38,6 +46,5 @@ class ReplayModel:
                 f"the replay ran out: all {len(self.replies)} recorded replies{where} were used and the agent "
                 "asked for another (the run diverged from the recording)"
             )
-        text = self.replies[self._next]
-        self._next += 1
-        return ModelReply(text=text, finish_reason="replay")
+        n, self._next = self._next, self._next + 1
+        return ModelReply(text=self.replies[n], context_tokens=self.context_tokens[n], finish_reason="replay")

@@ -16,11 +16,12 @@ def test_replays_in_order_then_runs_out(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     with TrajectoryWriter(path) as w:
         w.header("t", "m", {})
-        for n in (1, 2):
-            w.write("step", step=n, reply=f"reply {n}")
+        w.write("step", step=1, reply="reply 1", context_tokens=900)
+        w.write("step", step=2, reply="reply 2")  # hand-written data may leave the count out
     model = ReplayModel.from_file(path)
     assert model.name == "replay:t.jsonl" and model.remaining == 2
-    assert [model.reply([], Sampling()).text for _ in range(2)] == ["reply 1", "reply 2"]
+    replies = [model.reply([], Sampling()) for _ in range(2)]
+    assert [(r.text, r.context_tokens) for r in replies] == [("reply 1", 900), ("reply 2", None)]
     with pytest.raises(AgentError, match=r"all 2 recorded replies in .*t.jsonl were used"):
         model.reply([{"role": "user", "content": "more?"}], Sampling())
 
