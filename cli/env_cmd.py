@@ -40,7 +40,10 @@ def build(
 
 
 @env_app.command("prune")
-def prune(images: bool = typer.Option(False, "--images", help="Also remove the nexus-agent/* images.")) -> None:
+def prune(
+    images: bool = typer.Option(False, "--images", help="Also remove the nexus-agent/* images."),
+    envs: bool = typer.Option(False, "--envs", help="Also remove the cached per-repo Python env volumes."),
+) -> None:
     """Remove every container labelled nexus-agent=1 (leftovers of interrupted runs)."""
     from swe_env.dockerd import connect
 
@@ -49,6 +52,11 @@ def prune(images: bool = typer.Option(False, "--images", help="Also remove the n
     for container in containers:
         container.remove(force=True)
     typer.echo(f"removed {len(containers)} container(s)")
+    if envs:
+        volumes = client.volumes.list(filters={"label": "nexus-agent=1"})
+        for volume in volumes:
+            volume.remove(force=True)
+        typer.echo(f"removed {len(volumes)} env volume(s)")
     if images:
         removed = 0
         for image in client.images.list(filters={"reference": "nexus-agent/*"}):

@@ -10,6 +10,7 @@ own distribution is removed again). Building an env needs PyPI; reusing one does
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -63,38 +64,51 @@ def ensure_env(task: Task, repo: Path, cfg: PyEnvConfig | None = None) -> PyEnv:
     path = cfg.cache_dir / env_key(task)
     with FileLock(str(path) + ".lock"):
         marker = path / READY
-        if marker.exists():
-            return PyEnv(path, tuple(json.loads(marker.read_text())["packages"]))
-        shutil.rmtree(path, ignore_errors=True)  # a half-built env from an interrupted run
-        packages = _build(task, repo, path, cfg)
-        marker.write_text(json.dumps({"repo": task.repo, "version": task.version, "packages": packages}))
-        return PyEnv(path, tuple(packages))
+        if not marker.exists():
+            shutil.rmtree(path, ignore_errors=True)  # a half-built env from an interrupted run
+            _run(build_script(task, repo, str(path), cfg.python, cfg), cfg)
+        return PyEnv(path, tuple(json.loads(marker.read_text())["packages"]))
 
 
-def _build(task: Task, repo: Path, path: Path, cfg: PyEnvConfig) -> list[str]:
-    _run([cfg.python, "-m", "venv", str(path)], cfg, what="create the virtualenv")
-    pip = [str(path / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", *cfg.pip_args]
+def packages_for(task: Task, cfg: PyEnvConfig) -> list[str]:
+    """What to install besides the repo's own requirements: swebench's spec packages, then the test runner."""
     spec = swebench_spec(task) or {}
     packages = [*spec.get("packages", "").split(), *spec.get("pip_packages", []), *cfg.test_packages]
-    packages = [p for p in packages if p and not p.endswith(".txt") and p != "environment.yml"]
+    return [p for p in packages if p and not p.endswith(".txt") and p != "environment.yml"]
+
+
+def build_script(task: Task, repo: Path, env: str, python: str, cfg: PyEnvConfig, repo_at: str | None = None) -> str:
+    """A bash script that builds the env at `env` (a host path, or one inside a container).
+
+    `repo` is the host working copy (read to see whether it is a package); `repo_at` is where the script sees it.
+    """
+    q = shlex.quote
+    where = repo_at or str(repo)
+    py = f"{q(env)}/bin/python"
+    pip = " ".join([py, "-m pip install --disable-pip-version-check", *map(q, cfg.pip_args)])
+    packages = packages_for(task, cfg)
+    lines = ["set -eu", f"{q(python)} -m venv {q(env)}"]
     if packages:
-        _run([*pip, *packages], cfg, what=f"install {' '.join(packages)}")
-    if (repo / "setup.py").exists() or (repo / "pyproject.toml").exists() or (repo / "setup.cfg").exists():
-        report = path / "install-report.json"
-        _run([*pip, "--report", str(report), str(repo)], cfg, what=f"install {task.repo}'s requirements")
-        own = _own_distribution(report, repo)
-        if own:  # the sandbox imports the task's working copy instead (PYTHONPATH)
-            _run([str(path / "bin" / "python"), "-m", "pip", "uninstall", "-y", own], cfg, what=f"remove {own}")
-    return packages
+        lines.append(f"{pip} {' '.join(map(q, packages))}")
+    if any((repo / f).exists() for f in ("setup.py", "pyproject.toml", "setup.cfg")):
+        report = f"{q(env)}/install-report.json"
+        lines.append(f"{pip} --report {report} {q(where)}")
+        # the sandbox imports the task's working copy instead (PYTHONPATH), so the repo itself goes again
+        lines.append(f"own=$({py} -c {q(_OWN_DIST)} {report} {q(where)})")
+        lines.append(f'if [ -n "$own" ]; then {py} -m pip uninstall -y "$own"; fi')
+    info = json.dumps({"repo": task.repo, "version": task.version, "packages": packages})
+    lines.append(f"printf '%s' {q(info)} > {q(env)}/{READY}")
+    return "\n".join(lines) + "\n"
 
 
-def _own_distribution(report: Path, repo: Path) -> str | None:
-    """The name pip installed the local repo under, read from pip's installation report."""
-    for item in json.loads(report.read_text()).get("install", []):
-        url = item.get("download_info", {}).get("url", "")
-        if url.startswith("file://") and Path(url.removeprefix("file://")).resolve() == repo.resolve():
-            return item["metadata"]["name"]
-    return None
+# Prints the name pip installed the local repo (argv[2]) under, read from pip's report (argv[1]).
+_OWN_DIST = """import json, pathlib, sys
+repo = pathlib.Path(sys.argv[2]).resolve()
+for item in json.load(open(sys.argv[1])).get("install", []):
+    url = item.get("download_info", {}).get("url", "")
+    if url.startswith("file://") and pathlib.Path(url[7:]).resolve() == repo:
+        print(item["metadata"]["name"])
+"""
 
 
 def import_root(workdir: str, repo: Path) -> str:
@@ -105,11 +119,16 @@ def import_root(workdir: str, repo: Path) -> str:
     return workdir
 
 
-def _run(argv: list[str], cfg: PyEnvConfig, what: str) -> None:
+def _run(script: str, cfg: PyEnvConfig) -> None:
     try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=cfg.timeout)
+        proc = subprocess.run(
+            ["bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=cfg.timeout
+        )
     except subprocess.TimeoutExpired:
-        raise SandboxError(f"Python env: could not {what} within {cfg.timeout:.0f} s") from None
+        raise SandboxError(f"Python env: not built within {cfg.timeout:.0f} s") from None
     if proc.returncode != 0:
-        tail = "\n".join(proc.stdout.splitlines()[-12:])
-        raise SandboxError(f"Python env: could not {what} (needs PyPI the first time):\n{tail}")
+        raise SandboxError(f"Python env: build failed (it needs PyPI the first time):\n{tail(proc.stdout)}")
+
+
+def tail(text: str, lines: int = 12) -> str:
+    return "\n".join(text.splitlines()[-lines:])

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from swe_env import images
 from swe_env.dockerd import connect
+from swe_env.pyenv import PyEnvConfig
 from swe_env.sandbox import common
 from swe_env.sandbox.base import ExecResult, SandboxError
 from tasks.builtin import is_builtin
@@ -40,6 +41,8 @@ class DockerConfig:
     pids_limit: int = 1024  # container process limit
     nano_cpus: int | None = None  # CPU limit in 1e-9 CPUs (None: unlimited)
     extra_path: tuple[str, ...] = ()  # dirs put on PATH before the image's own
+    python_env: bool | None = None  # no task image: run in the built-in image with a cached per-repo env volume
+    pyenv: PyEnvConfig | None = None  # how that env is built (first build needs PyPI)
 
 
 def image_for(task: Task, config: DockerConfig | None = None) -> str:
@@ -66,10 +69,10 @@ class DockerSandbox:
         self.workdir = self.config.workdir
         self.tools_dir = self.config.tools_dir
         self.container = None
+        self._env_extra: dict[str, str] = {}  # PYTHONPATH / VIRTUAL_ENV of a cached Python env
+        self._env_bin: list[str] = []
         self.client = client or connect()
-        self.image = image_for(task, self.config)
-        if not images.image_exists(self.client, self.image):
-            raise SandboxError(f"docker image {self.image} is not in the local daemon; {_image_hint(self.image)}")
+        self.image, self.python_env = self._choose_image()
         try:
             self._start()
             common.track(self)
@@ -77,40 +80,63 @@ class DockerSandbox:
             self.close()
             raise
 
+    def _choose_image(self) -> tuple[str, bool]:
+        """The task's image; without one (docker offline), the built-in image plus a cached Python env."""
+        image = image_for(self.task, self.config)
+        if images.image_exists(self.client, image):
+            return image, False
+        own_image = self.config.image or self.task.docker_image or is_builtin(self.task)
+        if own_image or self.config.python_env is False:
+            raise SandboxError(f"docker image {image} is not in the local daemon; {_image_hint(image)}")
+        if not images.image_exists(self.client, images.BUILTIN_IMAGE):
+            raise SandboxError(
+                f"docker image {image} is not in the local daemon, nor is {images.BUILTIN_IMAGE} to build a Python env "
+                "in instead: run `nexus-agent env build`, or load the task's image"
+            )
+        return images.BUILTIN_IMAGE, True
+
     def _start(self) -> None:
+        ws = common.make_workspace("docker")
+        try:
+            copy = self.config.copy_repo if self.config.copy_repo is not None else is_builtin(self.task)
+            repo = None
+            if copy or self.python_env:
+                repo = common.prepare_repo(self.task, ws / "repo", self.config.repo_cache)
+            self._run_container(self._env_volume(repo) if self.python_env else {})
+            if repo is not None:
+                self._put_dir(repo, self.workdir)
+                self._check("git config --global --add safe.directory '*'")
+            if self.config.install_tools:
+                self._put_dir(common.install_tools(ws / "tools"), self.tools_dir)
+        finally:
+            shutil.rmtree(ws, ignore_errors=True)
+
+    def _env_volume(self, repo: Path) -> dict:
+        """Mount the task's cached Python env (built on first use) and put it first on PATH."""
+        from swe_env.pyenv import import_root
+        from swe_env.pyenv_docker import MOUNT, ensure_volume
+
+        volume = ensure_volume(self.client, self.task, repo, self.config.pyenv, self.image)
+        self._env_extra = {"PYTHONPATH": import_root(self.workdir, repo), "VIRTUAL_ENV": MOUNT}
+        self._env_bin = [f"{MOUNT}/bin"]
+        return {volume: {"bind": MOUNT, "mode": "ro"}}
+
+    def _run_container(self, volumes: dict) -> None:
         self.container = self.client.containers.run(
             self.image, command=["sleep", "infinity"], detach=True, tty=False, init=True,
             network_mode="none", mem_limit=self.config.mem_limit, pids_limit=self.config.pids_limit,
             nano_cpus=self.config.nano_cpus, labels={**images.LABEL, "nexus-agent.task": self.task.instance_id},
-            working_dir="/",
+            working_dir="/", volumes=volumes,
         )  # fmt: skip
         self._path = self._container_path()
-        copy = self.config.copy_repo if self.config.copy_repo is not None else is_builtin(self.task)
-        if copy:
-            self._copy_repo_in()
-        if self.config.install_tools:
-            ws = common.make_workspace("tools")
-            try:
-                self._put_dir(common.install_tools(ws / "tools"), self.tools_dir)
-            finally:
-                shutil.rmtree(ws, ignore_errors=True)
 
     def _container_path(self) -> str:
         env = self.client.api.inspect_container(self.container.id)["Config"].get("Env") or []
         base = next((e.split("=", 1)[1] for e in env if e.startswith("PATH=")), common.SYSTEM_PATH)
-        extra = list(self.config.extra_path)
+        extra = [*self.config.extra_path, *self._env_bin]
         if self.image.startswith("swebench/"):
             extra.append(SWEBENCH_PATH)
         return ":".join([self.tools_dir, *extra, base])
-
-    def _copy_repo_in(self) -> None:
-        ws = common.make_workspace("docker")
-        try:
-            repo = common.prepare_repo(self.task, ws / "repo", self.config.repo_cache)
-            self._put_dir(repo, self.workdir)
-        finally:
-            shutil.rmtree(ws, ignore_errors=True)
-        self._check("git config --global --add safe.directory '*'")
 
     def _put_dir(self, src: Path, dest: str) -> None:
         """Copy a host dir's contents to dest in the container, owned by root."""
@@ -131,7 +157,7 @@ class DockerSandbox:
             raise SandboxError("sandbox is closed")
         secs = max(1, int(round(timeout)))
         argv = ["timeout", "-k", "5", str(secs), "bash", "-c", cmd]
-        env = {"PATH": self._path, "HOME": "/root", **common.COMMAND_ENV}
+        env = {"PATH": self._path, "HOME": "/root", **common.COMMAND_ENV, **self._env_extra}
         box: dict = {}
         worker = threading.Thread(target=self._exec, args=(argv, env, box), daemon=True)
         start = time.monotonic()

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from swe_env.pyenv import PyEnvConfig, ensure_env, env_key, import_root
+from swe_env.pyenv_docker import volume_name
 from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
+from swe_env.sandbox.docker import DockerConfig, DockerSandbox
 from tasks.schema import Task
 
 OFFLINE = dict(test_packages=(), pip_args=("--no-index",))
@@ -32,7 +34,7 @@ def _pypi_reachable() -> bool:
         return False
 
 
-def _make_mirror(tmp_path: Path, packaged: bool) -> tuple[Path, Task]:
+def _make_mirror(tmp_path: Path, packaged: bool, version: str = "0.1") -> tuple[Path, Task]:
     """A local mirror `acme__widget` (src layout; with a pyproject when packaged) and a task on its only commit."""
     repo = tmp_path / "mirrors" / "acme__widget"
     (repo / "src" / "widget").mkdir(parents=True)
@@ -43,7 +45,7 @@ def _make_mirror(tmp_path: Path, packaged: bool) -> tuple[Path, Task]:
     for cmd in (["git", "init", "-q"], ["git", "add", "."], ["git", "commit", "-qm", "init"]):
         subprocess.run(cmd, cwd=repo, check=True, env={**env, "PATH": "/usr/bin:/bin"})
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
-    return repo, Task("acme__widget-1", "acme/widget", sha, "issue", version="0.1")
+    return repo, Task("acme__widget-1", "acme/widget", sha, "issue", version=version)
 
 
 @pytest.fixture
@@ -88,3 +90,18 @@ def test_packaged_repo_gets_its_requirements_but_not_itself(tmp_path):
     site = next((env.path / "lib").glob("python3*/site-packages"))
     assert list(site.glob("pytest")), "the test runner is installed"
     assert not list(site.glob("widget*")), "the repo itself must not be installed: the sandbox imports its copy"
+
+
+@pytest.mark.docker
+def test_docker_without_a_task_image_uses_a_cached_env_volume(tmp_path, docker_client, builtin_image):
+    repo, task = _make_mirror(tmp_path, packaged=False, version=tmp_path.name)  # a fresh volume for this run
+    cfg = DockerConfig(repo_cache=repo.parent, install_tools=False, pyenv=PyEnvConfig(cache_dir=tmp_path, **OFFLINE))
+    try:
+        for _ in range(2):  # built by the first sandbox, reused by the second
+            with DockerSandbox(task, cfg, client=docker_client) as sb:
+                assert sb.image == builtin_image and sb.python_env
+                res = sb.execute("python -c 'import sys, widget; print(sys.prefix); print(widget.__file__)'")
+                assert res.output.split() == ["/opt/nexus-pyenv", "/testbed/src/widget/__init__.py"], res.output
+                assert sb.execute("touch /opt/nexus-pyenv/x").returncode != 0  # the shared env is read-only
+    finally:
+        docker_client.volumes.get(volume_name(task)).remove(force=True)
