@@ -167,6 +167,11 @@ def _heads_per_dot(group: int, wp: int) -> int:
     return gb
 
 
+def _warps(dp: int, rows: int, tile: int) -> int:
+    """8 warps for head_dim 128 or large tiles: with 4, ptxas (sm_90) spills registers (checked AOT, triton 3.9)."""
+    return 8 if dp >= 128 or rows * tile >= 8192 else 4
+
+
 def _check(q_win: torch.Tensor, keys: torch.Tensor, block: int) -> None:
     if q_win.dim() != 3 or keys.dim() != 3:
         raise ValueError(f"expected q_win [Hq, W, D], keys [Hkv, T, D]; got {tuple(q_win.shape)}, {tuple(keys.shape)}")
@@ -194,8 +199,9 @@ def _block_mass(q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: floa
     n_prog = triton.cdiv(n_tiles, per_prog)
     part = torch.empty(n_prog, hq, wp, device=keys.device, dtype=torch.float32)  # [P, Hq, WP] partial lse
     _lse_kernel[(n_prog,)](
-        q_win, keys, part, *strides, t, w, first_pos, hq // gb, group, scale, per_prog, TILE=LSE_TILE, **common
-    )
+        q_win, keys, part, *strides, t, w, first_pos, hq // gb, group, scale, per_prog, TILE=LSE_TILE,
+        num_warps=_warps(dp, gb * wp, LSE_TILE), **common,
+    )  # fmt: skip
     lse = torch.logsumexp(part, dim=0)  # [Hq, WP]
     lse = lse.masked_fill(lse == float("-inf"), float("inf"))  # a row that sees no key gets probability 0
     n_blocks = triton.cdiv(t, block)
@@ -217,7 +223,7 @@ def _block_mass(q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: floa
         1.0 / hq,
         BLOCK=block,
         TILE=tile,
-        num_warps=8 if gb * wp * tile >= 8192 else 4,  # [GB * WP, TILE] fp32 tiles: spread the larger ones
+        num_warps=_warps(dp, gb * wp, tile),
         **common,
     )
     return out
