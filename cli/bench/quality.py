@@ -1,0 +1,138 @@
+"""`nexus-agent bench quality`: every eviction policy on RULER-style tasks over real text, compressed before the
+question is seen, at several densities; a table per density, a JSON file and a PNG plot."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import torch
+import typer
+
+from cli.app import bench_app
+from cli.bench.common import console, write_json
+from cli.bench.quality_report import density_table, plot, summarize, with_average
+from cli.bench.quality_run import RunSpec, run_item
+from cli.bench.quality_tasks import TASKS, make_item
+from kvstore import POLICIES
+from kvstore.errors import KVStoreError
+
+STOCHASTIC = ("nexus", "direct-reservoir")  # reservoir selectors: run with several seeds, spread reported
+
+
+@dataclass
+class QualityConfig:
+    """What one quality run covers."""
+
+    model: str = "smollm2-135m"  # model registry name / HF id / local directory
+    policies: tuple[str, ...] = tuple(POLICIES)  # policies (the ablations are policies too)
+    densities: tuple[float, ...] = (0.2, 0.5)  # shares of the context kept
+    tasks: tuple[str, ...] = TASKS  # tasks to run
+    items: int = 3  # items per task
+    seeds: int = 3  # cache seeds for the stochastic policies (deterministic ones run once, seed 0)
+    context_tokens: int = 1024  # haystack / conversation length in tokens
+    threads: int = 1  # torch CPU threads (1 is fastest on a shared, busy machine)
+    data_seed: int = 0  # seed of the task generator
+
+    def specs(self) -> list[RunSpec]:
+        """The run matrix: full once, every other policy at each density (stochastic ones per seed)."""
+        out = [RunSpec("full", 1.0, 0)] if "full" in self.policies else []
+        for d in self.densities:
+            for p in self.policies:
+                if p != "full":
+                    out += [RunSpec(p, d, s) for s in range(self.seeds if p in STOCHASTIC else 1)]
+        return out
+
+
+QUICK = {"items": 1, "seeds": 2, "context_tokens": 320, "densities": (0.5,), "policies": ("full", "nexus", "snapkv")}
+
+
+def run(cfg: QualityConfig, model, tokenizer, on_row=None) -> list[dict]:
+    """Every spec on every item, item-major (a stopped run still has all policies for its first items)."""
+    specs, rows, t0 = cfg.specs(), [], time.perf_counter()
+    total = cfg.items * len(cfg.tasks) * len(specs)
+    for index in range(cfg.items):
+        for task in cfg.tasks:
+            item = make_item(task, cfg.data_seed, index, tokenizer, cfg.context_tokens)
+            for spec in specs:
+                result = run_item(model, tokenizer, item, spec, cfg.context_tokens)
+                density = None if spec.policy == "full" else spec.density
+                rows.append(
+                    {
+                        "task": task,
+                        "item": index,
+                        "policy": spec.policy,
+                        "density": density,
+                        "seed": spec.seed,
+                        **result,
+                    }
+                )
+                done, spent = len(rows), time.perf_counter() - t0
+                console.print(
+                    f"[{done}/{total}] {task} #{index} {spec.policy} d={spec.density} s={spec.seed}: "
+                    f"{result['score']:.2f} ({spent:.0f}s, eta {spent / done * (total - done):.0f}s)"
+                )
+            if on_row:
+                on_row(rows)
+    return rows
+
+
+def _parse(cfg: QualityConfig) -> None:
+    unknown = [p for p in cfg.policies if p not in POLICIES] + [t for t in cfg.tasks if t not in TASKS]
+    if unknown:
+        raise KVStoreError(
+            f"unknown policy/task {', '.join(unknown)}; policies: {', '.join(POLICIES)}; tasks: {', '.join(TASKS)}"
+        )
+    if any(not 0 < d <= 1 for d in cfg.densities):
+        raise KVStoreError(f"densities must be in (0, 1], got {cfg.densities}")
+
+
+@bench_app.command("quality")
+def quality(
+    policies: Annotated[str, typer.Option(help="Comma-separated policies (default: all, ablations included).")] = "",
+    densities: Annotated[str, typer.Option(help="Comma-separated densities (shares of the context kept).")] = "",
+    tasks: Annotated[str, typer.Option(help=f"Comma-separated tasks of {', '.join(TASKS)}.")] = "",
+    items: Annotated[int | None, typer.Option(min=1, help="Items per task.")] = None,
+    seeds: Annotated[int | None, typer.Option(min=1, help="Seeds for the stochastic policies.")] = None,
+    context_tokens: Annotated[int | None, typer.Option(min=128, help="Context length in tokens.")] = None,
+    model: Annotated[str, typer.Option(help="Model registry name, HF id or local directory.")] = "smollm2-135m",
+    threads: Annotated[int, typer.Option(min=1, help="torch CPU threads.")] = 1,
+    quick: Annotated[
+        bool, typer.Option(help="A few items at tiny sizes: checks the machinery, not the numbers.")
+    ] = False,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write rows + summary as JSON here.")] = None,
+    plot_path: Annotated[Path | None, typer.Option("--plot", help="Write the accuracy-vs-density PNG here.")] = None,
+) -> None:
+    """Eviction quality: RULER-style retrieval over stdlib sources and multi-turn recall, every policy."""
+    base = QualityConfig(model=model, threads=threads, **(QUICK if quick else {}))
+    overrides = {
+        "policies": tuple(policies.split(",")) if policies else None,
+        "densities": tuple(float(d) for d in densities.split(",")) if densities else None,
+        "tasks": tuple(tasks.split(",")) if tasks else None,
+        "items": items,
+        "seeds": seeds,
+        "context_tokens": context_tokens,
+    }
+    cfg = QualityConfig(**(base.__dict__ | {k: v for k, v in overrides.items() if v is not None}))
+    _parse(cfg)
+    torch.set_num_threads(cfg.threads)
+    from kvstore.models import load_model
+
+    mdl, tok, info = load_model(cfg.model)
+    console.print(f"{info.name} ({info.dtype}, {cfg.threads} thread(s)): {len(cfg.specs())} runs per item")
+
+    def save(rows: list[dict]) -> None:
+        summary = with_average(summarize(rows), list(cfg.tasks))
+        write_json(json_path, {"benchmark": "quality", "config": cfg.__dict__, "summary": summary, "rows": rows})
+
+    t0 = time.perf_counter()
+    rows = run(cfg, mdl, tok, on_row=save)
+    summary = with_average(summarize(rows), list(cfg.tasks))
+    for d in cfg.densities:
+        console.print(density_table(summary, d, list(cfg.policies), list(cfg.tasks)))
+    console.print(f"{len(rows)} runs in {time.perf_counter() - t0:.0f}s")
+    if plot_path:
+        plot(summary, list(cfg.policies), list(cfg.tasks), plot_path)
+        console.print(f"wrote {plot_path}")

@@ -1,0 +1,107 @@
+"""Run one quality item on one cache: prefill (and evict) the context first, then ask, greedy-decode, score.
+
+The question is never seen before the context was compressed: the context (or each conversation turn) is prefilled
+chunk by chunk on the evicting cache, and only then the question, the generation prompt and the answer prefix.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+import kvstore
+from cli.bench.quality_tasks import Item
+from kvstore.chat import ChatRenderer
+
+
+@dataclass
+class RunSpec:
+    """One cell of the run matrix."""
+
+    policy: str  # kvstore policy name
+    density: float  # share of the context kept (multi_turn: of the planned conversation length, as a token budget)
+    seed: int  # cache seed (reservoir draws)
+    chunk_size: int = 512  # prefill chunk in tokens
+
+
+def score(reply: str, answers: list[str]) -> float:
+    """Share of the expected answers found in the reply (whole-word match, case-insensitive)."""
+    found = [re.search(rf"(?<![A-Za-z0-9]){re.escape(a)}(?![A-Za-z0-9])", reply, re.IGNORECASE) for a in answers]
+    return sum(f is not None for f in found) / len(answers)
+
+
+@torch.inference_mode()
+def greedy(model, cache, prompt: list[int], max_new: int, stop_ids: set[int]) -> list[int]:
+    """Prefill `prompt` on `cache` and decode greedily up to `max_new` tokens (stops at an end-of-turn token)."""
+    device = next(model.parameters()).device
+    logits = kvstore.prefill(model, cache, torch.tensor([prompt], device=device))  # [1, V]
+    out: list[int] = []
+    for _ in range(max_new):
+        token = int(logits[0].argmax())
+        if token in stop_ids:
+            break
+        out.append(token)
+        logits = kvstore.forward(model, cache, torch.tensor([[token]], device=device))[:, -1]
+    return out
+
+
+def _stop_ids(tokenizer, renderer: ChatRenderer) -> set[int]:
+    ids = {i for i in renderer.end_of_turn_ids if i in tokenizer.all_special_ids}
+    return ids | ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
+
+
+def _ask(renderer: ChatRenderer, question: str, prefix: str) -> list[int]:
+    """Tokens of a new user turn with the question, the generation prompt and the answer prefix."""
+    return renderer.encode_messages([{"role": "user", "content": question}], first=False) + (
+        renderer.generation_prompt_ids + renderer.encode(prefix)
+    )
+
+
+def cache_budget(item: Item, spec: RunSpec, planned_tokens: int, block: int = 32) -> int | float | None:
+    """Context tasks: the density (fixed from the context at its prefill); multi_turn: a fixed token budget,
+    density x the planned conversation length (the first turn alone would make a density meaningless)."""
+    if spec.policy == "full":
+        return None
+    if item.task != "multi_turn":
+        return spec.density
+    return max(4 * block, round(spec.density * planned_tokens / block) * block)
+
+
+def run_item(model, tokenizer, item: Item, spec: RunSpec, planned_tokens: int) -> dict:
+    """Prefill the turns one by one on one evicting cache (true eviction), then ask the questions in turn."""
+    renderer = _renderer(tokenizer)
+    budget = cache_budget(item, spec, planned_tokens)
+    cache = kvstore.make_cache(model, spec.policy, budget, seed=spec.seed, chunk_size=spec.chunk_size)
+    device = next(model.parameters()).device
+    stop = _stop_ids(tokenizer, renderer)
+    context = 0
+    for i, batch in enumerate(item.turns):
+        ids = renderer.encode_messages(batch, first=i == 0)
+        kvstore.prefill(model, cache, torch.tensor([ids], device=device))
+        context += len(ids)
+    held = cache.stats()["tokens_held"] / len(cache.layers)
+    scores, replies = [], []
+    for q in item.questions:
+        out = greedy(model, cache, _ask(renderer, q.text, q.prefix), q.max_new_tokens, stop)
+        replies.append(renderer.decode(out))
+        kvstore.prefill(model, cache, torch.tensor([renderer.end_of_reply(out)], device=device))
+        if q.answers:
+            scores.append(score(replies[-1], q.answers))
+    return {
+        "score": sum(scores) / len(scores),
+        "replies": replies,
+        "context_tokens": context,
+        "held_tokens": held,
+        "budget": budget,
+    }
+
+
+_RENDERERS: dict[int, ChatRenderer] = {}
+
+
+def _renderer(tokenizer) -> ChatRenderer:
+    if id(tokenizer) not in _RENDERERS:
+        _RENDERERS[id(tokenizer)] = ChatRenderer(tokenizer)
+    return _RENDERERS[id(tokenizer)]
