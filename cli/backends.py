@@ -39,8 +39,26 @@ def new_session(cfg: RunConfig):
     from kvstore.session import Session
 
     config = session_config(cfg)
+    set_threads(cfg.threads, cfg.workers)
     model, tokenizer = load_once(cfg.model, cfg.device)
     return Session(model, tokenizer, config)
+
+
+def set_threads(threads: int | None, workers: int = 1) -> int:
+    """Set torch's CPU threads: as asked, else this process's share of the cores, 1 on an overloaded machine.
+
+    Oversubscribed OpenMP threads spin against each other: on a busy machine one thread decodes many times faster.
+    """
+    import os
+
+    import torch
+
+    if threads is None:
+        cores = os.cpu_count() or 1
+        busy = os.getloadavg()[0] >= cores
+        threads = 1 if busy else max(1, cores // max(1, workers))
+    torch.set_num_threads(threads)
+    return threads
 
 
 def session_config(cfg: RunConfig):

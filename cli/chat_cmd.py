@@ -40,6 +40,9 @@ def chat_cmd(
     name = session or (repo or Path.cwd()).resolve().name
     folder = cs.session_dir(name)
     console = Console(highlight=False)
+    from cli.backends import set_threads
+
+    set_threads(None)
     state, kv = _resume(folder, repo, given) if resume else _start(folder, repo, given, seed)
     agent_cfg = AgentConfig(
         max_steps=max_steps, max_steps_absolute=max_steps, max_new_tokens=max_new_tokens, temperature=temperature

@@ -26,10 +26,11 @@ def eval_cmd(
     budget: str = typer.Option("2048", "--budget", help="Cache budget: tokens per layer, a density, or 'none'."),
     protocol: str = typer.Option("true-eviction", "--protocol", help="true-eviction or re-prefill."),
     sandbox: str = typer.Option("auto", "--sandbox", "-s", help="auto, docker, bwrap, or local (no isolation)."),
-    max_steps: int = typer.Option(None, "--max-steps", help="Step limit (default 6; a replay: the recording's)."),
+    max_steps: int = typer.Option(None, "--max-steps", help="Step limit (default 5; a replay: the recording's)."),
     seed: int = typer.Option(0, "--seed", help="Seed of sampling and of the cache."),
     temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature (0 = greedy)."),
-    max_new_tokens: int = typer.Option(384, "--max-new-tokens", help="Most tokens in one reply."),
+    threads: int = typer.Option(None, "--threads", help="Torch CPU threads (default: cores/workers; 1 if busy)."),
+    max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Most tokens in one reply."),
     replay_dir: Path = typer.Option(None, "--replay-dir", help="Replay <dir>/<instance_id>[.*].jsonl per task."),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="Rerun finished tasks whose status is error."),
 ) -> None:
@@ -39,7 +40,7 @@ def eval_cmd(
     cfg = RunConfig(
         dataset=dataset, model=model, policy=policy, budget=parse_budget(budget), protocol=protocol,
         sandbox=sandbox, max_steps=max_steps, seed=seed, temperature=temperature, max_new_tokens=max_new_tokens,
-        replay_dir=replay_dir,
+        replay_dir=replay_dir, threads=threads, workers=workers,
     )  # fmt: skip
     run_eval(cfg, out, instances, slice_, workers, executor, ray_address, retry_errors)
 

