@@ -1,0 +1,113 @@
+"""`nexus-agent eval` over built-in tasks with the replay backend: resume after a kill, Ctrl-C, Ray, its files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from clilib import GOLD_DIR, cli_env, nexus
+
+from cli import eval_files
+from cli.runner import RunConfig, RunError
+from tasks import load_tasks
+
+IDS = ["nexus-demo__pagekit-1", "nexus-demo__semver-lite-1"]
+pytestmark = pytest.mark.usefixtures("bwrap_installed")
+
+
+def _eval_args(out: Path, *extra: str) -> list[str]:
+    return ["eval", "--replay-dir", str(GOLD_DIR), "--instances", ",".join(IDS), "--sandbox", "bwrap",
+            "--out", str(out), *extra]  # fmt: skip
+
+
+def _start(out: Path, home: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-c", "from cli.app import main; main()", *_eval_args(out)]
+    return subprocess.Popen(cmd, env=cli_env(home), cwd=home, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+
+
+def _reports(out: Path) -> dict[str, Path]:
+    return {p.parent.name: p for p in out.glob("*/report.json")}
+
+
+def _wait_for(cond, timeout: float = 240) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.2)
+
+
+def _check_outputs(out: Path, expect: set[str]) -> list[dict]:
+    """predictions.jsonl and summary.json describe exactly the finished tasks."""
+    preds = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert {p["instance_id"] for p in preds} == expect and len(preds) == len(expect)
+    for p in preds:
+        assert set(p) == {"instance_id", "model_name_or_path", "model_patch"}
+        assert p["model_patch"] == (out / p["instance_id"] / "patch.diff").read_text()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["finished"] == len(expect) and summary["total"] == len(IDS)
+    return preds
+
+
+def test_resume_after_kill_redoes_nothing_and_loses_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = _start(out, tmp_path)
+    try:
+        _wait_for(lambda: len(_reports(out)) >= 1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole group: the eval and its workers, mid-run
+        proc.wait()
+    before = {k: (p.stat().st_mtime_ns, p.read_text()) for k, p in _reports(out).items()}
+    assert 1 <= len(before) < len(IDS)
+    res = nexus(*_eval_args(out), env=cli_env(tmp_path), cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"{len(before)} already finished, {len(IDS) - len(before)} to run" in res.stdout
+    after = _reports(out)
+    assert set(after) == set(IDS)
+    for ident, (mtime, text) in before.items():  # not redone: the very same file
+        assert after[ident].stat().st_mtime_ns == mtime and after[ident].read_text() == text
+    _check_outputs(out, set(IDS))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["resolved"] == len(IDS) and summary["statuses"] == {"resolved": len(IDS)}
+    again = nexus(*_eval_args(out), env=cli_env(tmp_path), cwd=tmp_path)
+    assert "0 to run" in again.stdout and f"resolved {len(IDS)}/{len(IDS)}" in again.stdout
+
+
+@pytest.mark.slow
+def test_ctrl_c_leaves_a_consistent_run(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = _start(out, tmp_path)
+    _wait_for(lambda: any(out.glob("*/trajectory.jsonl")))
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
+    assert proc.wait(timeout=120) == 130
+    _check_outputs(out, set(_reports(out)))
+    assert len(_reports(out)) < len(IDS)
+
+
+@pytest.mark.slow
+def test_ray_executor(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    res = nexus(*_eval_args(out, "--executor", "ray", "--workers", "2"), env=cli_env(tmp_path), cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert set(_reports(out)) == set(IDS)
+    _check_outputs(out, set(IDS))
+    assert json.loads((out / "summary.json").read_text())["resolved"] == len(IDS)
+
+
+def test_selection_and_settings_errors(tmp_path: Path) -> None:
+    tasks = load_tasks(None)
+    assert [t.instance_id for t in eval_files.select(tasks, ",".join(reversed(IDS)), None)] == IDS[::-1]
+    assert eval_files.select(tasks, None, "1:3") == tasks[1:3]
+    for instances, slice_ in (("nope", None), (None, "a:b"), (IDS[0], "0:1")):
+        with pytest.raises(RunError):
+            eval_files.select(tasks, instances, slice_)
+    eval_files.claim_out_dir(tmp_path, RunConfig(policy="nexus"))
+    eval_files.claim_out_dir(tmp_path, RunConfig(policy="nexus"))  # the same settings resume
+    with pytest.raises(RunError, match="policy: 'nexus' -> 'snapkv'"):
+        eval_files.claim_out_dir(tmp_path, RunConfig(policy="snapkv"))
