@@ -10,6 +10,7 @@ from typing import Annotated
 
 import torch
 import typer
+from rich.console import Console
 
 from cli.app import bench_app
 from cli.bench.common import console, write_json
@@ -130,8 +131,9 @@ def quality(
     t0 = time.perf_counter()
     rows = run(cfg, mdl, tok, on_row=save)
     summary = with_average(summarize(rows), list(cfg.tasks))
+    wide = Console(width=max(console.width, 140))  # tables stay whole when the output is a file
     for d in cfg.densities:
-        console.print(density_table(summary, d, list(cfg.policies), list(cfg.tasks)))
+        wide.print(density_table(summary, d, list(cfg.policies), list(cfg.tasks)))
     console.print(f"{len(rows)} runs in {time.perf_counter() - t0:.0f}s")
     if plot_path:
         plot(summary, list(cfg.policies), list(cfg.tasks), plot_path)
