@@ -23,6 +23,8 @@ _COMMAND_MODULES = [
     "cli.env_cmd",
     "cli.grade_cmd",
     "cli.bench.gpu",
+    "cli.bench.quality",
+    "cli.bench.speed",
     "cli.solve_cmd",
     "cli.eval_cmd",
     "cli.chat_cmd",

@@ -89,7 +89,8 @@ def test_unknown_policy_is_one_clear_error() -> None:
 @pytest.mark.slow
 def test_quick_run_writes_table_json_and_plot(tmp_path: Path, smol) -> None:
     out, png = tmp_path / "q.json", tmp_path / "q.png"
-    args = ["bench", "quality", "--quick", "--tasks", "single_needle,multi_turn", "--json", str(out), "--plot", str(png)]
+    tasks = "single_needle,multi_turn"
+    args = ["bench", "quality", "--quick", "--tasks", tasks, "--json", str(out), "--plot", str(png)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "Quality at density 50%" in result.output
