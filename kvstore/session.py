@@ -186,11 +186,13 @@ class Session:
             reply["finish"] = self._decode(stream, min(max_new_tokens, room), temperature, top_p)
             return len(stream.ids)
 
-        stats = self._turn(decode)
-        ids = list(stream.ids)
-        text = self.renderer.decode(ids[:-1] if reply["finish"] == "eos" else ids)
-        self.tokens.extend(self.renderer.end_of_reply(ids))
-        self.messages.append({"role": "assistant", "content": text})
+        try:
+            stats = self._turn(decode)
+        finally:  # also when interrupted (Ctrl-C in a chat): close the turn so the history stays a conversation
+            ids = list(stream.ids)
+            text = self.renderer.decode(ids[:-1] if reply.get("finish") == "eos" else ids)
+            self.tokens.extend(self.renderer.end_of_reply(ids))
+            self.messages.append({"role": "assistant", "content": text})
         return Reply(text=text, token_ids=ids, finish_reason=reply["finish"], stats=stats)
 
     # --- the model ------------------------------------------------------------------------------------------------
@@ -201,12 +203,17 @@ class Session:
         before = self.cache.stats()
         t0 = self._now()
         pending = len(self.tokens) - self.prefilled
-        if pending:
-            ids = torch.tensor([self.tokens[self.prefilled :]], device=self.device)  # [1, pending]
-            self._logits = kvstore.prefill(self.model, self.cache, ids, self.config.chunk_size)[0]  # [V]
-            self.prefilled = len(self.tokens)
-        t1 = self._now()
-        generated = decode() or 0
+        try:
+            if pending:
+                ids = torch.tensor([self.tokens[self.prefilled :]], device=self.device)  # [1, pending]
+                self._logits = kvstore.prefill(self.model, self.cache, ids, self.config.chunk_size)[0]  # [V]
+                self.prefilled = len(self.tokens)
+            t1 = self._now()
+            generated = decode() or 0
+        except BaseException:
+            # a forward cut short may leave some layers ahead of others: start over from the token history
+            self.cache, self.prefilled = self.new_cache(), 0
+            raise
         t2 = self._now()
         stats = self._stats(before, self.cache.stats(), pending, generated, t1 - t0, t2 - t1)
         self.turns.append(stats)

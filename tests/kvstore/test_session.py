@@ -158,3 +158,24 @@ def test_bad_generation_arguments() -> None:
         with pytest.raises(KVStoreError):
             s.generate(**kwargs)
     assert s.num_tokens == len(s.renderer.encode_messages([{"role": "user", "content": "hi"}], first=True))
+
+
+def test_an_interrupted_reply_leaves_a_usable_session() -> None:
+    s = session(**EVICTING)
+    s.append([{"role": "user", "content": words(100)}])
+
+    seen: list[str] = []
+
+    def interrupt(piece: str) -> None:
+        seen.append(piece)
+        if len(seen) == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        s.generate(20, on_token=interrupt)
+    assert s.tokens[-len(s.renderer.end_of_turn_ids) :] == s.renderer.end_of_turn_ids  # the turn was closed
+    assert s.messages[-1]["role"] == "assistant" and s.prefilled == 0  # the cache starts over from the history
+    s.append([{"role": "user", "content": "again"}])
+    reply = s.generate(4)
+    assert reply.stats.prefill_tokens == reply.stats.history_tokens - 4  # the whole history, once
+    assert s.cache.get_seq_length() == s.prefilled
