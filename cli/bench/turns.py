@@ -91,7 +91,9 @@ def play(
     session.append(opening)
     rows = []
     for messages in turns:
-        rows.append(session.prefill().to_dict())
+        stats = session.prefill()
+        console.print(f"  {stats.summary()}", style="dim", highlight=False)
+        rows.append(stats.to_dict())
         session.append(messages)
     return rows, session.tokens
 
