@@ -41,5 +41,10 @@ def _register() -> None:
 
 def main() -> None:
     """Console-script entry point: user errors print one line and exit 2, never a traceback."""
+    import signal
+    import sys
+
+    # SIGTERM unwinds like Ctrl-C does (finally blocks and atexit run: sandboxes close, trajectories are flushed)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     _register()
     errors.run(app)
