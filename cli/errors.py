@@ -6,6 +6,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 _err = Console(stderr=True)
 
@@ -33,5 +34,6 @@ def run(app: typer.Typer) -> None:
         _err.print("[yellow]interrupted[/yellow]")
         sys.exit(130)
     except user_error_types() as exc:
-        _err.print(f"[red]error:[/red] {exc}", highlight=False)
+        message = " ".join(str(exc).split())  # one line, whatever the message holds; never wrapped by the console
+        _err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
         sys.exit(2)

@@ -1,0 +1,128 @@
+"""`nexus-agent chat` driven through a pseudo-terminal: requests on one persistent session, Ctrl-C, quit, resume.
+
+The model is a tiny random Qwen3 saved to disk: whatever it writes, the session, the cache and the files must
+hold together.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from clilib import Pty, cli_env
+
+from agent.protocols import ToolCall
+from cli import chat_session as cs
+from kvstore.persist import read_session_file
+
+pytestmark = pytest.mark.usefixtures("bwrap_installed")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "proj"
+    repo.mkdir()
+    (repo / "app.py").write_text("print('hello')\n")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    return repo
+
+
+def _chat(tmp_path: Path, model: Path, *args: str) -> Pty:
+    base = ["chat", "--session", "s", "--model", str(model), "--max-steps", "1", "--max-new-tokens", "6", "--yolo"]
+    return Pty([*base, *args], cli_env(tmp_path / "home"), tmp_path)
+
+
+def _ask(chat: Pty, text: str) -> str:
+    chat.send(text)
+    return ANSI.sub("", chat.expect("you> "))
+
+
+def _saved(tmp_path: Path) -> tuple[dict, dict]:
+    folder = tmp_path / "home" / "sessions" / "s"
+    doc, _ = read_session_file(folder / cs.SESSION_FILE)
+    return doc, json.loads((folder / cs.STATE_FILE).read_text())
+
+
+def _user_texts(doc: dict) -> str:
+    return "\n".join(m["content"] for m in doc["messages"] if m["role"] == "user")
+
+
+def test_two_requests_quit_resume_third_sees_the_history(tmp_path: Path, repo: Path, tiny_model_dir: Path) -> None:
+    chat = _chat(tmp_path, tiny_model_dir, "--repo", str(repo))
+    chat.expect("you> ")
+    first = _ask(chat, "first request: alpha")
+    assert "step 1" in first and "turn 1: prefill" in first
+    second = _ask(chat, "second request: beta")
+    assert "turn 2: prefill" in second
+    chat.send("/quit")
+    chat.expect("--resume")
+    assert chat.close() == 0
+    doc, state = _saved(tmp_path)
+    assert state["requests"] == ["first request: alpha", "second request: beta"] and state["repo"] == str(repo)
+    history = doc["turns"][-1]["history_tokens"]
+
+    chat = _chat(tmp_path, tiny_model_dir, "--resume")
+    banner = ANSI.sub("", chat.expect("you> "))
+    assert "resumed: 2 requests" in banner and str(repo) in banner
+    listed = _ask(chat, "/history")
+    assert "1. first request: alpha" in listed and "2. second request: beta" in listed
+    third = _ask(chat, "third request: gamma")
+    assert "turn 3: prefill" in third
+    stats = _ask(chat, "/stats")
+    assert all(f"turn {n}: prefill" in stats for n in (1, 2, 3))
+    chat.send("/quit")
+    chat.expect("--resume")
+    assert chat.close() == 0
+    doc, state = _saved(tmp_path)
+    users = _user_texts(doc)
+    assert users.index("alpha") < users.index("beta") < users.index("gamma")  # one conversation, in order
+    turn3 = doc["turns"][2]
+    assert turn3["turn"] == 3 and turn3["prefill_tokens"] < history < turn3["history_tokens"]  # the cache went on
+    assert doc["messages"][0]["role"] == "system" and sum(m["role"] == "system" for m in doc["messages"]) == 1
+
+
+def test_ctrl_c_stops_the_turn_and_keeps_the_session(tmp_path: Path, repo: Path, tiny_model_dir: Path) -> None:
+    chat = Pty(["chat", "--session", "s", "--model", str(tiny_model_dir), "--max-steps", "30", "--max-new-tokens", "4",
+                "--yolo", "--repo", str(repo)], cli_env(tmp_path / "home"), tmp_path)  # fmt: skip
+    chat.expect("you> ")
+    chat.send("keep going")
+    chat.expect("step 1")
+    chat.interrupt()
+    out = ANSI.sub("", chat.expect("you> "))
+    assert "stopping after the current step" in out and "turn stopped" in out
+    doc, state = _saved(tmp_path)
+    steps = len(doc["turns"])
+    assert 1 <= steps < 30 and state["unseen"]  # the last observation waits for the next request
+    after = _ask(chat, "/stats")
+    assert f"{steps} turns" in after
+    chat.send("/quit")
+    assert chat.close() == 0
+
+
+def test_resume_errors_are_one_line(tmp_path: Path, repo: Path, tiny_model_dir: Path) -> None:
+    from clilib import nexus
+
+    env = cli_env(tmp_path / "home")
+    res = nexus("chat", "--session", "nothing", "--resume", env=env, cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.startswith("error: no chat session") and res.stderr.count("\n") == 1
+    folder = tmp_path / "home" / "sessions" / "bad"
+    folder.mkdir(parents=True)
+    cs.ChatState(repo=str(repo), config={"model": str(tiny_model_dir)}, requests=["x"]).save(folder)
+    (folder / cs.SESSION_FILE).write_bytes(b"\x00garbage, not a session")
+    res = nexus("chat", "--session", "bad", "--resume", env=env, cwd=tmp_path)
+    assert res.returncode == 2 and "is not a readable session file" in res.stderr and res.stderr.count("\n") == 1
+    (folder / cs.STATE_FILE).write_text("{not json")
+    res = nexus("chat", "--session", "bad", "--resume", env=env, cwd=tmp_path)
+    assert res.returncode == 2 and "chat.json is corrupt" in res.stderr and res.stderr.count("\n") == 1
+
+
+def test_confirm_mode_asks_before_changes_only() -> None:
+    assert cs.needs_confirmation(ToolCall("execute_bash", {"cmd": "ls"}))
+    assert cs.needs_confirmation(ToolCall("file_editor", {"command": "str_replace", "path": "/testbed/a.py"}))
+    assert not cs.needs_confirmation(ToolCall("file_editor", {"command": "view", "path": "/testbed"}))
+    assert not cs.needs_confirmation(ToolCall("search", {"search_term": "x"}))
+    assert cs.describe(ToolCall("execute_bash", {"cmd": "pytest -q"})) == "$ pytest -q"
