@@ -31,7 +31,7 @@ class QualityConfig:
     policies: tuple[str, ...] = tuple(POLICIES)  # policies (the ablations are policies too)
     densities: tuple[float, ...] = (0.2, 0.5)  # shares of the context kept
     tasks: tuple[str, ...] = TASKS  # tasks to run
-    items: int = 3  # items per task
+    items: int = 2  # items per task
     seeds: int = 3  # cache seeds for the stochastic policies (deterministic ones run once, seed 0)
     context_tokens: int = 1024  # haystack / conversation length in tokens
     threads: int = 1  # torch CPU threads (1 is fastest on a shared, busy machine)
@@ -124,16 +124,24 @@ def quality(
     mdl, tok, info = load_model(cfg.model)
     console.print(f"{info.name} ({info.dtype}, {cfg.threads} thread(s)): {len(cfg.specs())} runs per item")
 
+    def summaries(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+        return (
+            with_average(summarize(rows), list(cfg.tasks)),
+            with_average(summarize(rows, "evidence_kept"), list(cfg.tasks)),
+        )
+
     def save(rows: list[dict]) -> None:
-        summary = with_average(summarize(rows), list(cfg.tasks))
-        write_json(json_path, {"benchmark": "quality", "config": cfg.__dict__, "summary": summary, "rows": rows})
+        summary, kept = summaries(rows)
+        payload = {"benchmark": "quality", "config": cfg.__dict__, "summary": summary, "evidence_kept": kept}
+        write_json(json_path, payload | {"rows": rows})
 
     t0 = time.perf_counter()
     rows = run(cfg, mdl, tok, on_row=save)
-    summary = with_average(summarize(rows), list(cfg.tasks))
+    summary, kept = summaries(rows)
     wide = Console(width=max(console.width, 140))  # tables stay whole when the output is a file
     for d in cfg.densities:
         wide.print(density_table(summary, d, list(cfg.policies), list(cfg.tasks)))
+        wide.print(density_table(kept, d, list(cfg.policies), list(cfg.tasks), "Evidence tokens still held"))
     console.print(f"{len(rows)} runs in {time.perf_counter() - t0:.0f}s")
     if plot_path:
         plot(summary, list(cfg.policies), list(cfg.tasks), plot_path)

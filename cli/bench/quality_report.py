@@ -18,11 +18,13 @@ SHORT = {
 }  # column labels that fit a terminal
 
 
-def summarize(rows: list[dict]) -> list[dict]:
-    """One record per (policy, density, task): mean over items per seed, then mean and std over seeds."""
+def summarize(rows: list[dict], key: str = "score") -> list[dict]:
+    """One record per (policy, density, task) of `key` (rows without it are skipped): mean over items per seed,
+    then mean and std over seeds."""
     per_seed: dict[tuple, list[float]] = defaultdict(list)
     for r in rows:
-        per_seed[(r["policy"], r["density"], r["task"], r["seed"])].append(r["score"])
+        if r.get(key) is not None:
+            per_seed[(r["policy"], r["density"], r["task"], r["seed"])].append(r[key])
     cells: dict[tuple, list[float]] = defaultdict(list)
     counts: dict[tuple, int] = defaultdict(int)
     for (policy, density, task, _seed), scores in per_seed.items():
@@ -56,10 +58,12 @@ def with_average(summary: list[dict], tasks: list[str]) -> list[dict]:
     return out
 
 
-def density_table(summary: list[dict], density: float, policies: list[str], tasks: list[str]) -> Table:
+def density_table(
+    summary: list[dict], density: float, policies: list[str], tasks: list[str], what: str = "Accuracy"
+) -> Table:
     """Policy x task at one density (full attention, which has no density, shown as the reference row)."""
     cell = {(s["policy"], s["task"]): s for s in summary if s["density"] in (density, None)}
-    t = Table(title=f"Quality at density {density:.0%} (turns: token budget = density x conversation)")
+    t = Table(title=f"{what} at density {density:.0%} (turns: token budget = density x conversation)")
     t.add_column("policy", no_wrap=True)
     for task in [*tasks, "avg"]:
         t.add_column(SHORT.get(task, task), justify="right", no_wrap=True)

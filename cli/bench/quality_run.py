@@ -76,12 +76,14 @@ def run_item(model, tokenizer, item: Item, spec: RunSpec, planned_tokens: int) -
     cache = kvstore.make_cache(model, spec.policy, budget, seed=spec.seed, chunk_size=spec.chunk_size)
     device = next(model.parameters()).device
     stop = _stop_ids(tokenizer, renderer)
-    context = 0
+    context, spans = 0, []
     for i, batch in enumerate(item.turns):
         ids = renderer.encode_messages(batch, first=i == 0)
+        spans += [[context + t for t in span] for span in evidence_spans(tokenizer, renderer, batch, i == 0, item)]
         kvstore.prefill(model, cache, torch.tensor([ids], device=device))
         context += len(ids)
     held = cache.stats()["tokens_held"] / len(cache.layers)
+    kept = retention(cache, spans)
     scores, replies = [], []
     for q in item.questions:
         out = greedy(model, cache, _ask(renderer, q.text, q.prefix), q.max_new_tokens, stop)
@@ -95,7 +97,40 @@ def run_item(model, tokenizer, item: Item, spec: RunSpec, planned_tokens: int) -
         "context_tokens": context,
         "held_tokens": held,
         "budget": budget,
+        **kept,
     }
+
+
+def evidence_spans(tokenizer, renderer: ChatRenderer, batch: list[dict], first: bool, item: Item) -> list[list[int]]:
+    """Token indices (within this batch's tokens) of each evidence sentence found in the batch's text."""
+    text = renderer.messages_text(batch, first)
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    spans = []
+    for sentence in item.evidence:
+        start = text.find(sentence)
+        if start >= 0:
+            end = start + len(sentence)
+            spans.append([t for t, (a, b) in enumerate(enc["offset_mapping"]) if a < end and b > start])
+    return spans
+
+
+def retention(cache, spans: list[list[int]]) -> dict:
+    """How much of the evidence the cache still holds, over layers and kv heads (heads of per-head policies
+    separately): the share of evidence tokens held, and the share of evidence sentences held whole."""
+    if not spans:
+        return {}
+    tokens, whole = [], []
+    for layer in cache.layers:
+        for h in range(layer.positions.shape[1]):
+            pos = layer.positions[0, h]  # [T_held]
+            if layer.valid is not None:
+                pos = pos[layer.valid[0, h]]
+            held = set(pos.tolist())
+            for span in spans:
+                hit = sum(p in held for p in span)
+                tokens.append(hit / len(span))
+                whole.append(float(hit == len(span)))
+    return {"evidence_kept": sum(tokens) / len(tokens), "evidence_whole": sum(whole) / len(whole)}
 
 
 _RENDERERS: dict[int, ChatRenderer] = {}

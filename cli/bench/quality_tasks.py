@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import sysconfig
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -41,6 +41,7 @@ class Item:
     task: str  # task name (TASKS)
     turns: list[list[dict]]  # message batches, each prefilled on the cache before the next
     questions: list[Question]  # asked one after another, each reply staying in the conversation
+    evidence: list[str] = field(default_factory=list)  # sentences the answers depend on (their survival is measured)
 
 
 @lru_cache(maxsize=1)
@@ -108,7 +109,7 @@ def single_needle(rng: random.Random, lines: list[str]) -> Item:
         f"The special magic number for {key} is",
         [value],
     )
-    return _item("single_needle", plant(lines, [_magic(key, value)], rng), q)
+    return _item("single_needle", plant(lines, [_magic(key, value)], rng), q, evidence=[_magic(key, value)])
 
 
 def multi_key(rng: random.Random, lines: list[str], keys: int = 4) -> Item:
@@ -120,7 +121,8 @@ def multi_key(rng: random.Random, lines: list[str], keys: int = 4) -> Item:
         f"The special magic number for {names[ask]} is",
         [values[ask]],
     )
-    return _item("multi_key", plant(lines, [_magic(k, v) for k, v in zip(names, values, strict=False)], rng), q)
+    ctx = plant(lines, [_magic(k, v) for k, v in zip(names, values, strict=False)], rng)
+    return _item("multi_key", ctx, q, evidence=[_magic(names[ask], values[ask])])
 
 
 def multi_value(rng: random.Random, lines: list[str], values: int = 2) -> Item:
@@ -132,7 +134,8 @@ def multi_value(rng: random.Random, lines: list[str], values: int = 2) -> Item:
         nums,
         max_new_tokens=24,
     )
-    return _item("multi_value", plant(lines, [_magic(key, v) for v in nums], rng), q)
+    needles = [_magic(key, v) for v in nums]
+    return _item("multi_value", plant(lines, needles, rng), q, evidence=needles)
 
 
 def two_hop(rng: random.Random, lines: list[str]) -> Item:
@@ -153,7 +156,7 @@ def two_hop(rng: random.Random, lines: list[str]) -> Item:
         6,
     )
     then = Question("What is the secret code in that drawer?", "The secret code in that drawer is", [code])
-    return _item("two_hop", ctx, first, then)
+    return _item("two_hop", ctx, first, then, evidence=needles[:2])
 
 
 def variable_tracking(rng: random.Random, lines: list[str], hops: int = 3) -> Item:
@@ -167,11 +170,11 @@ def variable_tracking(rng: random.Random, lines: list[str], hops: int = 3) -> It
         names,
         max_new_tokens=16,
     )
-    return _item("variable_tracking", plant(lines, needles, rng, ordered=True), q)
+    return _item("variable_tracking", plant(lines, needles, rng, ordered=True), q, evidence=needles)
 
 
-def _item(task: str, context: str, *questions: Question) -> Item:
-    return Item(task, [[{"role": "user", "content": INSTRUCTION + context}]], list(questions))
+def _item(task: str, context: str, *questions: Question, evidence: list[str]) -> Item:
+    return Item(task, [[{"role": "user", "content": INSTRUCTION + context}]], list(questions), evidence)
 
 
 def conversation(rng: random.Random, tokenizer, n_tokens: int, chunk_tokens: int = 160) -> Item:
@@ -206,7 +209,12 @@ def conversation(rng: random.Random, tokenizer, n_tokens: int, chunk_tokens: int
             "What is the release branch called, as I told you at the start?", "The release branch is called", [branch]
         ),
     ]
-    return Item("multi_turn", turns, questions)
+    evidence = [
+        f"The deploy key is {key}.",
+        f"The staging server is named {server}.",
+        f"The release branch is called {branch}.",
+    ]
+    return Item("multi_turn", turns, questions, evidence)
 
 
 GENERATORS = {

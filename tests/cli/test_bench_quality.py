@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import cli.bench.quality  # noqa: F401 - registers the command
 from cli.app import app
 from cli.bench.quality import QualityConfig
-from cli.bench.quality_run import RunSpec, cache_budget, score
+from cli.bench.quality_run import RunSpec, _renderer, cache_budget, evidence_spans, score
 from cli.bench.quality_tasks import CONTEXT_TASKS, TASKS, make_item, stdlib_files
 from kvstore.models import load_model
 
@@ -50,6 +50,21 @@ def test_two_hop_bridge_needle_does_not_name_the_person(smol) -> None:
     person = first.prefix.split()[0]
     code_line = next(line for line in item.turns[0][0]["content"].splitlines() if then.answers[0] in line)
     assert person not in code_line  # reaching the code needs the drawer, i.e. the other needle
+
+
+def test_evidence_spans_cover_exactly_the_evidence(smol) -> None:
+    _, tok = smol
+    renderer = _renderer(tok)
+    for task in TASKS:
+        item = make_item(task, 0, 0, tok, 400)
+        found = []
+        for i, batch in enumerate(item.turns):
+            ids = renderer.encode_messages(batch, first=i == 0)
+            found += [
+                tok.decode([ids[t] for t in span]).strip()
+                for span in evidence_spans(tok, renderer, batch, i == 0, item)
+            ]
+        assert found and sorted(found) == sorted(item.evidence), task
 
 
 def test_multi_turn_is_a_conversation_of_tool_turns(smol) -> None:
@@ -102,8 +117,10 @@ def test_quick_run_writes_table_json_and_plot(tmp_path: Path, smol) -> None:
     for r in rows:
         if r["policy"] == "full":
             assert r["held_tokens"] == r["context_tokens"]  # nothing evicted
+            assert r["evidence_kept"] == r["evidence_whole"] == 1.0
         else:
             assert r["held_tokens"] < r["context_tokens"]  # compressed before the question was seen
+            assert 0.0 <= r["evidence_whole"] <= r["evidence_kept"] <= 1.0
     nexus = [s for s in data["summary"] if s["policy"] == "nexus" and s["task"] == "single_needle"]
     assert nexus[0]["seeds"] == 2
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
