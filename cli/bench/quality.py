@@ -4,7 +4,7 @@ question is seen, at several densities; a table per density, a JSON file and a P
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
@@ -17,7 +17,7 @@ from cli.bench.common import console, write_json
 from cli.bench.quality_report import density_table, plot, summarize, with_average
 from cli.bench.quality_run import RunSpec, run_item
 from cli.bench.quality_tasks import TASKS, make_item
-from kvstore import POLICIES
+from kvstore import POLICIES, CacheConfig
 from kvstore.errors import KVStoreError
 
 STOCHASTIC = ("nexus", "direct-reservoir")  # reservoir selectors: run with several seeds, spread reported
@@ -36,6 +36,7 @@ class QualityConfig:
     context_tokens: int = 1024  # haystack / conversation length in tokens
     threads: int = 1  # torch CPU threads (1 is fastest on a shared, busy machine)
     data_seed: int = 0  # seed of the task generator
+    cache_options: dict = field(default_factory=dict)  # CacheConfig knobs for every evicting policy (ablations)
 
     def specs(self) -> list[RunSpec]:
         """The run matrix: full once, every other policy at each density (stochastic ones per seed)."""
@@ -43,7 +44,8 @@ class QualityConfig:
         for d in self.densities:
             for p in self.policies:
                 if p != "full":
-                    out += [RunSpec(p, d, s) for s in range(self.seeds if p in STOCHASTIC else 1)]
+                    seeds = range(self.seeds if p in STOCHASTIC else 1)
+                    out += [RunSpec(p, d, s, options=self.cache_options) for s in seeds]
         return out
 
 
@@ -80,6 +82,28 @@ def run(cfg: QualityConfig, model, tokenizer, on_row=None) -> list[dict]:
     return rows
 
 
+def parse_options(pairs: list[str]) -> dict:
+    """KEY=VALUE strings to CacheConfig options (ints, floats, booleans, else strings)."""
+    out = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep:
+            raise KVStoreError(f"cache option {pair!r} is not KEY=VALUE")
+        lowered = raw.lower()
+        if lowered in ("true", "false"):
+            out[key] = lowered == "true"
+        else:
+            try:
+                out[key] = int(raw)
+            except ValueError:
+                try:
+                    out[key] = float(raw)
+                except ValueError:
+                    out[key] = raw
+    CacheConfig.from_options(**out)  # unknown keys and bad values: one clear error now, not mid-run
+    return out
+
+
 def _parse(cfg: QualityConfig) -> None:
     unknown = [p for p in cfg.policies if p not in POLICIES] + [t for t in cfg.tasks if t not in TASKS]
     if unknown:
@@ -103,6 +127,9 @@ def quality(
     quick: Annotated[
         bool, typer.Option(help="A few items at tiny sizes: checks the machinery, not the numbers.")
     ] = False,
+    cache_option: Annotated[
+        list[str] | None, typer.Option(help="KEY=VALUE CacheConfig knob for evicting policies (repeatable).")
+    ] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write rows + summary as JSON here.")] = None,
     plot_path: Annotated[Path | None, typer.Option("--plot", help="Write the accuracy-vs-density PNG here.")] = None,
 ) -> None:
@@ -115,6 +142,7 @@ def quality(
         "items": items,
         "seeds": seeds,
         "context_tokens": context_tokens,
+        "cache_options": parse_options(cache_option or []) or None,
     }
     cfg = QualityConfig(**(base.__dict__ | {k: v for k, v in overrides.items() if v is not None}))
     _parse(cfg)

@@ -7,7 +7,7 @@ chunk by chunk on the evicting cache, and only then the question, the generation
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -24,6 +24,7 @@ class RunSpec:
     density: float  # share of the context kept (multi_turn: of the planned conversation length, as a token budget)
     seed: int  # cache seed (reservoir draws)
     chunk_size: int = 512  # prefill chunk in tokens
+    options: dict = field(default_factory=dict)  # further CacheConfig knobs for evicting policies (ablations)
 
 
 def score(reply: str, answers: list[str]) -> float:
@@ -73,7 +74,8 @@ def run_item(model, tokenizer, item: Item, spec: RunSpec, planned_tokens: int) -
     """Prefill the turns one by one on one evicting cache (true eviction), then ask the questions in turn."""
     renderer = _renderer(tokenizer)
     budget = cache_budget(item, spec, planned_tokens)
-    cache = kvstore.make_cache(model, spec.policy, budget, seed=spec.seed, chunk_size=spec.chunk_size)
+    options = {} if spec.policy == "full" else spec.options
+    cache = kvstore.make_cache(model, spec.policy, budget, seed=spec.seed, chunk_size=spec.chunk_size, **options)
     device = next(model.parameters()).device
     stop = _stop_ids(tokenizer, renderer)
     context, spans = 0, []
