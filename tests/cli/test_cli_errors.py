@@ -1,0 +1,61 @@
+"""Mistakes a user can make end with one clear line on stderr and exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli.app import main
+
+
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture):
+    """Run the real entry point in this process (as the console script does); its stderr."""
+
+    def run(*args: str, **env: str) -> str:
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setattr(sys, "argv", ["nexus-agent", *args])
+        with pytest.raises(SystemExit) as exit_:
+            main()
+        out, err = capsys.readouterr()
+        assert exit_.value.code == 2, out + err
+        assert err.startswith("error: ") and err.count("\n") == 1, err
+        assert "Traceback" not in out + err
+        return err
+
+    return run
+
+
+def test_unknown_task_id_suggests_the_close_one(cli, tmp_path: Path) -> None:
+    err = cli("solve", "nexus-demo__pagekit-2")
+    assert "no task 'nexus-demo__pagekit-2'" in err and "did you mean nexus-demo__pagekit-1" in err
+
+
+def test_missing_docker(cli, tmp_path: Path) -> None:
+    gone = f"unix://{tmp_path}/no-docker.sock"
+    err = cli("solve", "--sandbox", "docker", DOCKER_HOST=gone)
+    assert "no Docker daemon answers" in err and "--sandbox bwrap" in err
+    err = cli("eval", "--sandbox", "docker", "--out", str(tmp_path / "o"), DOCKER_HOST=gone)
+    assert "no Docker daemon answers" in err
+
+
+@pytest.mark.usefixtures("bwrap_installed")
+def test_unknown_model_offline(cli, tmp_path: Path) -> None:
+    err = cli("solve", "--model", "nobody/no-such-model", "--sandbox", "bwrap")
+    assert "'nobody/no-such-model'" in err and "smollm2-135m" in err
+    err = cli("eval", "--model", "nobody/no-such-model", "--out", str(tmp_path / "o"))
+    assert "'nobody/no-such-model'" in err
+    assert not (tmp_path / "o").exists()  # refused before any work
+
+
+def test_bad_flags_and_files(cli, tmp_path: Path) -> None:
+    assert "--budget 'lots'" in cli("solve", "--budget", "lots")
+    err = cli("eval", "--replay-dir", str(tmp_path / "none"), "--out", str(tmp_path / "o"))
+    assert "is not a directory" in err
+    assert "unknown --executor" in cli("eval", "--executor", "k8s", "--out", str(tmp_path / "o"))
+    assert "trajectory file not found" in cli("solve", "--replay", str(tmp_path / "t.jsonl"))
