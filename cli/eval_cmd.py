@@ -127,6 +127,7 @@ def _preflight(cfg: RunConfig) -> None:
 
 def _print_summary(console: Console, summary: dict, out: Path) -> None:
     t = summary["totals"]
+    console.print()
     console.print(
         f"[bold]resolved {summary['resolved']}/{summary['total']}[/bold] (finished {summary['finished']}; "
         f"{', '.join(f'{k} {v}' for k, v in sorted(summary['statuses'].items()))}) | {summary['turns']} turns, "
