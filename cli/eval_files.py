@@ -94,6 +94,16 @@ def summarize(reports: list[dict[str, Any]], total: int, wall_s: float) -> dict[
         "exit_reasons": {r["instance_id"]: r.get("exit_reason") for r in reports},
         "totals": turn_totals(turns),
         "turns": len(turns),
+        "mean_per_turn": _means(turns),
         "agent_s": round(sum(r.get("agent_s", 0) for r in reports), 1),
         "wall_s_this_session": round(wall_s, 1),
     }
+
+
+def _means(turns: list[dict[str, Any]]) -> dict[str, float]:
+    """Per-turn means of the cache statistics (empty for backends without them, e.g. replay)."""
+    keys = ("prefill_tokens", "generated_tokens", "evicted_tokens", "held_tokens", "prefill_s", "decode_s", "evict_s")
+    with_stats = [t for t in turns if "held_tokens" in t]
+    if not with_stats:
+        return {}
+    return {k: round(sum(t.get(k) or 0 for t in with_stats) / len(with_stats), 3) for k in keys}
