@@ -126,3 +126,28 @@ def test_confirm_mode_asks_before_changes_only() -> None:
     assert not cs.needs_confirmation(ToolCall("file_editor", {"command": "view", "path": "/testbed"}))
     assert not cs.needs_confirmation(ToolCall("search", {"search_term": "x"}))
     assert cs.describe(ToolCall("execute_bash", {"cmd": "pytest -q"})) == "$ pytest -q"
+
+
+def test_confirm_answers(tmp_path: Path, repo: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The y/n/always gate of confirm mode, on a real Chat (tiny model session, bwrap sandbox on the repo)."""
+    from rich.console import Console
+
+    from agent.loop import AgentConfig
+    from cli.chat_loop import Chat
+    from kvstore.session import Session, SessionConfig
+
+    session = Session.open(SessionConfig(model=str(tiny_model_dir), policy="full"))
+    state = cs.ChatState(repo=str(repo), config=session.config.to_dict())
+    with cs.open_repo_sandbox(repo, "t") as sandbox:
+        chat = Chat(Console(), tmp_path, "t", state, session, sandbox, AgentConfig(), yolo=False)
+        call = ToolCall("execute_bash", {"cmd": "touch made.txt"})
+        answers = iter(["n", "y", "a"])
+        monkeypatch.setattr("builtins.input", lambda prompt="": next(answers))
+        assert "declined" in chat._confirm(call)
+        assert chat._confirm(call) is None and not chat.yolo
+        assert chat._confirm(call) is None and chat.yolo
+        assert chat._confirm(call) is None  # yolo now: no question (the iterator is empty)
+        assert chat._confirm(ToolCall("search", {"search_term": "x"})) is None
+        res = cs.ChatEnvironment(sandbox).execute(call, timeout=30)
+        assert res.returncode == 0 and (repo / "made.txt").is_file()  # the sandbox works on the user's repo itself
+        chat.writer.close()
