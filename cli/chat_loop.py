@@ -152,6 +152,12 @@ class Chat:
         self.console.print(f"\n[bold]done[/bold] ({how})")
         if result.submission:
             self.console.print(result.submission, markup=False)
+        if result.exit_reason == "token_limit":
+            s = self.session
+            self.console.print(
+                f"[yellow]the conversation fills the model's positions ({s.num_tokens} of {s.max_positions}); "
+                "start a new --session to go on[/yellow]"
+            )
         changed = cs.changed_files(Path(self.state.repo))
         if changed:
             self.console.print(f"changes in the repo:\n{changed}", markup=False)
