@@ -1,10 +1,10 @@
 """`nexus-agent bench turns`: a simulated agent session under true eviction, re-prefill and a full cache.
 
 One deterministic agent session (a long system prompt, then turns of a reply and a tool observation) is played
-three times on the same model: true eviction (nexus, one cache for the session), re-prefill (nexus, a new cache
-each turn over the whole history) and the full cache. Replies are forced (given text appended as assistant
-tokens), so the three runs see exactly the same tokens; a turn's latency is the prefill the model must do before
-it could answer. All ratios come from this one run.
+three times, interleaved turn by turn on the same model: true eviction (nexus, one cache for the session),
+re-prefill (nexus, a new cache each turn over the whole history) and the full cache. Replies are forced (given
+text appended as assistant tokens), so the three runs see exactly the same tokens; a turn's latency is the
+prefill the model must do before it could answer. All ratios come from this one run.
 """
 
 from __future__ import annotations
@@ -79,42 +79,44 @@ def script(plan: TurnsPlan, tokenizer) -> tuple[list[dict], list[list[dict]]]:
     return opening, turns
 
 
-def play(
-    model, tokenizer, name: str, plan: TurnsPlan, run: str, budget, script_: tuple
-) -> tuple[list[dict], list[int]]:
-    """One run of the session: per-turn stats (dicts) and the final token history."""
-    policy, protocol = RUNS[run]
-    budget = budget if policy != "full" else None
-    config = SessionConfig(model=name, policy=policy, budget=budget, protocol=protocol, seed=plan.seed)
-    session = Session(model, tokenizer, config)
-    opening, turns = script_
-    session.append(opening)
-    rows = []
-    for messages in turns:
-        stats = session.prefill()
-        console.print(f"  {stats.summary()}", style="dim", highlight=False)
-        rows.append(stats.to_dict())
-        session.append(messages)
-    return rows, session.tokens
+def open_sessions(model, tokenizer, name: str, plan: TurnsPlan, budget) -> dict[str, Session]:
+    """One session per run, each on the same model."""
+    sessions = {}
+    for run, (policy, protocol) in RUNS.items():
+        config = SessionConfig(
+            model=name, policy=policy, budget=None if policy == "full" else budget, protocol=protocol, seed=plan.seed
+        )
+        sessions[run] = Session(model, tokenizer, config)
+    return sessions
 
 
 def run_bench(model, tokenizer, name: str, plan: TurnsPlan, budget: int | float) -> dict[str, Any]:
-    """Play the three runs and compute the ratios; raises KVStoreError if the session would not fit the model."""
-    script_ = script(plan, tokenizer)
+    """Play the session under the three runs, interleaved turn by turn (so machine load hits all alike).
+
+    Raises KVStoreError before any model work if the session would not fit the model's positions.
+    """
+    opening, turns = script(plan, tokenizer)
     probe = Session(model, tokenizer, SessionConfig(model=name, policy="full"))
-    for messages in [script_[0], *script_[1]]:
-        probe.append(messages)  # tokenizes only: refuses (KVStoreError) a plan longer than the model's positions
-    runs, histories = {}, {}
-    for run, (policy, protocol) in RUNS.items():
-        console.print(f"[bold]{run}[/bold]: {plan.turns} turns, policy {policy}, protocol {protocol} ...")
-        runs[run], histories[run] = play(model, tokenizer, name, plan, run, budget, script_)
+    for messages in [opening, *turns]:
+        probe.append(messages)  # tokenizes only: refuses a plan longer than the model's positions
+    sessions = open_sessions(model, tokenizer, name, plan, budget)
+    runs: dict[str, list[dict]] = {run: [] for run in sessions}
+    for s in sessions.values():
+        s.append(opening)
+    for messages in turns:
+        for run, s in sessions.items():
+            stats = s.prefill()
+            runs[run].append(stats.to_dict())
+            console.print(f"  {run:>13} {stats.summary()}", style="dim", highlight=False)
+        for s in sessions.values():
+            s.append(messages)
     return {
         "benchmark": "turns",
         "model": name,
         "budget": budget,
         "plan": asdict(plan),
         "runs": runs,
-        "same_tokens": len({tuple(h) for h in histories.values()}) == 1,
+        "same_tokens": len({tuple(s.tokens) for s in sessions.values()}) == 1,
         "totals": totals(runs),
     }
 
