@@ -151,3 +151,24 @@ def test_confirm_answers(tmp_path: Path, repo: Path, tiny_model_dir: Path, monke
         res = cs.ChatEnvironment(sandbox).execute(call, timeout=30)
         assert res.returncode == 0 and (repo / "made.txt").is_file()  # the sandbox works on the user's repo itself
         chat.writer.close()
+
+
+def test_second_ctrl_c_rolls_back_to_the_last_step(tmp_path: Path, repo: Path, tiny_model_dir: Path) -> None:
+    args = ["chat", "--session", "s", "--model", str(tiny_model_dir), "--max-steps", "30", "--max-new-tokens", "400",
+            "--temperature", "0", "--yolo", "--repo", str(repo)]  # fmt: skip
+    chat = Pty(args, cli_env(tmp_path / "home"), tmp_path)
+    chat.expect("you> ")
+    chat.send("keep going")
+    chat.expect("step 1")
+    chat.expect("turn 1: prefill")
+    chat.interrupt()
+    chat.expect("stopping after the current step")
+    chat.interrupt()  # the second press: now, mid-step
+    out = ANSI.sub("", chat.expect("you> "))
+    doc, _ = _saved(tmp_path)
+    saved_turns = len(doc["turns"])
+    if "back at its last complete step" not in out:
+        pytest.skip("the step ended between the two presses (machine too fast for this timing)")
+    assert f"{saved_turns} turns" in _ask(chat, "/stats")  # the session in memory is the saved one
+    chat.send("/quit")
+    assert chat.close() == 0
