@@ -4,13 +4,13 @@ growing contexts; prefill peak memory with chunked eviction vs one-shot prefill 
 Everything is measured side by side in one run on one model, so the ratios compare like with like. Peak cache
 bytes are sampled inside every forward, at each layer's attention, after the new tokens were appended and before
 that layer evicts (the true high-water mark of held keys/values). With --rss each memory config also runs in a fresh
-subprocess that reports its resident-set high-water mark (ru_maxrss: weights, activations and cache together).
+subprocess that resets and then reports its resident-set high-water mark (VmHWM: weights, activations, cache).
 """
 
 from __future__ import annotations
 
+import gc
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -26,6 +26,7 @@ from rich.console import Console
 import kvstore
 from cli.app import bench_app
 from cli.bench.common import console, table, tiny_qwen3, write_json
+from kvstore.errors import KVStoreError
 
 
 @dataclass
@@ -72,29 +73,38 @@ def track_peak(cache) -> list[int]:
 
 
 @torch.inference_mode()
-def decode_run(model, policy: str, budget, context: int, steps: int, chunk: int, vocab: int) -> dict:
-    """Prefill `context` tokens, then decode `steps` greedy tokens one by one, timing each step."""
+def decode_pair(model, density: float, context: int, steps: int, chunk: int, vocab: int) -> list[dict]:
+    """Prefill the same prompt on a full and a Nexus cache, then decode `steps` greedy tokens on both, alternating
+    full / nexus step by step, so a busy machine slows both alike; each step is timed."""
     device = next(model.parameters()).device
-    cache = kvstore.make_cache(model, policy, budget, seed=0, chunk_size=chunk)
-    t0 = time.perf_counter()
-    logits = kvstore.prefill(model, cache, prompt(context, vocab, device), chunk)
-    prefill_s = time.perf_counter() - t0
-    times = []
+    runs = []
+    for policy, budget in (("full", None), ("nexus", density)):
+        cache = kvstore.make_cache(model, policy, budget, seed=0, chunk_size=chunk)
+        t0 = time.perf_counter()
+        logits = kvstore.prefill(model, cache, prompt(context, vocab, device), chunk)
+        runs.append(
+            {"policy": policy, "cache": cache, "logits": logits, "prefill_s": time.perf_counter() - t0, "times": []}
+        )
     for _ in range(steps):
-        token = logits.argmax(-1, keepdim=True)  # [1, 1]
-        t = time.perf_counter()
-        logits = kvstore.forward(model, cache, token)[:, -1]
-        times.append(time.perf_counter() - t)
-    st = cache.stats()
+        for run in runs:
+            token = run["logits"].argmax(-1, keepdim=True)  # [1, 1]
+            t = time.perf_counter()
+            run["logits"] = kvstore.forward(model, run["cache"], token)[:, -1]
+            run["times"].append(time.perf_counter() - t)
+    return [_decode_row(run, context, steps) for run in runs]
+
+
+def _decode_row(run: dict, context: int, steps: int) -> dict:
+    times, st = run["times"], run["cache"].stats()
     return {
-        "policy": policy,
+        "policy": run["policy"],
         "context": context,
-        "prefill_s": prefill_s,
+        "prefill_s": run["prefill_s"],
         "decode_tok_s": steps / sum(times),
         "step_ms_median": statistics.median(times) * 1e3,
         "step_ms_p90": sorted(times)[int(0.9 * (len(times) - 1))] * 1e3,
         "cache_mib": st["bytes_held"] / 2**20,
-        "held_tokens_per_layer": st["tokens_held"] / len(cache.layers),
+        "held_tokens_per_layer": st["tokens_held"] / len(run["cache"].layers),
     }
 
 
@@ -122,13 +132,22 @@ def memory_run(model, name: str, context: int, vocab: int, density: float) -> di
 
 
 def rss_child(model_name: str, name: str, context: int, density: float, threads: int) -> None:
-    """Subprocess body: load, note RSS, prefill one memory config, print RSS high-water marks as JSON."""
+    """Subprocess body: load, reset the RSS high-water mark, prefill one memory config, print the marks as JSON."""
     torch.set_num_threads(threads)
     model, vocab = load(model_name, context + 64)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    gc.collect()
+    loaded = _status_mib("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # Linux: reset VmHWM to the current RSS (loading peaks higher)
     row = memory_run(model, name, context, vocab, density)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps(row | {"rss_loaded_mib": base / 1024, "rss_peak_mib": peak / 1024}))
+    print(json.dumps(row | {"rss_loaded_mib": loaded, "rss_peak_mib": _status_mib("VmHWM")}))
+
+
+def _status_mib(field: str) -> float:
+    """A memory field of /proc/self/status (kB) in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise KVStoreError(f"/proc/self/status has no {field} (RSS measurement needs Linux); use --no-rss")
 
 
 def rss_of(cfg: SpeedConfig, name: str) -> dict:
@@ -152,8 +171,7 @@ def measure(cfg: SpeedConfig) -> dict:
             console.print(f"[yellow]skip {ctx}: beyond the model's {limit} positions[/yellow]")
             continue
         console.print(f"decode at {ctx} tokens ...")
-        full = decode_run(model, "full", None, ctx, cfg.steps, cfg.chunk_size, vocab)
-        nexus = decode_run(model, "nexus", cfg.density, ctx, cfg.steps, cfg.chunk_size, vocab)
+        full, nexus = decode_pair(model, cfg.density, ctx, cfg.steps, cfg.chunk_size, vocab)
         decode += [full, nexus]
         pairs.append(
             {
@@ -177,9 +195,7 @@ QUICK = {"model": "tiny", "contexts": (512, 1024), "steps": 40, "memory_context"
 def show(result: dict) -> None:
     out = Console(width=max(console.width, 140))  # tables stay whole when the output is a file
     cols = ["policy", "context", "decode_tok_s", "step_ms_median", "step_ms_p90", "prefill_s", "cache_mib"]
-    out.print(
-        table("Decode speed (nexus at density vs full)", cols, [[r[c] for c in cols] for r in result["decode"]])
-    )
+    out.print(table("Decode speed (nexus at density vs full)", cols, [[r[c] for c in cols] for r in result["decode"]]))
     cols = ["context", "throughput_ratio", "latency_ratio", "cache_bytes_ratio"]
     out.print(
         table(
