@@ -100,6 +100,7 @@ def plot(summary: list[dict], policies: list[str], tasks: list[str], path: Path)
                 ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=p)
         ax.set_title(task)
         ax.set_ylim(-0.05, 1.05)
+        ax.set_xlim(0.0, 1.0)
         ax.set_xlabel("density")
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
