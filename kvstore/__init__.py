@@ -3,8 +3,10 @@
 from kvstore.cache import EvictingCache, make_cache
 from kvstore.config import CacheConfig
 from kvstore.errors import KVStoreError
+from kvstore.models import DEFAULT_MODEL, ModelInfo, load_model
 from kvstore.policies import POLICIES
 from kvstore.prefill import cache_kwarg, forward, prefill
+from kvstore.session import Reply, Session, SessionConfig, TurnStats
 from kvstore.state import export_state, restore_cache
 
 __all__ = [
@@ -18,4 +20,11 @@ __all__ = [
     "prefill",
     "export_state",
     "restore_cache",
+    "DEFAULT_MODEL",
+    "ModelInfo",
+    "load_model",
+    "Reply",
+    "Session",
+    "SessionConfig",
+    "TurnStats",
 ]
