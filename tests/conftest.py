@@ -7,6 +7,12 @@ import shutil
 
 import pytest
 
+# Triton decides between its interpreter and the compiler when triton.language is first imported, and the first
+# importer may be any test module's transformers import. With no GPU driver here, the interpreter is the only mode
+# the kernel tests can use, so it is chosen before any test module loads.
+if shutil.which("nvidia-smi") is None:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 def _missing(reason: str) -> None:
     """Skip, unless the run demands Docker (NEXUS_REQUIRE_DOCKER=1, as CI sets): then fail, never skip silently."""
