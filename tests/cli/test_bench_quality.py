@@ -108,7 +108,7 @@ def test_quick_run_writes_table_json_and_plot(tmp_path: Path, smol) -> None:
     args = ["bench", "quality", "--quick", "--tasks", tasks, "--json", str(out), "--plot", str(png)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "Quality at density 50%" in result.output
+    assert "Accuracy at density 50%" in result.output and "Evidence tokens still held" in result.output
     data = json.loads(out.read_text())
     rows = data["rows"]
     assert len(rows) == 2 * (1 + 2 + 1)  # 2 tasks x (full + nexus x 2 seeds + snapkv)
