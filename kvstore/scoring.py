@@ -27,12 +27,14 @@ def window_attention(q_win: torch.Tensor, keys: torch.Tensor, scale: float | Non
     hq, w, d = q_win.shape
     hkv, t, _ = keys.shape
     scale = scale if scale is not None else 1.0 / math.sqrt(d)
-    k = keys.float().repeat_interleave(hq // hkv, dim=0)  # [Hq, T, D]
-    logits = torch.matmul(q_win.float(), k.transpose(1, 2)) * scale  # [Hq, W, T]
-    # query i (0-based in the window) may see keys j <= t - w + i
-    j = torch.arange(t, device=keys.device)
+    # GQA without repeating the keys: query head h = kv * G + g, so group the queries by their kv head
+    q = q_win.float().reshape(hkv, (hq // hkv) * w, d)  # [Hkv, G*W, D]
+    logits = torch.matmul(q, keys.float().transpose(1, 2)).view(hq, w, t) * scale  # [Hq, W, T]
+    # query i (0-based in the window) may see keys j <= t - w + i: only the last w columns can be masked
+    tail = min(w, t)
+    j = torch.arange(t - tail, t, device=keys.device)
     limit = torch.arange(w, device=keys.device) + (t - w)
-    logits = logits.masked_fill(j[None, :] > limit[:, None], float("-inf"))
+    logits[..., t - tail :] = logits[..., t - tail :].masked_fill(j[None, :] > limit[:, None], float("-inf"))
     return torch.softmax(logits, dim=-1)
 
 

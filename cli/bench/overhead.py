@@ -6,6 +6,7 @@ eviction_step / (b * decode_step). Both are measured in the same run, at the sam
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Annotated
 
@@ -38,7 +39,6 @@ def eviction_step(cache) -> None:
 def measure(model, name: str, context: int, repeats: int) -> dict:
     device = next(model.parameters()).device
     nexus = _filled_cache(model, "nexus", context, chunk=1024)
-    evict_s = median_time(lambda: eviction_step(nexus), repeats, device)
     full = _filled_cache(model, "full", context, chunk=1024)
     tok = torch.tensor([[1]], device=device)
 
@@ -49,7 +49,12 @@ def measure(model, name: str, context: int, repeats: int) -> dict:
             layer.positions = layer.positions[..., :-1]
             layer.seen -= 1
 
-    decode_s = median_time(decode_one, repeats, device)
+    # alternate the two, so that load from other processes hits both alike
+    evict, decode = [], []
+    for _ in range(repeats):
+        evict.append(median_time(lambda: eviction_step(nexus), 1, device, warmup=0 if evict else 1))
+        decode.append(median_time(decode_one, 1, device, warmup=0 if decode else 1))
+    evict_s, decode_s = statistics.median(evict), statistics.median(decode)
     b = nexus.config.block
     return {
         "model": name,
@@ -69,11 +74,14 @@ def overhead(
     model: Annotated[str, typer.Option(help="Real model to measure too ('' to skip).")] = "smollm2-135m",
     real_contexts: Annotated[
         str, typer.Option(help="Context lengths for the real model (within its limit).")
-    ] = "2048,8192",
-    repeats: Annotated[int, typer.Option(min=1, help="Timed repetitions (median reported).")] = 5,
+    ] = "2048,7168",
+    repeats: Annotated[int, typer.Option(min=1, help="Timed repetitions (median reported).")] = 9,
+    threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (0 = torch's default).")] = 1,
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON here.")] = None,
 ) -> None:
     """Time one Nexus eviction step beside one decode step; print the amortized overhead per decoded token."""
+    if threads:
+        torch.set_num_threads(threads)
     rows = []
     tiny = tiny_qwen3(max_positions=max(int(c) for c in contexts.split(",")) + 1024)
     for ctx in (int(c) for c in contexts.split(",")):
@@ -94,4 +102,6 @@ def overhead(
     console.print(
         table("Nexus eviction overhead (amortized over b decoded tokens)", cols, [[r[c] for c in cols] for r in rows])
     )
-    write_json(json_path, {"benchmark": "overhead", "threads": torch.get_num_threads(), "rows": rows})
+    write_json(
+        json_path, {"benchmark": "overhead", "threads": torch.get_num_threads(), "repeats": repeats, "rows": rows}
+    )
