@@ -40,9 +40,11 @@ def test_files_and_patch(sandbox):
 
 
 def test_only_testbed_and_tmp_are_writable(sandbox):
-    res = sandbox.execute(f"touch /etc/nexus-probe; touch {Path.cwd()}/nexus-probe; touch {sandbox.tools_dir}/x")
-    assert res.output.count("Read-only file system") == 3
-    assert not Path("/etc/nexus-probe").exists() and not (Path.cwd() / "nexus-probe").exists()
+    # host places that exist outside /tmp (the checkout may live under /tmp, which is private in the sandbox)
+    home = Path.home()
+    res = sandbox.execute(f"touch /etc/nexus-probe; touch {home}/nexus-probe; touch {sandbox.tools_dir}/x")
+    assert res.output.count("Read-only file system") == 3, res.output
+    assert not Path("/etc/nexus-probe").exists() and not (home / "nexus-probe").exists()
     assert sandbox.execute("touch /testbed/ok /tmp/ok && echo fine").output == "fine\n"
     with pytest.raises(SandboxError, match="writable"):
         sandbox.write_file("/etc/nexus-probe", "x")
