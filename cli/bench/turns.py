@@ -35,7 +35,7 @@ class TurnsPlan:
     """The simulated agent session every run plays."""
 
     turns: int = 30  # agent turns (each: prefill, then a forced reply and a tool observation)
-    prompt_tokens: int = 2000  # system prompt + task before the first turn
+    prompt_tokens: int = 1500  # system prompt + task before the first turn (30 turns then fit 8192 positions)
     obs_tokens: int = 140  # tokens per tool observation
     reply_tokens: int = 50  # tokens per forced assistant reply
     seed: int = 0  # seed of the synthetic text and of the caches

@@ -6,6 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config
 from typer.testing import CliRunner
@@ -61,3 +62,19 @@ def test_bench_turns_refuses_a_session_longer_than_the_model(tmp_path: Path) -> 
     args = ["bench", "turns", "--model", str(model), "--turns", "10", "--prompt-tokens", "300", "--dtype", "fp32"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code != 0 and "maximum of 512 positions" in str(result.exception)
+
+
+@pytest.mark.slow
+def test_default_plan_fits_the_default_model() -> None:
+    """`nexus-agent bench turns` with no options must run: its 30 turns fit SmolLM2's 8192 positions."""
+    from cli.bench.turns import TurnsPlan, script
+    from kvstore.models import load_model
+    from kvstore.session import Session, SessionConfig
+
+    model, tokenizer, _ = load_model("smollm2-135m")
+    opening, turns = script(TurnsPlan(), tokenizer)
+    probe = Session(model, tokenizer, SessionConfig(policy="full"))
+    for messages in [opening, *turns]:
+        probe.append(messages)  # raises KVStoreError past the model's positions
+    assert len(turns) == 30
+    assert probe.num_tokens <= model.config.max_position_embeddings
