@@ -7,9 +7,8 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-import torch
 from agent_testlib import DirSandbox
-from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config
+from sessionlib import qwen_tokenizer, tiny_chat_model
 
 from agent.backends.local import LocalModel
 from agent.environment import SandboxEnvironment
@@ -34,22 +33,11 @@ pytestmark = pytest.mark.skipif(TOKENIZER_DIR is None, reason="Qwen3 tokenizer f
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+    return qwen_tokenizer()
 
 
 def tiny_qwen3(tokenizer, max_positions: int = 8192):
-    torch.manual_seed(0)
-    cfg = Qwen3Config(
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        intermediate_size=128,
-        vocab_size=len(tokenizer),
-        max_position_embeddings=max_positions,
-    )
-    return AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32).eval()
+    return tiny_chat_model(max_positions=max_positions)
 
 
 @pytest.mark.parametrize("protocol", ["true-eviction", "re-prefill"])

