@@ -1,42 +1,93 @@
-"""The `nexus-agent` command: one typer app; each command lives in its own module and registers itself here."""
+"""The `nexus-agent` command: a typer app whose commands are registered by module name and imported on use.
+
+`nexus-agent --help`, `tasks list` and every error path import only what they need: the listing below carries each
+command's one-line help, so no command module (and no torch) is imported until that command runs.
+"""
 
 from __future__ import annotations
 
-import typer
+import importlib
 
-from cli import errors
+import click
+import typer
+from typer.core import TyperGroup
+
+# name -> ("module:attribute", one-line help). The attribute is a command function or a typer.Typer (a group).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "solve": ("cli.solve_cmd:solve_cmd", "One task end to end: sandbox, agent (live view), patch, grading, files."),
+    "eval": ("cli.eval_cmd:eval_cmd", "Solve and grade many tasks (process pool or Ray), resumable; SWE-bench files."),
+    "chat": ("cli.chat_cmd:chat_cmd", "Interactive coding session on a local repo; its KV memory persists (--resume)."),
+    "grade": ("cli.grade_cmd:grade_cmd", "Grade one patch (a file, gold or empty) like SWE-bench in a fresh sandbox."),
+    "tasks": ("cli.tasks_cmd:tasks_app", "Browse tasks: built-in, a local JSON/JSONL/parquet file, or a HF dataset."),
+    "env": ("cli.env_cmd:env_app", "Sandbox environments: build the offline docker images, prune leftovers, status."),
+}
+BENCH_COMMANDS: dict[str, tuple[str, str]] = {
+    "overhead": ("benchmarks.overhead:overhead", "One Nexus eviction step beside one decode step (amortized cost)."),
+    "turns": ("benchmarks.turns:turns_cmd", "Multi-turn session: true eviction vs re-prefill vs full cache."),
+    "quality": ("benchmarks.quality:quality", "Accuracy of every policy at several densities on retrieval tasks."),
+    "speed": ("benchmarks.speed:speed", "Decode throughput, latency and memory: nexus vs full cache."),
+    "gpu": ("benchmarks.gpu:gpu", "The GPU benchmark (Qwen3-8B shapes, Triton kernel); --quick on the CPU."),
+}
+
+
+def load_command(name: str, target: str) -> click.Command:
+    """Import `module:attribute` and turn it into a click command named `name`."""
+    module, attribute = target.split(":")
+    obj = getattr(importlib.import_module(module), attribute)
+    if not isinstance(obj, typer.Typer):
+        single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+        single.command(name)(obj)
+        obj = single
+    command = typer.main.get_command(obj)
+    command.name = name
+    return command
+
+
+class LazyGroup(TyperGroup):
+    """A group whose commands come from a registry; listing them (help) imports nothing."""
+
+    registry: dict[str, tuple[str, str]] = {}
+    _listing = False
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*super().list_commands(ctx), *self.registry]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.registry:
+            return super().get_command(ctx, cmd_name)
+        target, short = self.registry[cmd_name]
+        if self._listing:  # help output: a stand-in carrying the one-line help
+            return click.Command(cmd_name, help=short, short_help=short)
+        return load_command(cmd_name, target)
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
+
+class RootGroup(LazyGroup):
+    registry = COMMANDS
+
+
+class BenchGroup(LazyGroup):
+    registry = BENCH_COMMANDS
+
 
 app = typer.Typer(
     name="nexus-agent",
     help="A long-running coding-agent runtime with persistent, evicting KV memory (Nexus Sampling).",
+    cls=RootGroup,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-bench_app = typer.Typer(help="Benchmarks of the evicting KV cache: overhead, turns, quality, speed, gpu.", no_args_is_help=True)
+bench_app = typer.Typer(
+    cls=BenchGroup, help="Benchmarks of the evicting KV cache (see docs/benchmarks.md).", no_args_is_help=True
+)
 app.add_typer(bench_app, name="bench")
-
-# Each module below adds its command(s) to `app` or `bench_app` when imported (one command per file).
-_COMMAND_MODULES = [
-    "cli.bench.overhead",
-    "cli.tasks_cmd",
-    "cli.env_cmd",
-    "cli.grade_cmd",
-    "cli.bench.gpu",
-    "cli.bench.quality",
-    "cli.bench.speed",
-    "cli.solve_cmd",
-    "cli.eval_cmd",
-    "cli.chat_cmd",
-    "cli.bench.turns",
-]
-
-
-def _register() -> None:
-    import importlib
-
-    for name in _COMMAND_MODULES:
-        importlib.import_module(name)
 
 
 def main() -> None:
@@ -44,7 +95,8 @@ def main() -> None:
     import signal
     import sys
 
+    from cli import errors
+
     # SIGTERM unwinds like Ctrl-C does (finally blocks and atexit run: sandboxes close, trajectories are flushed)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    _register()
     errors.run(app)

@@ -1,5 +1,5 @@
 """`nexus-agent chat`: an interactive coding session on a local repo whose KV cache persists across requests
-and across restarts (see cli/chat_session.py for the files and the interrupt rules)."""
+and across restarts (see pipeline/chat.py for the files and the interrupt rules)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,10 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from cli import chat_session as cs
-from cli.app import app
-from cli.runner import RunError
+from pipeline import chat as cs
+from pipeline.config import RunError
 
 
-@app.command("chat")
 def chat_cmd(
     repo: Path = typer.Option(None, "--repo", "-r", help="The repository to work on (default: the current dir)."),
     session: str = typer.Option(None, "--session", "-S", help="Session name (default: the repo's folder name)."),
@@ -32,7 +30,7 @@ def chat_cmd(
 ) -> None:
     """Talk to the agent about a repo; it works in a bubblewrap sandbox bound to the repo (edits land there)."""
     from agent.loop import AgentConfig
-    from cli.runner import parse_budget
+    from pipeline.config import parse_budget
 
     given = {"model": model, "policy": policy, "protocol": protocol, "device": device}
     if budget is not None:
@@ -40,7 +38,7 @@ def chat_cmd(
     name = session or (repo or Path.cwd()).resolve().name
     folder = cs.session_dir(name)
     console = Console(highlight=False)
-    from cli.backends import set_threads
+    from pipeline.backends import set_threads
 
     set_threads(None)
     state, kv = _resume(folder, repo, given) if resume else _start(folder, repo, given, seed)

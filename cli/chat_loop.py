@@ -9,8 +9,8 @@ from typing import Any
 from rich.console import Console
 
 from agent.protocols import ToolCall
-from cli import chat_session as cs
 from cli.live import tool_of
+from pipeline import chat as cs
 
 HELP = "commands: /stats (cache stats per turn), /history (your requests), /yolo, /confirm, /help, /quit (or Ctrl-D)"
 

@@ -10,10 +10,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.app import app
-
-env_app = typer.Typer(help="Sandbox environments: build the offline docker images, prune leftovers, show status.")
-app.add_typer(env_app, name="env")
+env_app = typer.Typer(
+    no_args_is_help=True, help="Sandbox environments: build the offline docker images, prune leftovers, show status."
+)
 
 
 @env_app.command("build")

@@ -8,11 +8,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from cli.app import app
-from cli.runner import RunConfig
+from pipeline.config import RunConfig
 
 
-@app.command("eval")
 def eval_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="Run folder (resumed when it exists)."),
     dataset: str = typer.Option(None, "--dataset", "-d", help="Task source (default: the built-in tasks)."),
@@ -35,7 +33,7 @@ def eval_cmd(
     retry_errors: bool = typer.Option(False, "--retry-errors", help="Rerun finished tasks whose status is error."),
 ) -> None:
     """Solve and grade each task into --out/<id>/; finished tasks (report.json present) are skipped on rerun."""
-    from cli.runner import parse_budget
+    from pipeline.config import parse_budget
 
     cfg = RunConfig(
         dataset=dataset, model=model, policy=policy, budget=parse_budget(budget), protocol=protocol,
@@ -56,10 +54,10 @@ def run_eval(
     retry_errors: bool = False,
 ) -> dict:
     """The batch: pick tasks, skip finished ones, run the rest, keep predictions/summary current; the summary."""
-    from cli import eval_files as ef
-    from cli.executors import Job
     from cli.live import EvalView
-    from cli.runner import RunError
+    from pipeline import eval_files as ef
+    from pipeline.config import RunError
+    from pipeline.executors import Job
     from tasks import load_tasks
 
     if executor not in ("local", "ray"):
@@ -94,10 +92,10 @@ def _execute(jobs, workers: int, executor: str, ray_address: str | None, on_even
     if not jobs:
         return iter(())
     if executor == "ray":
-        from cli.executors.ray_exec import run_ray
+        from pipeline.executors.ray_exec import run_ray
 
         return run_ray(jobs, ray_address, workers, on_event)
-    from cli.executors.local import run_local
+    from pipeline.executors.local import run_local
 
     return run_local(jobs, workers, on_event)
 
@@ -120,7 +118,7 @@ def _preflight(cfg: RunConfig) -> None:
         if not cfg.replay_dir.is_dir():
             raise FileNotFoundError(f"--replay-dir {cfg.replay_dir} is not a directory")
     else:
-        from cli.backends import check_model_available
+        from pipeline.backends import check_model_available
 
         check_model_available(cfg.model)
 

@@ -8,12 +8,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.app import app
-
 _STYLE = {"resolved": "green", "unresolved": "yellow", "empty_patch": "yellow", "patch_failed": "red", "error": "red"}
 
 
-@app.command("grade")
 def grade_cmd(
     instance_id: str = typer.Argument(..., help="The task's instance_id."),
     patch: str = typer.Option(..., "--patch", "-p", help="A diff file, 'gold' (the task's patch) or 'empty'."),

@@ -9,13 +9,11 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from cli.app import app
-from cli.runner import DEFAULT_MAX_STEPS, DEFAULT_TASK, RunConfig
+from pipeline.config import DEFAULT_MAX_STEPS, DEFAULT_TASK, RunConfig
 
 _STYLE = {"resolved": "green", "unresolved": "yellow", "empty_patch": "yellow", "patch_failed": "red", "error": "red"}
 
 
-@app.command("solve")
 def solve_cmd(
     instance_id: str = typer.Argument(
         None, help=f"The task's instance_id (default: the --replay recording's task, else {DEFAULT_TASK})."
@@ -36,7 +34,7 @@ def solve_cmd(
     device: str = typer.Option(None, "--device", help="Torch device (default: CUDA when present, else CPU)."),
 ) -> None:
     """Solve one task: the agent works in a sandbox, its patch is graded, files go to --out."""
-    from cli.runner import parse_budget
+    from pipeline.config import parse_budget
     from tasks import get_task
 
     cfg = RunConfig(
@@ -55,7 +53,7 @@ def solve_cmd(
 
 def _run_live(console: Console, task, cfg: RunConfig, out: Path) -> dict[str, Any]:
     from cli.live import SolveView
-    from cli.runner import run_task
+    from pipeline.run import run_task
 
     label = "replay" if cfg.replaying else f"{cfg.model} ({cfg.policy}, budget {cfg.budget}, {cfg.protocol})"
     steps = cfg.max_steps or (None if cfg.replaying else DEFAULT_MAX_STEPS)

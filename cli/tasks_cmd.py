@@ -10,10 +10,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from cli.app import app
-
-tasks_app = typer.Typer(help="Browse tasks: built-in, a local JSON/JSONL/parquet file, or a HF dataset.")
-app.add_typer(tasks_app, name="tasks")
+tasks_app = typer.Typer(
+    no_args_is_help=True, help="Browse tasks: built-in, a local JSON/JSONL/parquet file, or a HF dataset."
+)
 
 DATASET_HELP = "Task source: 'builtin' (default), a .json/.jsonl/.parquet file, or a HF dataset 'owner/name[:split]'."
 

@@ -1,30 +1,67 @@
-"""kvstore: the evicting KV cache (Nexus Sampling and baselines) and the persistent session built on it."""
+"""kvstore: the evicting KV cache (Nexus Sampling and baselines) and the persistent session built on it.
 
-from kvstore.cache import EvictingCache, make_cache
-from kvstore.config import CacheConfig
-from kvstore.errors import KVStoreError
-from kvstore.models import DEFAULT_MODEL, ModelInfo, load_model
-from kvstore.policies import POLICIES
-from kvstore.prefill import cache_kwarg, forward, prefill
-from kvstore.session import Reply, Session, SessionConfig, TurnStats
-from kvstore.state import export_state, restore_cache
+The public API is re-exported here and imported on first use (PEP 562), so `import kvstore.errors` or
+`import kvstore.models` does not pull in torch and transformers.
+"""
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "EvictingCache": "kvstore.cache",
+    "make_cache": "kvstore.cache",
+    "CacheConfig": "kvstore.config",
+    "KVStoreError": "kvstore.errors",
+    "DEFAULT_MODEL": "kvstore.models",
+    "ModelInfo": "kvstore.models",
+    "load_model": "kvstore.models",
+    "POLICIES": "kvstore.policies",
+    "cache_kwarg": "kvstore.prefill",
+    "forward": "kvstore.prefill",
+    "prefill": "kvstore.prefill",
+    "Reply": "kvstore.session",
+    "Session": "kvstore.session",
+    "SessionConfig": "kvstore.session",
+    "TurnStats": "kvstore.session",
+    "export_state": "kvstore.state",
+    "restore_cache": "kvstore.state",
+}
 __all__ = [
-    "POLICIES",
     "CacheConfig",
+    "DEFAULT_MODEL",
     "EvictingCache",
     "KVStoreError",
-    "cache_kwarg",
-    "forward",
-    "make_cache",
-    "prefill",
-    "export_state",
-    "restore_cache",
-    "DEFAULT_MODEL",
     "ModelInfo",
-    "load_model",
+    "POLICIES",
     "Reply",
     "Session",
     "SessionConfig",
     "TurnStats",
+    "cache_kwarg",
+    "export_state",
+    "forward",
+    "load_model",
+    "make_cache",
+    "prefill",
+    "restore_cache",
 ]
+
+if TYPE_CHECKING:
+    from kvstore.cache import EvictingCache, make_cache
+    from kvstore.config import CacheConfig
+    from kvstore.errors import KVStoreError
+    from kvstore.models import DEFAULT_MODEL, ModelInfo, load_model
+    from kvstore.policies import POLICIES
+    from kvstore.prefill import cache_kwarg, forward, prefill
+    from kvstore.session import Reply, Session, SessionConfig, TurnStats
+    from kvstore.state import export_state, restore_cache
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'kvstore' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One prepared device run of issue 7 on one H200, about 8 minutes: the GPU tests of the kernel and the cache, then
-# `python -m cli.bench.gpu_report` (= `nexus-agent bench gpu`): dense vs Nexus at 20% (prefill 8K, decode 4K and 8K)
+# `python -m benchmarks.gpu_report` (= `nexus-agent bench gpu`): dense vs Nexus at 20% (prefill 8K, decode 4K and 8K)
 # on a random-weight Qwen3-8B-shaped model, the scoring kernel vs the torch path at T = 8K and 32K, cache memory.
 # Needs only torch (CUDA), transformers and triton; nothing is installed or downloaded.
 #
@@ -28,5 +28,5 @@ if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
 fi
 
 echo "== benchmark"
-timeout 440 python3 -m cli.bench.gpu_report --layers "${LAYERS:-18}" --max-decode-s 180 \
+timeout 440 python3 -m benchmarks.gpu_report --layers "${LAYERS:-18}" --max-decode-s 180 \
     --json "$out/gpu_bench.json" "$@" 2>&1 | tee "$out/gpu_bench.txt"

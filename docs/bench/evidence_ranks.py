@@ -13,8 +13,8 @@ import statistics
 import torch
 
 import kvstore
-from cli.bench.quality_run import _renderer, evidence_spans
-from cli.bench.quality_tasks import make_item
+from benchmarks.quality_run import _renderer, evidence_spans
+from benchmarks.quality_tasks import make_item
 from kvstore.models import load_model
 from kvstore.scoring import nexus_weights, window_block_scores
 

@@ -10,11 +10,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import cli.bench.quality  # noqa: F401 - registers the command
+import benchmarks.quality  # noqa: F401 - registers the command
+from benchmarks.quality import QualityConfig
+from benchmarks.quality_run import RunSpec, _renderer, cache_budget, evidence_spans, score
+from benchmarks.quality_tasks import CONTEXT_TASKS, TASKS, make_item, stdlib_files
 from cli.app import app
-from cli.bench.quality import QualityConfig
-from cli.bench.quality_run import RunSpec, _renderer, cache_budget, evidence_spans, score
-from cli.bench.quality_tasks import CONTEXT_TASKS, TASKS, make_item, stdlib_files
 from kvstore.models import load_model
 
 

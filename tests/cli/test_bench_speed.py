@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 from typer.testing import CliRunner
 
-import cli.bench.speed  # noqa: F401 - registers the command
+import benchmarks.speed  # noqa: F401 - registers the command
+from benchmarks.speed import SpeedConfig, memory_run, rss_of, tiny_qwen3
 from cli.app import app
-from cli.bench.speed import SpeedConfig, memory_run, rss_of, tiny_qwen3
 
 
 def test_quick_run_measures_side_by_side(tmp_path: Path) -> None:

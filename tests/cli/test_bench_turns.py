@@ -9,7 +9,7 @@ import pytest
 from sessionlib import save_tiny_chat_model
 from typer.testing import CliRunner
 
-import cli.bench.turns  # noqa: F401 - registers the command
+import benchmarks.turns  # noqa: F401 - registers the command
 from cli.app import app
 
 
@@ -46,7 +46,7 @@ def test_bench_turns_refuses_a_session_longer_than_the_model(tmp_path: Path) -> 
 @pytest.mark.slow
 def test_default_plan_fits_the_default_model() -> None:
     """`nexus-agent bench turns` with no options must run: its 30 turns fit SmolLM2's 8192 positions."""
-    from cli.bench.turns import TurnsPlan, script
+    from benchmarks.turns import TurnsPlan, script
     from kvstore.models import load_model
     from kvstore.session import Session, SessionConfig
 

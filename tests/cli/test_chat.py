@@ -15,8 +15,8 @@ import pytest
 from clilib import Pty, cli_env
 
 from agent.protocols import ToolCall
-from cli import chat_session as cs
 from kvstore.persist import read_session_file
+from pipeline import chat as cs
 
 pytestmark = pytest.mark.usefixtures("bwrap_installed")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from clilib import GOLD_DIR, cli_env, nexus
 
-from cli import eval_files
-from cli.runner import RunConfig, RunError
+from pipeline import eval_files
+from pipeline.config import RunConfig, RunError
 from tasks import load_tasks
 
 IDS = ["nexus-demo__pagekit-1", "nexus-demo__semver-lite-1"]

@@ -15,12 +15,12 @@ from cli import app as cli_app
 
 REPO = Path(__file__).resolve().parents[2]
 HAS_TRITON = importlib.util.find_spec("triton") is not None
-CLI = "import cli.bench.gpu; from cli.app import app; from cli.errors import run; run(app)"  # main() minus _register
-RUN = "import sys, cli.bench.gpu; from cli.app import app; sys.argv = ['nexus-agent'] + sys.argv[1:]; app()"
+CLI = "import benchmarks.gpu; from cli.app import app; from cli.errors import run; run(app)"  # main() minus _register
+RUN = "import sys, benchmarks.gpu; from cli.app import app; sys.argv = ['nexus-agent'] + sys.argv[1:]; app()"
 
 
 def test_command_is_registered():
-    assert "cli.bench.gpu" in cli_app._COMMAND_MODULES
+    assert "benchmarks.gpu" in cli_app._COMMAND_MODULES
 
 
 @pytest.mark.slow

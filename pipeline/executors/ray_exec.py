@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from cli.executors import Job, work
+from pipeline.executors import Job, work
 
 
 def run_ray(

@@ -1,6 +1,6 @@
 """`nexus-agent bench gpu`: one prepared device run (decode speed, cache memory, scoring kernel) of dense vs
 Nexus at 20% on a random-weight Qwen3-8B-shaped model; `--quick` runs the same machinery on tiny CPU shapes.
-The run itself is `cli.bench.gpu_report` (also runnable without typer: `python -m cli.bench.gpu_report`)."""
+The run itself is `benchmarks.gpu_report` (also runnable without typer: `python -m benchmarks.gpu_report`)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,9 @@ from pathlib import Path
 
 import typer
 
-from cli.app import bench_app
-from cli.bench.gpu_report import make_config, parse_ints, run_and_report
+from benchmarks.gpu_report import make_config, parse_ints, run_and_report
 
 
-@bench_app.command("gpu")
 def gpu(
     quick: bool = typer.Option(False, "--quick", help="tiny shapes on the CPU (checks the machinery in seconds)"),
     layers: int | None = typer.Option(None, help="decoder layers to build (default: all 36 of Qwen3-8B)"),

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.protocols import ToolCall, ToolResult
-from cli.runner import RunError, atomic_write
+from pipeline.config import RunError
+from pipeline.files import atomic_write
 
 SESSION_FILE, STATE_FILE, TRAJECTORY_FILE = "session.safetensors", "chat.json", "trajectory.jsonl"
 READ_ONLY = {("file_editor", "view"), ("search", None), ("finish", None)}  # calls run without asking

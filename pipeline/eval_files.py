@@ -10,7 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cli.runner import PATCH, REPORT, RunConfig, RunError, atomic_write, turn_totals
+from pipeline.config import RunConfig, RunError
+from pipeline.files import PATCH, REPORT, atomic_write
+from pipeline.report import turn_totals
 from tasks.schema import Task
 
 RUN_FILE, PREDICTIONS, SUMMARY = "run.json", "predictions.jsonl", "summary.json"

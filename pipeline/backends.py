@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.protocols import ModelBackend
-from cli.runner import RunConfig, RunError
+from pipeline.config import RunConfig, RunError
 
 _LOADED: dict[tuple[str, str | None], tuple[Any, Any]] = {}  # (model, device) -> (model, tokenizer), per process
 

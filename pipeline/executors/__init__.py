@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from cli.runner import REPORT, RunConfig, atomic_write
+from pipeline.config import RunConfig
+from pipeline.files import REPORT, atomic_write
 from tasks.schema import Task
 
 
@@ -34,7 +35,7 @@ class Job:
 def work(job: Job, sink: Sink | None = None) -> dict[str, Any]:
     """Solve and grade one task (called in the worker); the report (an "error" report when the run failed)."""
     from cli.live import tool_of
-    from cli.runner import run_task
+    from pipeline.run import run_task
 
     worker = f"{os.uname().nodename}:{os.getpid()}"
     ident = job.task.instance_id

@@ -1,4 +1,4 @@
-"""The device benchmark as one plain run: `python -m cli.bench.gpu_report [options]` (what scripts/gpu_bench.sh
+"""The device benchmark as one plain run: `python -m benchmarks.gpu_report [options]` (what scripts/gpu_bench.sh
 calls, needing only torch, transformers and triton) or `nexus-agent bench gpu`. Prints plain-text tables side by side
 and optionally writes the result as JSON."""
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from cli.bench.gpu_measure import GpuBenchConfig, build_model, kernel_rows, run_policy, warm_up_kernel
+from benchmarks.gpu_measure import GpuBenchConfig, build_model, kernel_rows, run_policy, warm_up_kernel
 from kvstore.errors import KVStoreError
 
 
@@ -167,7 +167,7 @@ def run_and_report(cfg: GpuBenchConfig, json_path: Path | None) -> dict[str, Any
 
 def main(argv: list[str] | None = None) -> None:
     """Same options as `nexus-agent bench gpu`, without typer (for machines that only have the ML stack)."""
-    p = argparse.ArgumentParser(prog="python -m cli.bench.gpu_report", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_report", description=__doc__)
     p.add_argument("--quick", action="store_true", help="tiny shapes on the CPU")
     p.add_argument("--layers", type=int, help="decoder layers to build (default: all 36 of Qwen3-8B)")
     p.add_argument("--prefill", type=int, help="prompt tokens (default 8192)")

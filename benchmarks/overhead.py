@@ -14,8 +14,7 @@ import torch
 import typer
 
 import kvstore
-from cli.app import bench_app
-from cli.bench.common import console, median_time, table, tiny_qwen3, write_json
+from benchmarks.common import console, median_time, table, tiny_qwen3, write_json
 from kvstore.eviction import plan_eviction
 
 
@@ -66,7 +65,6 @@ def measure(model, name: str, context: int, repeats: int) -> dict:
     }
 
 
-@bench_app.command("overhead")
 def overhead(
     contexts: Annotated[
         str, typer.Option(help="Comma-separated context lengths for the tiny model.")

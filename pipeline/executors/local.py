@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
-from cli.executors import Job, work
+from pipeline.executors import Job, work
 
 
 def run_local(

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 import kvstore
-from cli.bench.quality_tasks import Item
+from benchmarks.quality_tasks import Item
 from kvstore.chat import ChatRenderer
 
 

@@ -24,8 +24,7 @@ import typer
 from rich.console import Console
 
 import kvstore
-from cli.app import bench_app
-from cli.bench.common import console, table, tiny_qwen3, write_json
+from benchmarks.common import console, table, tiny_qwen3, write_json
 from kvstore.errors import KVStoreError
 
 
@@ -152,7 +151,7 @@ def _status_mib(field: str) -> float:
 
 def rss_of(cfg: SpeedConfig, name: str) -> dict:
     code = (
-        "import sys; from cli.bench.speed import rss_child; rss_child(*sys.argv[1:3], int(sys.argv[3]), "
+        "import sys; from benchmarks.speed import rss_child; rss_child(*sys.argv[1:3], int(sys.argv[3]), "
         "float(sys.argv[4]), int(sys.argv[5]))"
     )
     args = [cfg.model, name, str(cfg.memory_context), str(cfg.density), str(cfg.threads)]
@@ -209,7 +208,6 @@ def show(result: dict) -> None:
     out.print(table("Prefill memory (peak cache bytes; RSS high-water in a fresh process)", cols, rows))
 
 
-@bench_app.command("speed")
 def speed(
     model: Annotated[
         str, typer.Option(help="Model registry name, HF id, local directory, or 'tiny'.")

@@ -12,11 +12,10 @@ import torch
 import typer
 from rich.console import Console
 
-from cli.app import bench_app
-from cli.bench.common import console, write_json
-from cli.bench.quality_report import density_table, plot, summarize, with_average
-from cli.bench.quality_run import RunSpec, run_item
-from cli.bench.quality_tasks import TASKS, make_item
+from benchmarks.common import console, write_json
+from benchmarks.quality_report import density_table, plot, summarize, with_average
+from benchmarks.quality_run import RunSpec, run_item
+from benchmarks.quality_tasks import TASKS, make_item
 from kvstore import POLICIES, CacheConfig
 from kvstore.errors import KVStoreError
 
@@ -114,7 +113,6 @@ def _parse(cfg: QualityConfig) -> None:
         raise KVStoreError(f"densities must be in (0, 1], got {cfg.densities}")
 
 
-@bench_app.command("quality")
 def quality(
     policies: Annotated[str, typer.Option(help="Comma-separated policies (default: all, ablations included).")] = "",
     densities: Annotated[str, typer.Option(help="Comma-separated densities (shares of the context kept).")] = "",

@@ -16,8 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.app import bench_app
-from cli.bench.common import console, table, write_json
+from benchmarks.common import console, table, write_json
 from kvstore.errors import KVStoreError
 from kvstore.session import Session, SessionConfig
 
@@ -173,7 +172,6 @@ def parse_budget(text: str) -> int | float:
         raise KVStoreError(f"budget {text!r} is neither a token count (1024) nor a density (0.2 or 20%)") from None
 
 
-@bench_app.command("turns")
 def turns_cmd(
     model: Annotated[str, typer.Option(help="Registry name, HF id or local model directory.")] = "smollm2-135m",
     turns: Annotated[int, typer.Option(min=1, help="Agent turns.")] = TurnsPlan.turns,

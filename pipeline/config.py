@@ -1,0 +1,68 @@
+"""The configuration of one agent run, with every default defined once.
+
+`solve`, `eval` and `chat` flags map onto `RunConfig`'s fields; a Python caller builds one directly.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.errors import AgentError
+
+DEFAULT_TASK = "nexus-demo__pagekit-1"  # the built-in task `nexus-agent solve` runs with no argument
+DEFAULT_MAX_STEPS = 5  # the default run of the small CPU model finishes in minutes (it will not solve the task)
+
+
+class RunError(AgentError):
+    """A run cannot start as asked (bad flag combination, missing replay file, out dir of another run)."""
+
+
+@dataclass
+class RunConfig:
+    """What one agent run uses; `solve`, `eval` and `chat` flags map onto these fields one to one."""
+
+    dataset: str | None = None  # task source (None: the built-in tasks)
+    model: str = "smollm2-135m"  # registry name, local model directory or hub id
+    policy: str = "nexus"  # KV eviction policy (kvstore.POLICIES)
+    budget: int | float | None = 2048  # cache budget: tokens per layer, or a density in (0, 1]; None = never evict
+    protocol: str = "true-eviction"  # "true-eviction" (one persistent cache) or "re-prefill" (new cache each turn)
+    sandbox: str = "auto"  # sandbox backend: auto, docker, bwrap, local
+    max_steps: int | None = None  # step limit (soft and hard); None: 5 for a local model, the recording's for replay
+    seed: int = 0  # seed of sampling and of the cache's randomness
+    temperature: float = 1.0  # sampling temperature (DeepSWE evaluates at 1.0); 0 = greedy
+    max_new_tokens: int = 256  # most tokens in one reply
+    replay: Path | None = None  # replay this recorded trajectory instead of running a model
+    replay_dir: Path | None = None  # replay <dir>/<instance_id>*.jsonl (one recording per instance)
+    command_timeout: float = 120.0  # seconds one tool call may run
+    test_timeout: float = 1800.0  # seconds grading's test command may run
+    device: str | None = None  # torch device for the model (None: CUDA when present, else CPU)
+    threads: int | None = None  # torch CPU threads (None: cores / workers, 1 when the machine is already busy)
+    workers: int = 1  # processes sharing this machine's cores (eval --workers)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+
+    @property
+    def replaying(self) -> bool:
+        return self.replay is not None or self.replay_dir is not None
+
+    def model_label(self) -> str:
+        """The `model_name_or_path` of SWE-bench predictions: model and cache settings, filesystem-safe."""
+        if self.replaying:
+            return "nexus-agent__replay"
+        name = Path(self.model).name if os.sep in self.model else self.model
+        return f"nexus-agent__{name}__{self.policy}-{self.budget}-{self.protocol}"
+
+
+def parse_budget(text: str | None) -> int | float | None:
+    """A --budget value: "none"/"full" (never evict), an int (tokens per layer) or a float density."""
+    if text is None or text.lower() in ("none", "full", ""):
+        return None
+    try:
+        return float(text) if any(c in text for c in ".eE") else int(text)
+    except ValueError:
+        hint = "give tokens per layer (e.g. 2048), a density (e.g. 0.25) or 'none'"
+        raise RunError(f"--budget {text!r}: {hint}") from None

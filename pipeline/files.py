@@ -1,0 +1,23 @@
+"""The files a run writes into its folder, and the one safe way to write them."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+REPORT, PATCH, TRAJECTORY = "report.json", "patch.diff", "trajectory.jsonl"
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temp file in the same folder and os.replace (never a half-written file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
