@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "chat": ("cli.chat_cmd:chat_cmd", "Interactive coding session on a local repo; its KV memory persists (--resume)."),
     "grade": ("cli.grade_cmd:grade_cmd", "Grade one patch (a file, gold or empty) like SWE-bench in a fresh sandbox."),
     "tasks": ("cli.tasks_cmd:tasks_app", "Browse tasks: built-in, a local JSON/JSONL/parquet file, or a HF dataset."),
+    "serve": ("cli.serve_cmd:serve_cmd", "Serve one model to many agent sessions (OpenAI API, batched, evicting)."),
     "env": ("cli.env_cmd:env_app", "Sandbox environments: build the offline docker images, prune leftovers, status."),
 }
 BENCH_COMMANDS: dict[str, tuple[str, str]] = {

@@ -1,8 +1,8 @@
 """The server object: one model, the session registry, the scheduler thread and the HTTP listener, wired together.
 
-    server = Server(model, tokenizer, ServeConfig(port=0)).start()   # or Server.load(config) by model name
-    ... server.url ...                                              # http://127.0.0.1:PORT/v1
-    server.close()
+server = Server(model, tokenizer, ServeConfig(port=0)).start()   # or Server.load(config) by model name
+... server.url ...                                              # http://127.0.0.1:PORT/v1
+server.close()
 """
 
 from __future__ import annotations

@@ -152,6 +152,9 @@ class _HTTPServer(ThreadingHTTPServer):
 
 
 def make_http_server(app: Server) -> _HTTPServer:
-    httpd = _HTTPServer((app.config.host, app.config.port), Handler)
+    try:
+        httpd = _HTTPServer((app.config.host, app.config.port), Handler)
+    except OSError as exc:
+        raise ServeError(f"cannot listen on {app.config.host}:{app.config.port}: {exc.strerror or exc}") from None
     httpd.app = app
     return httpd

@@ -63,7 +63,8 @@ class Metrics:
             requests = dict(self.requests)
         for name in sorted(counters):
             lines += [f"# TYPE nexus_{name} counter", f"nexus_{name} {counters[name]:g}"]
-        lines += ["# HELP nexus_requests_total Chat-completion requests by HTTP status.", "# TYPE nexus_requests_total counter"]
+        lines += ["# HELP nexus_requests_total Chat-completion requests by HTTP status."]
+        lines += ["# TYPE nexus_requests_total counter"]
         lines += [f'nexus_requests_total{{code="{c}"}} {n}' for c, n in sorted(requests.items())]
         return "\n".join(lines) + "\n"
 
