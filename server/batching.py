@@ -81,8 +81,8 @@ class Scheduler(threading.Thread):
     def run(self) -> None:
         while not self._stop.is_set():
             self._take(block=not self.active and not self.waiting)
-            self._expire_waiting()
             self._admit()
+            self._expire_waiting()
             if self.active:
                 self._step()
             elif self.waiting:

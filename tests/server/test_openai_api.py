@@ -21,7 +21,8 @@ def client(server) -> openai.OpenAI:
 
 
 def ask(c: openai.OpenAI, messages: list[dict], **kw):
-    return c.chat.completions.create(model="tiny-qwen3", messages=messages, **({"max_tokens": 12, "temperature": 0} | kw))
+    options = {"max_tokens": 12, "temperature": 0} | kw
+    return c.chat.completions.create(model="tiny-qwen3", messages=messages, **options)
 
 
 def test_models_and_a_conversation_that_continues_its_session(make_server) -> None:
