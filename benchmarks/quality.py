@@ -19,8 +19,7 @@ from benchmarks.quality_tasks import TASKS, make_item
 from kvstore import POLICIES, CacheConfig
 from kvstore.defaults import DEFAULT_MODEL
 from kvstore.errors import KVStoreError
-
-STOCHASTIC = ("nexus", "direct-reservoir")  # reservoir selectors: run with several seeds, spread reported
+from kvstore.policies import is_stochastic
 
 
 @dataclass
@@ -44,7 +43,7 @@ class QualityConfig:
         for d in self.densities:
             for p in self.policies:
                 if p != "full":
-                    seeds = range(self.seeds if p in STOCHASTIC else 1)
+                    seeds = range(self.seeds if is_stochastic(p, **self.cache_options) else 1)
                     out += [RunSpec(p, d, s, options=self.cache_options) for s in seeds]
         return out
 

@@ -9,10 +9,10 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from cli.live import STATUS_STYLE
 from cli.options import run_options
 from pipeline.config import DEFAULT_MAX_STEPS, DEFAULT_TASK, RunConfig
-
-_STYLE = {"resolved": "green", "unresolved": "yellow", "empty_patch": "yellow", "patch_failed": "red", "error": "red"}
+from pipeline.files import safe_name
 
 
 @run_options(
@@ -30,7 +30,7 @@ def solve_cmd(
     from tasks import get_task
 
     task = get_task(instance_id or _recorded_task(cfg.replay) or DEFAULT_TASK, cfg.dataset)
-    out = out or Path("runs") / f"{_safe(task.instance_id)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = out or Path("runs") / f"{safe_name(task.instance_id)}-{time.strftime('%Y%m%d-%H%M%S')}"
     console = Console()
     console.print(f"[bold]{task.instance_id}[/bold] ({task.source or 'builtin'}) -> {out}")
     report = _run_live(console, task, cfg, out)
@@ -54,16 +54,16 @@ def print_summary(console: Console, report: dict[str, Any], out: Path | None = N
     from kvstore.session import TurnStats
 
     status = report["status"]
-    style = _STYLE.get(status, "white")
+    style = STATUS_STYLE.get(status, "white")
     console.print(
         f"[bold]{report['instance_id']}[/bold]: [{style}]{status}[/{style}] | exit {report['exit_reason']} after "
         f"{report['steps']} steps | patch {report['patch_lines']} lines | agent {report['agent_s']:.1f} s, "
         f"grading {report['grade_s']:.1f} s, wall {report['wall_s']:.1f} s"
     )
-    fields = set(TurnStats.__dataclass_fields__)
     for turn in report["turns"]:
-        if fields <= set(turn):
-            console.print("  " + TurnStats(**{k: turn[k] for k in fields}).summary(), highlight=False)
+        stats = TurnStats.from_dict(turn)
+        if stats is not None:
+            console.print("  " + stats.summary(), highlight=False)
     t = report["totals"]
     console.print(
         f"  totals: prefilled {t['prefill_tokens']} tok, generated {t['generated_tokens']} tok, evicted "
@@ -84,7 +84,3 @@ def _recorded_task(replay: Path | None) -> str | None:
     from agent.trajectory import load_trajectory
 
     return load_trajectory(replay).header.get("task_id")
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)

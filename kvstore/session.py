@@ -76,6 +76,14 @@ class TurnStats:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TurnStats | None:
+        """The stats a dict records (extra keys ignored); None when it lacks a field (e.g. another backend's)."""
+        names = [f.name for f in fields(cls)]
+        if not set(names) <= set(data):
+            return None
+        return cls(**{k: data[k] for k in names})
+
     def summary(self) -> str:
         """One line for the terminal."""
         return (
