@@ -33,8 +33,8 @@ def serve_cmd(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every HTTP request."),
 ) -> None:
     """Serve one model to many agent sessions at /v1/chat/completions (see docs/server.md)."""
+    from kvstore.defaults import parse_budget
     from pipeline.backends import set_threads
-    from pipeline.config import parse_budget
     from server.app import Server
     from server.config import parse_size
 

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from kvstore.defaults import DEFAULT_MODEL, DEFAULT_POLICY, DEFAULT_PROTOCOL, DEFAULT_SESSION_BUDGET
 from kvstore.errors import KVStoreError
 
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20}
@@ -28,11 +29,11 @@ class ServeConfig:
 
     host: str = "127.0.0.1"  # interface to listen on
     port: int = 8000  # TCP port (0: any free port)
-    model: str = "smollm2-135m"  # registry name, local model directory or hub id (one model per server)
+    model: str = DEFAULT_MODEL  # registry name, local model directory or hub id (one model per server)
     served_name: str | None = None  # the model id clients ask for (None: the --model value)
-    policy: str = "nexus"  # KV eviction policy of every session (kvstore.POLICIES)
-    budget: int | float | None = 2048  # cache budget per session: tokens per layer, a density, or None (never evict)
-    protocol: str = "true-eviction"  # "true-eviction" (one cache per session) or "re-prefill"
+    policy: str = DEFAULT_POLICY  # KV eviction policy of every session (kvstore.POLICIES)
+    budget: int | float | None = DEFAULT_SESSION_BUDGET  # per session: tokens per layer, a density, None = never evict
+    protocol: str = DEFAULT_PROTOCOL  # "true-eviction" (one cache per session) or "re-prefill"
     seed: int = 0  # seed of each new session's cache and sampling (a request's "seed" overrides it for new sessions)
     chunk_size: int = 512  # prefill chunk in tokens
     device: str | None = None  # torch device (None: CUDA when present, else CPU)
