@@ -28,6 +28,7 @@ BENCH_COMMANDS: dict[str, tuple[str, str]] = {
     "turns": ("benchmarks.turns:turns_cmd", "Multi-turn session: true eviction vs re-prefill vs full cache."),
     "quality": ("benchmarks.quality:quality", "Accuracy of every policy at several densities on retrieval tasks."),
     "speed": ("benchmarks.speed:speed", "Decode throughput, latency and memory: nexus vs full cache."),
+    "serve": ("benchmarks.serve:serve_bench", "N concurrent agent sessions on one server: batched vs serial, KV fit."),
     "gpu": ("benchmarks.gpu:gpu", "The GPU benchmark (Qwen3-8B shapes, Triton kernel); --quick on the CPU."),
 }
 

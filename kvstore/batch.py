@@ -96,7 +96,8 @@ def batched_decode(model: torch.nn.Module, caches: Sequence[EvictingCache], toke
     out = model(
         input_ids=ids,
         position_ids=positions,
-        attention_mask={"full_attention": None},  # the rows' masks come from the batch layers (head_mask)
+        # a ready 4D mask is passed through untouched by every architecture; the batch layers replace it (head_mask)
+        attention_mask=torch.ones(len(caches), 1, 1, 1, dtype=torch.bool, device=device),
         use_cache=True,
         logits_to_keep=1,
         **{kvstore.cache_kwarg(model): view},

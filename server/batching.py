@@ -178,7 +178,9 @@ class Scheduler(threading.Thread):
             entry.session, job.max_new_tokens, temperature=job.temperature, top_p=job.top_p, stop=job.stop,
             on_token=lambda piece: job.events.put(("text", piece)),
         )  # fmt: skip
+        t0 = time.perf_counter()
         job.reply.prefill()
+        self.metrics.add("prefill_seconds_total", time.perf_counter() - t0)
         self.metrics.add("tokens_prefilled_total", job.reply.prefill_tokens)
         self.metrics.add("tokens_generated_total", 1)
         if job.reply.next_input is None:
@@ -191,6 +193,7 @@ class Scheduler(threading.Thread):
         """One decode step of every active reply: batched where the caches allow, else one by one."""
         from kvstore.batch import batched_decode, can_batch
 
+        t0 = time.perf_counter()
         rows = [j for j in self.active if j.reply.next_input is not None and not j.cancelled]
         batch = [j for j in rows if can_batch(j.entry.session.cache)]
         alone = [j for j in rows if j not in batch or len(batch) == 1]
@@ -211,6 +214,7 @@ class Scheduler(threading.Thread):
         for j in rows:
             j.batch_rows += len(rows)
         self.metrics.decoded(len(rows), len(rows))
+        self.metrics.add("decode_seconds_total", time.perf_counter() - t0)
         for j in list(self.active):
             if j.cancelled:
                 self._abort(j, None)
