@@ -55,3 +55,18 @@ def test_serve_the_default_model(tmp_path) -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--memory-cap", "12XB"], "size '12XB': give bytes or a number with a unit"),
+        (["--park", "cloud"], "--park 'cloud': use one of disk, host"),
+        (["--budget", "lots"], "--budget 'lots'"),
+        (["--max-batch", "0"], "max_batch must be >= 1"),
+    ],
+)
+def test_bad_flags_are_one_clear_line(flags: list[str], message: str) -> None:
+    cmd = [sys.executable, "-c", "from cli.app import main; main()", "serve", *flags]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
