@@ -62,6 +62,8 @@ class Scheduler(threading.Thread):
         )  # fmt: skip
         self.reference = Session(model, tokenizer, self.session_config)  # renders and sizes turns, never runs
         self.per_token = bytes_per_token(model)
+        # a padding mask needs sdpa or eager attention: flash-attention models decode one session at a time
+        self.batch_ok = config.max_batch > 1 and "flash" not in model.config._attn_implementation
         self.inbox: queue.Queue[Job] = queue.Queue()
         self.waiting: list[Job] = []
         self.active: list[Job] = []
@@ -195,7 +197,7 @@ class Scheduler(threading.Thread):
 
         t0 = time.perf_counter()
         rows = [j for j in self.active if j.reply.next_input is not None and not j.cancelled]
-        batch = [j for j in rows if can_batch(j.entry.session.cache)]
+        batch = [j for j in rows if self.batch_ok and can_batch(j.entry.session.cache)]
         alone = [j for j in rows if j not in batch or len(batch) == 1]
         batch = [j for j in batch if j not in alone]
         try:
