@@ -66,7 +66,6 @@ def run_eval(
     if not tasks:
         raise RunError("no tasks selected")
     _preflight(cfg)
-    out.mkdir(parents=True, exist_ok=True)
     ef.claim_out_dir(out, cfg)
     todo = [t for t in tasks if not _finished(ef.read_report(out, t.instance_id), retry_errors)]
     console = Console()
