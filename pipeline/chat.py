@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,9 +98,12 @@ def open_repo_sandbox(repo: Path, name: str):
 
 
 def _git(repo: Path, *args: str) -> str:
+    """Host-side git on the user's repo, which the agent can write: none of the repo's own config runs."""
+    from swe_env.safegit import GitError, run_git
+
     try:
-        res = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+        res = run_git(repo, *args, timeout=30)
+    except GitError:
         return ""
     return res.stdout.strip() if res.returncode == 0 else ""
 

@@ -13,6 +13,7 @@ import time
 import weakref
 from pathlib import Path
 
+from swe_env.safegit import SANDBOX_FLAGS
 from swe_env.sandbox.base import ExecResult, SandboxError
 from swe_env.sandbox.limits import StepCgroup, StepLimits
 from tasks.schema import Task
@@ -145,7 +146,8 @@ COMMAND_ENV = {"LANG": "C.UTF-8", "TERM": "dumb", "PYTHONDONTWRITEBYTECODE": "1"
 def patch_command(base_commit: str) -> str:
     """The shell command that prints the repo's change against the base commit, new files included."""
     excludes = " ".join(shlex.quote(f":(exclude,glob){p}") for p in PATCH_EXCLUDES)
-    return f"git add -A && git diff --cached {shlex.quote(base_commit)} -- . {excludes}"
+    git = f"git {SANDBOX_FLAGS}"
+    return f"{git} add -A && {git} diff --cached --no-ext-diff --no-textconv {shlex.quote(base_commit)} -- . {excludes}"
 
 
 def install_tools(dest: Path) -> Path:
