@@ -8,7 +8,6 @@ import select
 import shlex
 import signal
 import subprocess
-import tempfile
 import time
 import weakref
 from pathlib import Path
@@ -159,8 +158,11 @@ def install_tools(dest: Path) -> Path:
 
 
 def make_workspace(prefix: str) -> Path:
-    """A fresh private temp dir for one sandbox (repo copy, tools, /tmp)."""
-    return Path(tempfile.mkdtemp(prefix=f"nexus-{prefix}-"))
+    """A fresh private temp dir for one sandbox (repo copy, tools, /tmp), tagged with its owner so that a start-up
+    sweep reclaims it if this process is killed before it can remove it."""
+    from swe_env.sandbox.owners import make_owned_dir
+
+    return make_owned_dir(prefix)
 
 
 def prepare_repo(task: Task, dest: Path, repo_cache: Path | None) -> Path:

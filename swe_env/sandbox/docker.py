@@ -21,6 +21,7 @@ from swe_env.pyenv import PyEnvConfig
 from swe_env.sandbox import common
 from swe_env.sandbox.base import ExecResult, SandboxError
 from swe_env.sandbox.limits import StepLimits
+from swe_env.sandbox.owners import owner_tag
 from tasks.builtin import is_builtin
 from tasks.schema import Task
 
@@ -135,7 +136,8 @@ class DockerSandbox:
             self.image, command=["sleep", "infinity"], detach=True, tty=False, init=True,
             network_mode="none", mem_limit=mem, memswap_limit=mem, pids_limit=lim.pids or -1,
             nano_cpus=int(lim.cpus * 1e9) if lim.cpus else None, ulimits=ulimits,
-            labels={**images.LABEL, "nexus-agent.task": self.task.instance_id}, working_dir="/", volumes=volumes,
+            labels={**images.LABEL, "nexus-agent.task": self.task.instance_id, "nexus-agent.owner": owner_tag()},
+            working_dir="/", volumes=volumes,
         )  # fmt: skip
         self._path = self._container_path()
         self._keeper = self._keeper_pid()
