@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,15 @@ def test_refusal_is_one_line_on_the_command_line(tmp_path: Path) -> None:
     assert (out / "predictions.jsonl").read_text() == '{"model_name_or_path": "another-model"}\n'
 
 
+def _kill_all(tag: str) -> None:
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and tag.encode() in (proc / "environ").read_bytes():
+                os.kill(int(proc.name), signal.SIGKILL)
+        except OSError:
+            continue
+
+
 def _processes_with(tag: str) -> list[str]:
     """Command lines of live processes whose environment holds `tag` (zombies and this process excluded)."""
     found = []
@@ -91,7 +101,8 @@ def _processes_with(tag: str) -> list[str]:
 def test_kill_9_of_the_parent_leaves_no_orphans_and_the_next_run_sweeps(tmp_path: Path) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    env = {**cli_env(tmp_path), "TMPDIR": str(tmp), "NEXUS_ORPHAN_PROBE": tmp_path.name}
+    probe = f"NEXUS_ORPHAN_PROBE={uuid.uuid4().hex}"
+    env = {**cli_env(tmp_path), "TMPDIR": str(tmp), "NEXUS_ORPHAN_PROBE": probe.split("=")[1]}
     out = tmp_path / "run"
     cmd = [sys.executable, "-c", "from cli.app import main; main()", *_args(out), "--workers", "2"]
     log = (tmp_path / "eval.log").open("w")
@@ -105,9 +116,11 @@ def test_kill_9_of_the_parent_leaves_no_orphans_and_the_next_run_sweeps(tmp_path
         proc.send_signal(signal.SIGKILL)  # the parent alone: its workers must notice and go
         proc.wait()
     end = time.monotonic() + 10
-    while _processes_with(f"NEXUS_ORPHAN_PROBE={tmp_path.name}") and time.monotonic() < end:
+    while _processes_with(probe) and time.monotonic() < end:
         time.sleep(0.2)
-    assert _processes_with(f"NEXUS_ORPHAN_PROBE={tmp_path.name}") == []
+    orphans = _processes_with(probe)
+    _kill_all(probe)  # a failing run must not leave its orphans on the machine
+    assert orphans == []
     res = nexus(*_args(out), env=env, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert {p.parent.name for p in out.glob("*/report.json")} == set(IDS)
