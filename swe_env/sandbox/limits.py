@@ -59,6 +59,7 @@ class StepCgroup:
         if os.geteuid() != 0:
             return None
         name = f"step-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        _sweep_once()
         try:
             if (CGROUP_ROOT / "cgroup.controllers").is_file():
                 return _create_v2(name, limits)
@@ -114,14 +115,17 @@ class StepCgroup:
 
 
 def _create_v2(name: str, limits: StepLimits) -> StepCgroup:
-    parent = CGROUP_ROOT / _PARENT
-    parent.mkdir(exist_ok=True)
+    """Under /sys/fs/cgroup/nexus-agent. The root must hand pids and memory down: enabling them there works on a
+    host; inside a container whose cgroup holds processes it only works if they are enabled already."""
     wanted = {"pids", "memory"} | ({"cpu"} if limits.cpus else set())
     available = set((CGROUP_ROOT / "cgroup.controllers").read_text().split())
-    if not {"pids", "memory"} <= available:
-        raise OSError("the pids and memory controllers are not available")
-    _write(CGROUP_ROOT / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted & available), check=True)
-    _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted & available), check=True)
+    _write(CGROUP_ROOT / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted & available))
+    parent = CGROUP_ROOT / _PARENT
+    parent.mkdir(exist_ok=True)
+    handed_down = set((parent / "cgroup.controllers").read_text().split())
+    if not {"pids", "memory"} <= handed_down:
+        raise OSError("the pids and memory controllers are not available to child cgroups")
+    _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted & handed_down), check=True)
     step = parent / name
     step.mkdir()
     group = StepCgroup([step], v2=True)
@@ -163,6 +167,22 @@ def _create_v1(name: str, limits: StepLimits) -> StepCgroup:
         group.destroy()
         raise
     return group
+
+
+_swept = False
+
+
+def _sweep_once() -> None:
+    """Remove the step cgroups of processes killed before they could (empty once their processes are gone)."""
+    global _swept
+    if _swept:
+        return
+    _swept = True
+    for parent in (CGROUP_ROOT / _PARENT, *(CGROUP_ROOT / c / _PARENT for c in ("pids", "memory", "cpu"))):
+        for step in parent.glob("step-*-*") if parent.is_dir() else ():
+            pid = step.name.split("-")[1]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                StepCgroup([step], v2=parent.parent == CGROUP_ROOT).destroy()
 
 
 def _write(path: Path, value: str, check: bool = False) -> None:
