@@ -20,7 +20,7 @@ from pathlib import Path
 from swe_env.pyenv import PyEnvConfig, ensure_env, import_root
 from swe_env.sandbox import common
 from swe_env.sandbox.base import ExecResult, SandboxError
-from swe_env.sandbox.bwrap_binds import current_interpreter, host_binds
+from swe_env.sandbox.bwrap_binds import current_interpreter, host_binds, python_binds
 from swe_env.sandbox.limits import StepCgroup, StepLimits
 from tasks.builtin import is_builtin
 from tasks.schema import Task
@@ -111,8 +111,9 @@ class BwrapSandbox:
     def _bwrap_argv(self) -> list[str]:
         env = self._env_extra.get("VIRTUAL_ENV")
         pythons = [current_interpreter(), *([env] if env else [])]
-        argv = [self._bwrap, *host_binds(self._root / "etc", pythons, list(self.config.extra_path))]
+        argv = [self._bwrap, *host_binds(self._root / "etc")]
         argv += ["--proc", "/proc", "--dev", "/dev", "--bind", str(self._tmp), "/tmp"]
+        argv += python_binds(pythons, list(self.config.extra_path))
         argv += ["--bind", str(self.repo), self.workdir, "--ro-bind", str(self._tools), self.tools_dir]
         argv += ["--remount-ro", "/"]  # the sandbox's own root (where mount points were made) is not writable
         argv += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]

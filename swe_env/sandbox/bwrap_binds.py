@@ -23,12 +23,10 @@ PASSWD = "root:x:0:0:root:/tmp:/bin/bash\nnobody:x:65534:65534:nobody:/nonexiste
 GROUP = "root:x:0:\nnogroup:x:65534:\n"
 
 
-def host_binds(private_etc: Path, interpreters: list[str], extra_dirs: list[str]) -> list[str]:
-    """bwrap arguments binding what a sandbox may read of the host.
+def host_binds(private_etc: Path) -> list[str]:
+    """bwrap arguments binding the system's programs and libraries and the /etc entries a sandbox may read.
 
-    private_etc: a fresh folder of this sandbox where passwd and group are written. interpreters: Python
-    executables (or environment folders) commands may run, each bound with the installation behind it.
-    extra_dirs: more host folders put on PATH (bound read-only at their own paths when they exist).
+    private_etc: a fresh folder of this sandbox where passwd and group are written.
     """
     argv: list[str] = []
     for path in SYSTEM_DIRS:
@@ -37,7 +35,13 @@ def host_binds(private_etc: Path, interpreters: list[str], extra_dirs: list[str]
             argv += ["--symlink", os.readlink(p), path]
         elif p.is_dir():
             argv += ["--ro-bind", path, path]
-    argv += _etc_binds(private_etc)
+    return argv + _etc_binds(private_etc)
+
+
+def python_binds(interpreters: list[str], extra_dirs: list[str]) -> list[str]:
+    """The Python installations (and extra PATH folders), read-only at their own paths. They go after the /tmp
+    bind: an environment that lives under the host's /tmp (a CI virtualenv) stays visible."""
+    argv: list[str] = []
     for root in _dedupe(r for item in [*interpreters, *extra_dirs] for r in python_roots(item)):
         argv += ["--ro-bind", str(root), str(root)]
     return argv

@@ -30,7 +30,7 @@ class StepLimits:
     cpus: float | None = None  # CPU share (1.0 = one core) where a cgroup or docker enforces it
     cpu_s: int | None = 3600  # CPU seconds of each process (RLIMIT_CPU)
     file_mb: int | None = 4096  # largest file a process may write (RLIMIT_FSIZE)
-    output_bytes: int = 8 << 20  # most output the host reads from one command; past it the command is killed
+    output_bytes: int = 32 << 20  # most output the host reads from one command; past it the command is killed
 
     def ulimit_prelude(self, memory_by_rlimit: bool) -> str:
         """bash `ulimit` commands run before a sandboxed command (hard and soft limits: it cannot raise them)."""
