@@ -61,7 +61,7 @@ def curves(runs: list[dict], key: str = "start", bin_size: int = CURVE_BIN) -> d
 def summary_table(rows: list[dict], title: str):
     cols = ["spec", "budget", "mean KL", "extra NLL", "top-1", "conv mean KL", "worst top-1", "tokens", "runs"]
     body = [
-        [r["spec"], r["budget"], r["kl"], r["nll"], r["top1"], r["conv_mean_kl"], r["worst_top1"], r["tokens"], r["runs"]]
+        [r[k] for k in ("spec", "budget", "kl", "nll", "top1", "conv_mean_kl", "worst_top1", "tokens", "runs")]
         for r in rows
     ]
     return table(title, cols, body)
@@ -78,7 +78,7 @@ def plot(rows: list[dict], runs: list[dict], path: Path) -> None:
     specs = sorted({r["spec"] for r in rows})
     budgets = sorted({r["budget"] for r in rows}, key=float)
     for spec in specs:
-        pts = sorted(((float(r["budget"]), r["kl"], r["top1"]) for r in rows if r["spec"] == spec))
+        pts = sorted((float(r["budget"]), r["kl"], r["top1"]) for r in rows if r["spec"] == spec)
         axes[0].plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=spec)
         axes[1].plot([p[0] for p in pts], [p[2] for p in pts], marker="o", label=spec)
     low = str(budgets[0]) if budgets else None
