@@ -27,6 +27,7 @@ BENCH_COMMANDS: dict[str, tuple[str, str]] = {
     "quality": ("benchmarks.quality:quality", "Accuracy of every policy at several densities on retrieval tasks."),
     "speed": ("benchmarks.speed:speed", "Decode throughput, latency and memory: nexus vs full cache."),
     "replay": ("benchmarks.replay:replay_cmd", "Replay recorded agent conversations: each memory's fidelity to full."),
+    "reservoir": ("benchmarks.reservoir_scale:reservoir_cmd", "Reservoir vs top-K at the real Nexus weight scale."),
     "gpu": ("benchmarks.gpu:gpu", "The GPU benchmark (Qwen3-8B shapes, Triton kernel); --quick on the CPU."),
 }
 

@@ -72,6 +72,8 @@ def plan_eviction(
     cand = cand.clamp_min(0)
     if config.renorm_candidates:
         cand = cand / cand.sum(-1, keepdim=True).clamp_min(1e-30)
+    if config.reservoir_mean:  # the weights sum to ~1 over N_k, so w ~ 1/N_k; see docs/memory.md
+        cand = cand * (config.reservoir_mean * cand.shape[-1] / cand.sum(-1, keepdim=True).clamp_min(1e-30))
     if protected is not None:
         cand = force_protected(cand, protected, lay, b, k, policy.granularity, budget_blocks)
     new_valid = None
