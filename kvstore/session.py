@@ -172,7 +172,7 @@ class Session:
             protected = sum(end - start for start, end in spans)
             raise KVStoreError(
                 f"the cache budget ({have * b} tokens per layer) cannot hold the protected opening ({protected} "
-                f"tokens: system prompt and task, protect={self.config.protect!r}) beside the recent and tail blocks "
+                f"tokens, protect={self.config.protect!r}) beside the sink, recent and tail blocks "
                 f"({need * b} tokens needed); raise the budget or use protect='none'"
             )
 
