@@ -17,17 +17,22 @@ from benchmarks.quality_report import density_table, plot, summarize, with_avera
 from benchmarks.quality_run import QUERY_AWARE, RunSpec, run_item
 from benchmarks.quality_tasks import TASKS, make_item
 from kvstore import POLICIES, CacheConfig
+from kvstore.defaults import DEFAULT_MODEL
 from kvstore.errors import KVStoreError
+<<<<<<< HEAD
 
 STOCHASTIC = ("nexus", "direct-reservoir")  # reservoir selectors: run with several seeds, spread reported
 MODES = ("unaware", "aware")  # question after compression (the agent setting) / inside the compressed prompt
+=======
+from kvstore.policies import is_stochastic
+>>>>>>> main
 
 
 @dataclass
 class QualityConfig:
     """What one quality run covers."""
 
-    model: str = "smollm2-135m"  # model registry name / HF id / local directory
+    model: str = DEFAULT_MODEL  # model registry name / HF id / local directory
     policies: tuple[str, ...] = tuple(POLICIES)  # policies (the ablations are policies too)
     densities: tuple[float, ...] = (0.2, 0.5)  # shares of the context kept
     tasks: tuple[str, ...] = TASKS  # tasks to run
@@ -40,6 +45,7 @@ class QualityConfig:
     modes: tuple[str, ...] = MODES  # "unaware" (question after compression) and/or "aware" (question inside)
 
     def specs(self) -> list[RunSpec]:
+<<<<<<< HEAD
         """The run matrix per mode: full once, every other policy at each density (stochastic ones per seed)."""
         out = []
         for aware in (m == "aware" for m in self.modes):
@@ -49,6 +55,15 @@ class QualityConfig:
                     if p != "full":
                         seeds = range(self.seeds if p in STOCHASTIC else 1)
                         out += [RunSpec(p, d, s, options=self.cache_options, query_aware=aware) for s in seeds]
+=======
+        """The run matrix: full once, every other policy at each density (stochastic ones per seed)."""
+        out = [RunSpec("full", 1.0, 0)] if "full" in self.policies else []
+        for d in self.densities:
+            for p in self.policies:
+                if p != "full":
+                    seeds = range(self.seeds if is_stochastic(p, **self.cache_options) else 1)
+                    out += [RunSpec(p, d, s, options=self.cache_options) for s in seeds]
+>>>>>>> main
         return out
 
     def labels(self) -> list[str]:
@@ -133,7 +148,7 @@ def quality(
     items: Annotated[int | None, typer.Option(min=1, help="Items per task.")] = None,
     seeds: Annotated[int | None, typer.Option(min=1, help="Seeds for the stochastic policies.")] = None,
     context_tokens: Annotated[int | None, typer.Option(min=128, help="Context length in tokens.")] = None,
-    model: Annotated[str, typer.Option(help="Model registry name, HF id or local directory.")] = "smollm2-135m",
+    model: Annotated[str, typer.Option(help="Model registry name, HF id or local directory.")] = DEFAULT_MODEL,
     threads: Annotated[int, typer.Option(min=1, help="torch CPU threads.")] = 1,
     quick: Annotated[
         bool, typer.Option(help="A few items at tiny sizes: checks the machinery, not the numbers.")

@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-_STYLE = {"resolved": "green", "unresolved": "yellow", "empty_patch": "yellow", "patch_failed": "red", "error": "red"}
+from cli.live import STATUS_STYLE
 
 
 def grade_cmd(
@@ -53,7 +53,7 @@ def _patch_text(patch: str, task) -> str:
 
 
 def _print(console: Console, report) -> None:
-    style = _STYLE.get(report.status, "white")
+    style = STATUS_STYLE.get(report.status, "white")
     console.print(
         f"[bold]{report.instance_id}[/bold]: [{style}]{report.status}[/{style}] "
         f"(backend {report.backend}, patch applied with {report.apply_method or '-'}, {report.duration_s:.1f} s)"
