@@ -19,13 +19,9 @@ from benchmarks.quality_tasks import TASKS, make_item
 from kvstore import POLICIES, CacheConfig
 from kvstore.defaults import DEFAULT_MODEL
 from kvstore.errors import KVStoreError
-<<<<<<< HEAD
-
-STOCHASTIC = ("nexus", "direct-reservoir")  # reservoir selectors: run with several seeds, spread reported
-MODES = ("unaware", "aware")  # question after compression (the agent setting) / inside the compressed prompt
-=======
 from kvstore.policies import is_stochastic
->>>>>>> main
+
+MODES = ("unaware", "aware")  # question after compression (the agent setting) / inside the compressed prompt
 
 
 @dataclass
@@ -45,7 +41,6 @@ class QualityConfig:
     modes: tuple[str, ...] = MODES  # "unaware" (question after compression) and/or "aware" (question inside)
 
     def specs(self) -> list[RunSpec]:
-<<<<<<< HEAD
         """The run matrix per mode: full once, every other policy at each density (stochastic ones per seed)."""
         out = []
         for aware in (m == "aware" for m in self.modes):
@@ -53,17 +48,8 @@ class QualityConfig:
             for d in self.densities:
                 for p in self.policies:
                     if p != "full":
-                        seeds = range(self.seeds if p in STOCHASTIC else 1)
+                        seeds = range(self.seeds if is_stochastic(p, **self.cache_options) else 1)
                         out += [RunSpec(p, d, s, options=self.cache_options, query_aware=aware) for s in seeds]
-=======
-        """The run matrix: full once, every other policy at each density (stochastic ones per seed)."""
-        out = [RunSpec("full", 1.0, 0)] if "full" in self.policies else []
-        for d in self.densities:
-            for p in self.policies:
-                if p != "full":
-                    seeds = range(self.seeds if is_stochastic(p, **self.cache_options) else 1)
-                    out += [RunSpec(p, d, s, options=self.cache_options) for s in seeds]
->>>>>>> main
         return out
 
     def labels(self) -> list[str]:

@@ -10,12 +10,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from benchmarks.quality import STOCHASTIC, QualityConfig
+from benchmarks.quality import QualityConfig
 from benchmarks.quality_run import RunSpec, _renderer, cache_budget, evidence_spans, score
 from benchmarks.quality_tasks import CONTEXT_TASKS, TASKS, make_item, stdlib_files
 from cli.app import app
 from kvstore import POLICIES
 from kvstore.models import load_model
+from kvstore.policies import is_stochastic
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +89,8 @@ def test_run_matrix_and_budgets() -> None:
     assert sum(s.policy == "full" for s in specs) == 2 and sum(s.query_aware for s in specs) == len(specs) // 2
     assert sum(s.policy == "nexus" for s in specs) == 12 and sum(s.policy == "snapkv" for s in specs) == 4
     assert cfg.labels() == ["full", "full+q", "nexus", "nexus+q", "snapkv", "snapkv+q"]
-    others = len(POLICIES) - 1 - len(STOCHASTIC)
-    assert len(QualityConfig(modes=("unaware",)).specs()) == 1 + 2 * (others + 3 * len(STOCHASTIC))
+    stochastic = sum(is_stochastic(p) for p in POLICIES)
+    assert len(QualityConfig(modes=("unaware",)).specs()) == 1 + 2 * (len(POLICIES) - 1 - stochastic + 3 * stochastic)
     turn_item = type("I", (), {"task": "multi_turn"})()
     ctx_item = type("I", (), {"task": "single_needle"})()
     assert cache_budget(turn_item, RunSpec("nexus", 0.2, 0), 1600) == 320  # a fixed token budget
