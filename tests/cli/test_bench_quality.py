@@ -120,7 +120,7 @@ def test_quick_run_writes_table_json_and_plot(tmp_path: Path, smol) -> None:
     assert {r["task"] for r in rows if r["mode"] == "aware"} == {"single_needle"}
     assert all(0.0 <= r["score"] <= 1.0 and r["replies"] for r in rows)
     for r in rows:
-        if r["policy"] == "full":
+        if r["policy"] in ("full", "full+q"):
             assert r["held_tokens"] == r["context_tokens"]  # nothing evicted
             assert r["evidence_kept"] == r["evidence_whole"] == 1.0
         else:
