@@ -72,7 +72,7 @@ def parse_budget(text: str) -> float | int:
     return value if value <= 1 else int(value)
 
 
-def run(cfg: ReplayConfig, model, tokenizer, on_conversation=None) -> dict:
+def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
     """Replay every conversation: the reference once, then every spec x budget x seed against it."""
     renderer = ChatRenderer(tokenizer)
     limit = min(cfg.max_tokens or 10**9, int(model.config.max_position_embeddings))
@@ -103,9 +103,9 @@ def run(cfg: ReplayConfig, model, tokenizer, on_conversation=None) -> dict:
                         continue
                     run_ |= {"conversation": conv.name, "seconds": time.perf_counter() - t1}
                     result["runs"].append(run_ | {"turns": [t.to_dict() for t in turns]})
+                    if on_progress is not None:  # a stopped run keeps every finished replay
+                        on_progress(result)
         console.print(f"{conv.name}: {p.tokens} tokens, {replies} replies, {time.perf_counter() - t0:.0f}s")
-        if on_conversation is not None:
-            on_conversation(result)
     return result
 
 
@@ -160,7 +160,7 @@ def replay_cmd(
     cfg_info = {"model": model, "dtype": info.dtype, "specs": spec_list, "budgets": budget_list}
     cfg_info |= {"max_tokens": max_tokens, "seeds": seeds, "traces": [str(f) for f in files]}
 
-    def checkpoint(result: dict) -> None:  # a stopped run keeps the conversations it finished
+    def checkpoint(result: dict) -> None:  # a stopped run keeps the replays it finished
         write_json(json_out, result | {"config": cfg_info, "partial": True})
 
     finish(run(cfg, m, tok, checkpoint if json_out else None), cfg_info, json_out, plot_out, table_out)

@@ -19,7 +19,13 @@ import torch
 
 import kvstore
 from kvstore.chat import ChatRenderer
-from kvstore.defaults import DEFAULT_MODEL, DEFAULT_POLICY, DEFAULT_PROTOCOL, DEFAULT_SESSION_BUDGET
+from kvstore.defaults import (
+    DEFAULT_MODEL,
+    DEFAULT_POLICY,
+    DEFAULT_PROTECT,
+    DEFAULT_PROTOCOL,
+    DEFAULT_SESSION_BUDGET,
+)
 from kvstore.errors import KVStoreError
 from kvstore.sampling import TextStream, check_sampling, next_token
 
@@ -42,7 +48,7 @@ class SessionConfig:
     device: str | None = None  # None: a CUDA GPU when there is one, else the CPU
     dtype: str | None = None  # "bf16" | "fp16" | "fp32"; None: bf16 where the hardware supports it, else fp32
     cache_options: dict = field(default_factory=dict)  # further CacheConfig knobs (block, window, lam, ...)
-    protect: str = "none"  # never evict the opening: "system+task" (system prompt + first user message), "system"
+    protect: str = DEFAULT_PROTECT  # never evict: "system+task" (system prompt + first user message), "system", "none"
 
     def __post_init__(self) -> None:
         if self.protect not in PROTECT:
