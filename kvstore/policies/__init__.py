@@ -27,6 +27,8 @@ POLICIES: dict[str, tuple[type[Policy], dict[str, Any]]] = {
     "nexus": (NexusPolicy, {}),
     "nexus-topk": (NexusPolicy, {"selector": "topk"}),  # ablation: Nexus score, deterministic top-K
     "direct-reservoir": (NexusPolicy, {"lam": 0.0}),  # ablation: direct score only (lambda = 0), reservoir
+    # the product's default memory (docs/memory.md): the Nexus score, top-K, measured with bench replay
+    "nexus-agent": (NexusPolicy, {"selector": "topk"}),
 }
 
 
