@@ -14,7 +14,7 @@ from pipeline.config import RunConfig
 
 @run_options(
     "dataset", "workers", "model", "policy", "budget", "protocol", "sandbox", "max_steps", "seed", "temperature",
-    "threads", "max_new_tokens", "replay_dir", "command_timeout", "test_timeout",
+    "threads", "max_new_tokens", "replay_dir", "command_timeout", "test_timeout", "server",
 )  # fmt: skip
 def eval_cmd(
     cfg: RunConfig,
@@ -104,9 +104,12 @@ def _preflight(cfg: RunConfig) -> None:
         if not cfg.replay_dir.is_dir():
             raise FileNotFoundError(f"--replay-dir {cfg.replay_dir} is not a directory")
     else:
-        from pipeline.backends import check_model_available
+        from pipeline.backends import check_model_available, served_model
 
-        check_model_available(cfg.model)
+        if cfg.server:
+            served_model(cfg.server)
+        else:
+            check_model_available(cfg.model)
 
 
 def _print_summary(console: Console, summary: dict, out: Path) -> None:
