@@ -76,22 +76,23 @@ def plot(rows: list[dict], runs: list[dict], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 3, figsize=(18, 5.5))
     specs = sorted({r["spec"] for r in rows})
+    color = {spec: plt.get_cmap("tab20")(i % 20) for i, spec in enumerate(specs)}  # one colour per spec everywhere
     budgets = sorted({r["budget"] for r in rows}, key=float)
     for spec in specs:
         pts = sorted((float(r["budget"]), r["kl"], r["top1"]) for r in rows if r["spec"] == spec)
-        axes[0].plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=spec)
-        axes[1].plot([p[0] for p in pts], [p[2] for p in pts], marker="o", label=spec)
+        axes[0].plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=spec, color=color[spec])
+        axes[1].plot([p[0] for p in pts], [p[2] for p in pts], marker="o", label=spec, color=color[spec])
     low = str(budgets[0]) if budgets else None
     for spec, by_budget in curves(runs).items():
         if low in by_budget:
             pts = by_budget[low]
-            axes[2].plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=spec)
+            axes[2].plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=spec, color=color[spec])
     axes[0].set(xlabel="budget (share of the replayed length)", ylabel="mean KL(full || policy), nats", yscale="log")
     axes[1].set(xlabel="budget (share of the replayed length)", ylabel="top-1 agreement with the full cache")
     axes[2].set(xlabel="tokens seen", ylabel=f"mean KL at budget {low}", yscale="log")
     for ax in axes:
         ax.grid(alpha=0.3)
-    axes[2].legend(fontsize=7, loc="best")
+    axes[0].legend(fontsize=7, loc="best")
     fig.suptitle("bench replay: fidelity of each memory on recorded agent conversations (teacher-forced)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -53,6 +53,10 @@ class EvictingCache(Cache):
                 f"blocks (sink + {self.config.recent_blocks} recent + tail); use at least {need * b} tokens or a "
                 "larger density"
             )
+        if self.config.recent_share:  # budget-relative recency: never more than fits beside the sink and tail
+            share = int(self.config.recent_share * blocks)
+            self.config.recent_blocks = max(self.config.recent_blocks, min(share, blocks - 2))
+            need = max_forced_blocks(self.config)
         n = len(self.layers)
         # layers whose own share (PyramidKV) falls below the forced set still keep the forced set
         per_layer = [max(need, self.policy.layer_budget(i, n, blocks)) for i in range(n)]
