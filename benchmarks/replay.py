@@ -24,7 +24,8 @@ from kvstore import POLICIES, CacheConfig
 from kvstore.chat import ChatRenderer
 from kvstore.errors import KVStoreError
 
-QUICK = {"traces": 1, "max_tokens": 768, "budgets": (0.5,), "specs": ("streaming", "nexus", "nexus-topk")}
+# one conversation, its first ~3k tokens (the shared traces' openings are 2.1-4.2k tokens), three specs, one budget
+QUICK = {"traces": 1, "max_tokens": 3072, "budgets": (0.5,), "specs": ("streaming", "nexus", "nexus-agent")}
 
 
 @dataclass
@@ -137,7 +138,7 @@ def replay_cmd(
     seeds: Annotated[int, typer.Option(help="cache seeds per spec")] = 1,
     threads: Annotated[int, typer.Option(help="torch CPU threads")] = 1,
     dtype: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp32 (default: the machine's choice)")] = None,
-    quick: Annotated[bool, typer.Option(help="CI size: 1 conversation, 768 tokens, 3 specs, budget 0.5")] = False,
+    quick: Annotated[bool, typer.Option(help="1 conversation, 3072 tokens, 3 specs, budget 0.5")] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
     plot_out: Annotated[Path | None, typer.Option("--plot", help="write the PNG plot")] = None,
     table_out: Annotated[Path | None, typer.Option("--table", help="write the summary table as text")] = None,
