@@ -44,6 +44,7 @@ def run_eval(
     from pipeline import eval_files as ef
     from pipeline.config import RunError
     from pipeline.executors import Job
+    from swe_env.sandbox.owners import sweep
     from tasks import load_tasks
 
     if executor not in ("local", "ray"):
@@ -52,7 +53,7 @@ def run_eval(
     if not tasks:
         raise RunError("no tasks selected")
     _preflight(cfg)
-    out.mkdir(parents=True, exist_ok=True)
+    sweep()  # what a batch killed earlier left behind (temp folders, containers)
     ef.claim_out_dir(out, cfg)
     todo = [t for t in tasks if not _finished(ef.read_report(out, t.instance_id), retry_errors)]
     console = Console()

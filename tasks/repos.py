@@ -62,7 +62,8 @@ def create_builtin_repo(instance_id: str, dest: Path) -> str:
     cmd.execute(["git", "init", "--quiet", "--initial-branch=main"], env=_DETERMINISTIC_ENV)
     cmd.execute(["git", "add", "--all"], env=_DETERMINISTIC_ENV)
     cmd.execute(["git", "commit", "--quiet", "--no-verify", "-m", BUILTIN_COMMIT_MESSAGE], env=_DETERMINISTIC_ENV)
-    return git.Repo(dest).head.commit.hexsha
+    with git.Repo(dest) as repo:  # closing it ends its `git cat-file` helpers
+        return repo.head.commit.hexsha
 
 
 def _mirror_for(repo: str, repo_cache: Path | None) -> str | None:
@@ -78,7 +79,7 @@ def _mirror_for(repo: str, repo_cache: Path | None) -> str | None:
 
 def _clone(task: Task, source: str, dest: Path) -> None:
     try:
-        git.Repo.clone_from(source, dest, no_checkout=True, env={"GIT_TERMINAL_PROMPT": "0"})
+        git.Repo.clone_from(source, dest, no_checkout=True, env={"GIT_TERMINAL_PROMPT": "0"}).close()
     except git.GitCommandError as exc:
         hint = "" if source.startswith("/") else " (offline? mirror it into a --repo-cache DIR as owner__name)"
         reason = _git_error(exc)
@@ -86,7 +87,11 @@ def _clone(task: Task, source: str, dest: Path) -> None:
 
 
 def _checkout(task: Task, dest: Path, source: str) -> None:
-    repo = git.Repo(dest)
+    with git.Repo(dest) as repo:  # closing it ends its `git cat-file` helpers
+        _checkout_in(repo, task, source)
+
+
+def _checkout_in(repo: git.Repo, task: Task, source: str) -> None:
     try:
         repo.git.checkout("--detach", "--force", task.base_commit)
     except git.GitCommandError:
