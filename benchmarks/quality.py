@@ -14,12 +14,14 @@ from rich.console import Console
 
 from benchmarks.common import console, write_json
 from benchmarks.quality_report import density_table, plot, summarize, with_average
-from benchmarks.quality_run import RunSpec, run_item
+from benchmarks.quality_run import QUERY_AWARE, RunSpec, run_item
 from benchmarks.quality_tasks import TASKS, make_item
 from kvstore import POLICIES, CacheConfig
 from kvstore.defaults import DEFAULT_MODEL
 from kvstore.errors import KVStoreError
 from kvstore.policies import is_stochastic
+
+MODES = ("unaware", "aware")  # question after compression (the agent setting) / inside the compressed prompt
 
 
 @dataclass
@@ -36,16 +38,23 @@ class QualityConfig:
     threads: int = 1  # torch CPU threads (1 is fastest on a shared, busy machine)
     data_seed: int = 0  # seed of the task generator
     cache_options: dict = field(default_factory=dict)  # CacheConfig knobs for every evicting policy (ablations)
+    modes: tuple[str, ...] = MODES  # "unaware" (question after compression) and/or "aware" (question inside)
 
     def specs(self) -> list[RunSpec]:
-        """The run matrix: full once, every other policy at each density (stochastic ones per seed)."""
-        out = [RunSpec("full", 1.0, 0)] if "full" in self.policies else []
-        for d in self.densities:
-            for p in self.policies:
-                if p != "full":
-                    seeds = range(self.seeds if is_stochastic(p, **self.cache_options) else 1)
-                    out += [RunSpec(p, d, s, options=self.cache_options) for s in seeds]
+        """The run matrix per mode: full once, every other policy at each density (stochastic ones per seed)."""
+        out = []
+        for aware in (m == "aware" for m in self.modes):
+            out += [RunSpec("full", 1.0, 0, query_aware=aware)] if "full" in self.policies else []
+            for d in self.densities:
+                for p in self.policies:
+                    if p != "full":
+                        seeds = range(self.seeds if is_stochastic(p, **self.cache_options) else 1)
+                        out += [RunSpec(p, d, s, options=self.cache_options, query_aware=aware) for s in seeds]
         return out
+
+    def labels(self) -> list[str]:
+        """Policy columns of the tables: each policy, then its query-aware twin."""
+        return [p + (QUERY_AWARE if m == "aware" else "") for p in self.policies for m in self.modes]
 
 
 QUICK = {"items": 1, "seeds": 2, "context_tokens": 320, "densities": (0.5,), "policies": ("full", "nexus", "snapkv")}
@@ -59,13 +68,16 @@ def run(cfg: QualityConfig, model, tokenizer, on_row=None) -> list[dict]:
         for task in cfg.tasks:
             item = make_item(task, cfg.data_seed, index, tokenizer, cfg.context_tokens)
             for spec in specs:
+                if spec.query_aware and task == "multi_turn":
+                    continue  # a conversation has no single prompt to put the question in
                 result = run_item(model, tokenizer, item, spec, cfg.context_tokens)
                 density = None if spec.policy == "full" else spec.density
                 rows.append(
                     {
                         "task": task,
                         "item": index,
-                        "policy": spec.policy,
+                        "policy": spec.label,
+                        "mode": "aware" if spec.query_aware else "unaware",
                         "density": density,
                         "seed": spec.seed,
                         **result,
@@ -109,6 +121,8 @@ def _parse(cfg: QualityConfig) -> None:
         raise KVStoreError(
             f"unknown policy/task {', '.join(unknown)}; policies: {', '.join(POLICIES)}; tasks: {', '.join(TASKS)}"
         )
+    if not cfg.modes or set(cfg.modes) - set(MODES):
+        raise KVStoreError(f"modes must be among {', '.join(MODES)}, got {', '.join(cfg.modes)}")
     if any(not 0 < d <= 1 for d in cfg.densities):
         raise KVStoreError(f"densities must be in (0, 1], got {cfg.densities}")
 
@@ -128,6 +142,9 @@ def quality(
     cache_option: Annotated[
         list[str] | None, typer.Option(help="KEY=VALUE CacheConfig knob for evicting policies (repeatable).")
     ] = None,
+    modes: Annotated[
+        str, typer.Option(help="unaware (question after compression), aware (question inside), or both.")
+    ] = ",".join(MODES),
     json_path: Annotated[Path | None, typer.Option("--json", help="Write rows + summary as JSON here.")] = None,
     plot_path: Annotated[Path | None, typer.Option("--plot", help="Write the accuracy-vs-density PNG here.")] = None,
 ) -> None:
@@ -141,6 +158,7 @@ def quality(
         "seeds": seeds,
         "context_tokens": context_tokens,
         "cache_options": parse_options(cache_option or []) or None,
+        "modes": tuple(m.strip() for m in modes.split(",") if m.strip()),
     }
     cfg = QualityConfig(**(base.__dict__ | {k: v for k, v in overrides.items() if v is not None}))
     _parse(cfg)
@@ -166,9 +184,9 @@ def quality(
     summary, kept = summaries(rows)
     wide = Console(width=max(console.width, 140))  # tables stay whole when the output is a file
     for d in cfg.densities:
-        wide.print(density_table(summary, d, list(cfg.policies), list(cfg.tasks)))
-        wide.print(density_table(kept, d, list(cfg.policies), list(cfg.tasks), "Evidence tokens still held"))
+        wide.print(density_table(summary, d, cfg.labels(), list(cfg.tasks)))
+        wide.print(density_table(kept, d, cfg.labels(), list(cfg.tasks), "Evidence tokens still held"))
     console.print(f"{len(rows)} runs in {time.perf_counter() - t0:.0f}s")
     if plot_path:
-        plot(summary, list(cfg.policies), list(cfg.tasks), plot_path)
+        plot(summary, cfg.labels(), list(cfg.tasks), plot_path)
         console.print(f"wrote {plot_path}")

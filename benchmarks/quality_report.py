@@ -51,7 +51,9 @@ def with_average(summary: list[dict], tasks: list[str]) -> list[dict]:
         groups[(s["policy"], s["density"])].append(s)
     out = list(summary)
     for (p, d), group in groups.items():
-        if {g["task"] for g in group} >= set(tasks):
+        # query-aware runs ("+q") have no multi_turn task: their average is over the context tasks
+        need = set(tasks) - ({"multi_turn"} if p.endswith("+q") else set())
+        if {g["task"] for g in group} >= need:
             mean = statistics.fmean(g["mean"] for g in group)
             std = statistics.fmean(g["std"] for g in group)
             out.append({"policy": p, "density": d, "task": "avg", "mean": mean, "std": std, "seeds": group[0]["seeds"]})
@@ -93,8 +95,8 @@ def plot(summary: list[dict], policies: list[str], tasks: list[str], path: Path)
     for ax, task in zip(axes.flat, panels, strict=False):
         for p in policies:
             pts = sorted((s["density"], s["mean"], s["std"]) for s in summary if s["policy"] == p and s["task"] == task)
-            if p == "full" and pts:
-                ax.axhline(pts[0][1], color="black", linestyle="--", label="full")
+            if p.startswith("full") and pts:
+                ax.axhline(pts[0][1], color="black", linestyle="--" if p == "full" else ":", label=p)
             elif pts:
                 xs, ys, es = zip(*pts, strict=False)
                 ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=p)

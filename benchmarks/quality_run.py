@@ -1,13 +1,16 @@
 """Run one quality item on one cache: prefill (and evict) the context first, then ask, greedy-decode, score.
 
-The question is never seen before the context was compressed: the context (or each conversation turn) is prefilled
-chunk by chunk on the evicting cache, and only then the question, the generation prompt and the answer prefix.
+Two modes. Question-unaware (the agent setting, the default): the question is never seen before the context was
+compressed: the context (or each conversation turn) is prefilled chunk by chunk on the evicting cache, and only then
+the question, the generation prompt and the answer prefix. Query-aware (the paper's RULER setting, RunSpec
+query_aware): the questions close the context message, the prompt is prefilled in one forward and compressed once
+with the question as the window, then the generation prompt and the answer prefix follow (context tasks only).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -25,6 +28,15 @@ class RunSpec:
     seed: int  # cache seed (reservoir draws)
     chunk_size: int = 512  # prefill chunk in tokens
     options: dict = field(default_factory=dict)  # further CacheConfig knobs for evicting policies (ablations)
+    query_aware: bool = False  # the questions inside the compressed prompt (context tasks; see the module doc)
+
+    @property
+    def label(self) -> str:
+        """The policy name, with QUERY_AWARE appended in query-aware mode (its own column in tables)."""
+        return self.policy + (QUERY_AWARE if self.query_aware else "")
+
+
+QUERY_AWARE = "+q"  # label suffix of query-aware runs
 
 
 def score(reply: str, answers: list[str]) -> float:
@@ -75,7 +87,10 @@ def run_item(model, tokenizer, item: Item, spec: RunSpec, planned_tokens: int) -
     renderer = _renderer(tokenizer)
     budget = cache_budget(item, spec, planned_tokens)
     options = {} if spec.policy == "full" else spec.options
-    cache = kvstore.make_cache(model, spec.policy, budget, seed=spec.seed, chunk_size=spec.chunk_size, **options)
+    aware = spec.query_aware and item.task != "multi_turn"
+    item = with_questions_in_context(item) if aware else item
+    chunk = 1 << 30 if aware else spec.chunk_size  # query-aware: one forward, compressed once with the question
+    cache = kvstore.make_cache(model, spec.policy, budget, seed=spec.seed, chunk_size=chunk, **options)
     device = next(model.parameters()).device
     stop = _stop_ids(tokenizer, renderer)
     context, spans = 0, []
@@ -87,8 +102,9 @@ def run_item(model, tokenizer, item: Item, spec: RunSpec, planned_tokens: int) -
     held = cache.stats()["tokens_held"] / len(cache.layers)
     kept = retention(cache, spans)
     scores, replies = [], []
-    for q in item.questions:
-        out = greedy(model, cache, _ask(renderer, q.text, q.prefix), q.max_new_tokens, stop)
+    for n, q in enumerate(item.questions):
+        ask = renderer.generation_prompt_ids + renderer.encode(q.prefix) if aware and n == 0 else None
+        out = greedy(model, cache, ask or _ask(renderer, q.text, q.prefix), q.max_new_tokens, stop)
         replies.append(renderer.decode(out))
         kvstore.prefill(model, cache, torch.tensor([renderer.end_of_reply(out)], device=device))
         if q.answers:
@@ -101,6 +117,15 @@ def run_item(model, tokenizer, item: Item, spec: RunSpec, planned_tokens: int) -
         "budget": budget,
         **kept,
     }
+
+
+def with_questions_in_context(item: Item) -> Item:
+    """The item with its questions appended to the last context message (the paper's RULER prompt)."""
+    turns = [list(batch) for batch in item.turns]
+    last = dict(turns[-1][-1])
+    last["content"] = last["content"] + "\n\n" + "\n".join(q.text for q in item.questions)
+    turns[-1][-1] = last
+    return replace(item, turns=turns)
 
 
 def evidence_spans(tokenizer, renderer: ChatRenderer, batch: list[dict], first: bool, item: Item) -> list[list[int]]:

@@ -28,6 +28,8 @@ BENCH_COMMANDS: dict[str, tuple[str, str]] = {
     "turns": ("benchmarks.turns:turns_cmd", "Multi-turn session: true eviction vs re-prefill vs full cache."),
     "quality": ("benchmarks.quality:quality", "Accuracy of every policy at several densities on retrieval tasks."),
     "speed": ("benchmarks.speed:speed", "Decode throughput, latency and memory: nexus vs full cache."),
+    "replay": ("benchmarks.replay:replay_cmd", "Replay recorded agent conversations: each memory's fidelity to full."),
+    "reservoir": ("benchmarks.reservoir_scale:reservoir_cmd", "Reservoir vs top-K at the real Nexus weight scale."),
     "serve": ("benchmarks.serve:serve_bench", "N concurrent agent sessions on one server: batched vs serial, KV fit."),
     "gpu": ("benchmarks.gpu:gpu", "The GPU benchmark (Qwen3-8B shapes, Triton kernel); --quick on the CPU."),
 }

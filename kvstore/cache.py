@@ -34,6 +34,7 @@ class EvictingCache(Cache):
         self.generator = torch.Generator(device="cpu").manual_seed(config.seed)
         self.budget_blocks: int | None = None
         self._cuda = identity.get("device", "cpu").startswith("cuda")
+        self.protected: list[tuple[int, int]] = []  # [start, end) token positions never evicted (see protect)
         if isinstance(config.budget, int) and self.policy.evicts:
             self._set_budget(config.budget // config.block)
 
@@ -52,6 +53,10 @@ class EvictingCache(Cache):
                 f"blocks (sink + {self.config.recent_blocks} recent + tail); use at least {need * b} tokens or a "
                 "larger density"
             )
+        if self.config.recent_share:  # budget-relative recency: never more than fits beside the sink and tail
+            share = int(self.config.recent_share * blocks)
+            self.config.recent_blocks = max(self.config.recent_blocks, min(share, blocks - 2))
+            need = max_forced_blocks(self.config)
         n = len(self.layers)
         # layers whose own share (PyramidKV) falls below the forced set still keep the forced set
         per_layer = [max(need, self.policy.layer_budget(i, n, blocks)) for i in range(n)]
@@ -67,6 +72,21 @@ class EvictingCache(Cache):
         if self.budget_blocks is None:
             self.resolve_budget(layer.seen)  # no prefill() told us the prompt: the first forward is the prompt
         return math.ceil(layer.held() / self.config.block) > self.layer_budget(layer.layer_idx) + 1
+
+    # --- protected spans ------------------------------------------------------------------------------------------
+    def protect(self, start: int, end: int) -> None:
+        """Never evict the tokens at positions [start, end) (e.g. a system prompt); they count in the budget."""
+        if end > start:
+            self.protected.append((int(start), int(end)))
+
+    def protected_mask(self, positions: torch.Tensor) -> torch.Tensor | None:
+        """[B, Hkv, T] bool: which held tokens (by original position) are protected; None when nothing is."""
+        if not self.protected:
+            return None
+        mask = torch.zeros_like(positions, dtype=torch.bool)
+        for start, end in self.protected:
+            mask |= (positions >= start) & (positions < end)
+        return mask
 
     # --- Cache API overrides ---------------------------------------------------------------------------------------
     def get_seq_length(self, layer_idx: int = 0) -> int:

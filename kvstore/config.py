@@ -24,9 +24,11 @@ class CacheConfig:
     eps_tie: float = 1e-6  # recency tie-break added to the weights
     n: int = 5  # uniforms averaged per candidate in the reservoir priority (n -> inf tends to top-K)
     recent_blocks: int = 1  # most recent complete blocks that are always kept
+    recent_share: float = 0.0  # keep at least this share of the budget as recent blocks (raises recent_blocks)
     chunk_size: int = 512  # prefill chunk (tokens) for kvstore.prefill
     selector: str | None = None  # "reservoir" | "topk"; None: the policy's own default
     renorm_candidates: bool = False  # renormalize weights over the candidate blocks only (ablation; spec: over all)
+    reservoir_mean: float | None = None  # rescale candidate weights to this mean before selection (None: as scored)
     pool_kernel: int = 5  # SnapKV / PyramidKV average-pooling kernel over token scores
     pyramid_spread: float = 0.5  # PyramidKV: layer 0 gets (1 + spread) x budget, the last layer (1 - spread) x budget
     ada_floor: float = 0.2  # Ada-KV: share of each head's uniform budget it is guaranteed
@@ -48,6 +50,10 @@ class CacheConfig:
                 raise KVStoreError(f"option {name} must be >= 1, got {getattr(self, name)}")
         if self.walk_steps < 0 or self.recent_blocks < 0 or self.lam < 0 or self.eps_tie < 0:
             raise KVStoreError("walk_steps, recent_blocks, lam and eps_tie must be >= 0")
+        if not 0.0 <= self.recent_share < 1.0:
+            raise KVStoreError(f"recent_share must be in [0, 1), got {self.recent_share}")
+        if self.reservoir_mean is not None and self.reservoir_mean <= 0:
+            raise KVStoreError(f"reservoir_mean must be > 0 (or None), got {self.reservoir_mean}")
         if self.selector not in (None, "reservoir", "topk"):
             raise KVStoreError(f"unknown selector {self.selector!r}; use 'reservoir' or 'topk'")
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from kvstore.config import CacheConfig
+from kvstore.errors import KVStoreError
 from kvstore.policies.base import Policy
 from kvstore.selection import select
 
@@ -52,8 +53,12 @@ def plan_eviction(
     policy: Policy,
     generator: torch.Generator,
     valid: torch.Tensor | None = None,
+    protected: torch.Tensor | None = None,
 ) -> Plan | None:
-    """scores: [B, 1 or Hkv, N] over all held units. Returns None when nothing needs to go."""
+    """scores: [B, 1 or Hkv, N] over all held units. Returns None when nothing needs to go.
+
+    protected: [B, Hkv, T] bool over held tokens that must stay (kvstore.cache.EvictingCache.protect); the units
+    holding them are kept like forced blocks but count among the K candidates the budget allows."""
     b = config.block
     lay = Layout.of(t, b, config.recent_blocks)
     if policy.granularity == "block":
@@ -67,6 +72,10 @@ def plan_eviction(
     cand = cand.clamp_min(0)
     if config.renorm_candidates:
         cand = cand / cand.sum(-1, keepdim=True).clamp_min(1e-30)
+    if config.reservoir_mean:  # the weights sum to ~1 over N_k, so w ~ 1/N_k; see docs/memory.md
+        cand = cand * (config.reservoir_mean * cand.shape[-1] / cand.sum(-1, keepdim=True).clamp_min(1e-30))
+    if protected is not None:
+        cand = force_protected(cand, protected, lay, b, k, policy.granularity, budget_blocks)
     new_valid = None
     if policy.masks_heads:
         chosen, new_valid = _select_per_head_counts(cand, k, policy, lay, valid)
@@ -77,6 +86,29 @@ def plan_eviction(
     else:
         chosen = chosen + lay.sink_end
     return _assemble(chosen, lay, t, n_kv_heads, new_valid)
+
+
+_PROTECTED_WEIGHT = 1e30  # above any score: top-K and the reservoir (priority ~0, the maximum) both keep the unit
+
+
+def force_protected(cand, protected, lay: Layout, b: int, k: int, granularity: str, budget_blocks: int):
+    """cand [B, 1 or Hkv, N] with the units that hold protected tokens set above every score; raises when the
+    protected units alone exceed the k candidates the budget allows."""
+    if granularity == "block":
+        p = protected[..., b : lay.recent_start]
+        p = p.reshape(*p.shape[:-1], -1, b).any(-1)  # [B, Hkv, N_cand]
+    else:
+        p = protected[..., lay.sink_end : lay.recent_start]
+    p = p[:, : cand.shape[1]]  # shared-score policies keep the same tokens in every head
+    need = int(p.sum(-1).max()) if p.numel() else 0
+    if need > k:
+        unit = b if granularity == "block" else 1
+        raise KVStoreError(
+            f"the cache budget ({budget_blocks * b} tokens per layer here) cannot hold the protected spans "
+            f"({need * unit} tokens beyond the forced blocks, which leave room for {k * unit}); raise the budget "
+            "or turn protection off (protect='none')"
+        )
+    return cand.masked_fill(p, _PROTECTED_WEIGHT)
 
 
 def _select_per_head_counts(cand, k, policy, lay, valid):

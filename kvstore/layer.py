@@ -122,6 +122,7 @@ class EvictingLayer(DynamicLayer):
             cache.policy,
             cache.generator,
             self.valid,
+            cache.protected_mask(self.positions),
         )
         if plan is not None:
             self._apply(plan.keep, plan.valid, t)

@@ -25,17 +25,23 @@ def forward(model: torch.nn.Module, cache: Cache, input_ids: torch.Tensor, last_
 
 @torch.inference_mode()
 def prefill(
-    model: torch.nn.Module, cache: Cache, input_ids: torch.Tensor, chunk_size: int | None = None
+    model: torch.nn.Module,
+    cache: Cache,
+    input_ids: torch.Tensor,
+    chunk_size: int | None = None,
+    all_logits: bool = False,
 ) -> torch.Tensor:
-    """Prefill `input_ids` [B, T] in chunks; returns the logits of the last position [B, V].
+    """Prefill `input_ids` [B, T] in chunks; returns the logits of the last position [B, V], or with `all_logits`
+    the logits after every position [B, T, V] (teacher forcing: row t predicts token t + 1).
 
     A density budget is fixed here from the prompt length (tokens already seen + T)."""
     if hasattr(cache, "resolve_budget"):
         cache.resolve_budget(cache.get_seq_length() + input_ids.shape[-1])
     size = chunk_size or getattr(getattr(cache, "config", None), "chunk_size", None) or input_ids.shape[-1]
-    logits = None
-    for start in range(0, input_ids.shape[-1], size):
-        logits = forward(model, cache, input_ids[:, start : start + size])
-    if logits is None:
+    chunks = [
+        forward(model, cache, input_ids[:, start : start + size], last_only=not all_logits)
+        for start in range(0, input_ids.shape[-1], size)
+    ]
+    if not chunks:
         raise ValueError("prefill needs at least one token")
-    return logits[:, -1]
+    return torch.cat(chunks, dim=1) if all_logits else chunks[-1][:, -1]

@@ -19,11 +19,18 @@ import torch
 
 import kvstore
 from kvstore.chat import ChatRenderer
-from kvstore.defaults import DEFAULT_MODEL, DEFAULT_POLICY, DEFAULT_PROTOCOL, DEFAULT_SESSION_BUDGET
+from kvstore.defaults import (
+    DEFAULT_MODEL,
+    DEFAULT_POLICY,
+    DEFAULT_PROTECT,
+    DEFAULT_PROTOCOL,
+    DEFAULT_SESSION_BUDGET,
+)
 from kvstore.errors import KVStoreError
 from kvstore.sampling import TextStream, check_sampling, next_token
 
 PROTOCOLS = ("true-eviction", "re-prefill")
+PROTECT = ("system+task", "system", "none")  # what of the opening the cache never evicts (SessionConfig.protect)
 
 
 @dataclass
@@ -41,8 +48,11 @@ class SessionConfig:
     device: str | None = None  # None: a CUDA GPU when there is one, else the CPU
     dtype: str | None = None  # "bf16" | "fp16" | "fp32"; None: bf16 where the hardware supports it, else fp32
     cache_options: dict = field(default_factory=dict)  # further CacheConfig knobs (block, window, lam, ...)
+    protect: str = DEFAULT_PROTECT  # never evict: "system+task" (system prompt + first user message), "system", "none"
 
     def __post_init__(self) -> None:
+        if self.protect not in PROTECT:
+            raise KVStoreError(f"unknown protect {self.protect!r}; use one of {', '.join(PROTECT)}")
         if self.protocol not in PROTOCOLS:
             raise KVStoreError(f"unknown protocol {self.protocol!r}; use one of {', '.join(PROTOCOLS)}")
         if self.chunk_size < 1:
@@ -119,6 +129,7 @@ class Session:
         self.eos_ids = _eos_ids(model, tokenizer)
         self.max_positions = int(model.config.max_position_embeddings)
         self._logits: torch.Tensor | None = None  # [V] logits after the last token the cache has seen
+        self._all_logits: torch.Tensor | None = None  # [pending, V] logits of the last teacher-forced turn
 
     @classmethod
     def open(cls, config: SessionConfig) -> Session:
@@ -141,16 +152,61 @@ class Session:
         """An empty cache with the session's policy, budget, seed and options."""
         c = self.config
         options = {"chunk_size": c.chunk_size} | dict(c.cache_options)
-        return kvstore.make_cache(self.model, policy=c.policy, budget=c.budget, seed=c.seed, **options)
+        cache = kvstore.make_cache(self.model, policy=c.policy, budget=c.budget, seed=c.seed, **options)
+        for span in getattr(getattr(self, "cache", None), "protected", ()):  # re-prefill: the same spans
+            cache.protect(*span)
+        return cache
 
     # --- conversation ---------------------------------------------------------------------------------------------
     def append(self, messages: list[dict[str, str]]) -> None:
         """Add messages (role system/user/assistant/tool); only they are rendered and tokenized, nothing is run."""
         if not messages:
             return
-        ids = self.renderer.encode_messages(messages, first=not self.tokens)
-        self._grow(ids)
+        cut = self._protected_count(messages)
+        if cut:
+            start = len(self.tokens)
+            self._grow(self.renderer.encode_messages(messages[:cut], first=not self.tokens))
+            self.cache.protect(start, len(self.tokens))
+            try:
+                self.check_protected()
+            except KVStoreError:
+                del self.tokens[start:], self.cache.protected[-1]
+                raise
+        if cut < len(messages):
+            self._grow(self.renderer.encode_messages(messages[cut:], first=not self.tokens))
         self.messages.extend(dict(m) for m in messages)
+
+    def check_protected(self) -> None:
+        """Raise when the smallest layer budget cannot hold the protected spans beside the forced blocks."""
+        cache = self.cache
+        if cache.budget_blocks is None or not cache.protected:
+            return
+        b, spans = cache.config.block, cache.protected
+        need = sum(-(-(end - start) // b) for start, end in spans) + 1 + cache.config.recent_blocks
+        need += 0 if min(start for start, _ in spans) == 0 else 1  # the sink block, unless a span holds it
+        have = min(cache.layer_budget(i) for i in range(len(cache.layers)))
+        if need > have:
+            protected = sum(end - start for start, end in spans)
+            raise KVStoreError(
+                f"the cache budget ({have * b} tokens per layer) cannot hold the protected opening ({protected} "
+                f"tokens, protect={self.config.protect!r}) beside the sink, recent and tail blocks "
+                f"({need * b} tokens needed); raise the budget or use protect='none'"
+            )
+
+    def _protected_count(self, messages: list[dict]) -> int:
+        """How many leading `messages` belong to the protected opening (SessionConfig.protect)."""
+        mode, seen = self.config.protect, [m["role"] for m in self.messages]
+        if mode == "none" or any(r not in ("system",) for r in seen):
+            return 0
+        count = 0
+        for m in messages:
+            if m["role"] == "system":
+                count += 1
+            elif m["role"] == "user" and mode == "system+task":
+                return count + 1
+            else:
+                break
+        return count
 
     def _grow(self, ids: Sequence[int]) -> None:
         if len(self.tokens) + len(ids) > self.max_positions:
@@ -163,6 +219,21 @@ class Session:
     def prefill(self) -> TurnStats:
         """Run the pending tokens through the model (the whole history under re-prefill); a turn without decoding."""
         return self._turn(lambda: None)
+
+    def teacher_force(self, messages: list[dict[str, str]]) -> tuple[torch.Tensor, list[int]]:
+        """Append `messages` and run them through the cache (teacher forcing: no decoding, one turn).
+
+        Returns (logits [n, V] float32, ids [n]): the n new tokens and, for each, the model's next-token logits just
+        before it (row 0 from the cache as it was, row i after new token i - 1). Needs an earlier prefill.
+        """
+        if self._logits is None or self.prefilled != len(self.tokens):
+            raise KVStoreError("teacher_force needs a prefilled conversation (append and prefill the opening first)")
+        start, before = len(self.tokens), self._logits
+        self.append(messages)
+        self._turn(lambda: None, all_logits=True)
+        n = len(self.tokens) - start
+        after = self._all_logits[self._all_logits.shape[0] - n : -1]  # [n - 1, V] (re-prefill ran the whole history)
+        return torch.cat([before[None].to(after.device), after]), self.tokens[start:]
 
     def generate(
         self,
@@ -207,8 +278,10 @@ class Session:
         return Reply(text=text, token_ids=ids, finish_reason=reply["finish"], stats=stats)
 
     # --- the model ------------------------------------------------------------------------------------------------
-    def _turn(self, decode: Callable[[], int | None]) -> TurnStats:
-        """Prefill (per the protocol), then `decode()`; record and return the turn's statistics."""
+    def _turn(self, decode: Callable[[], int | None], all_logits: bool = False) -> TurnStats:
+        """Prefill (per the protocol), then `decode()`; record and return the turn's statistics.
+
+        all_logits: keep the logits after every pending token in `self._all_logits` [pending, V]."""
         if self.config.protocol == "re-prefill":
             self.cache, self.prefilled = self.new_cache(), 0
         before = self.cache.stats()
@@ -217,8 +290,11 @@ class Session:
         try:
             if pending:
                 ids = torch.tensor([self.tokens[self.prefilled :]], device=self.device)  # [1, pending]
-                self._logits = kvstore.prefill(self.model, self.cache, ids, self.config.chunk_size)[0]  # [V]
+                out = kvstore.prefill(self.model, self.cache, ids, self.config.chunk_size, all_logits)[0]
+                self._all_logits = out if all_logits else None  # [pending, V]
+                self._logits = out[-1] if all_logits else out  # [V]
                 self.prefilled = len(self.tokens)
+                self.check_protected()  # a density budget is fixed by the first prefill
             t1 = self._now()
             generated = decode() or 0
         except BaseException:

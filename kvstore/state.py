@@ -47,6 +47,7 @@ def export_state(cache: EvictingCache) -> tuple[dict[str, torch.Tensor], dict[st
         "config": cache.config.to_dict(),
         "identity": cache.identity,
         "budget_blocks": cache.budget_blocks,
+        "protected": cache.protected,
         "layers": layers,
     }
     return tensors, meta
@@ -68,6 +69,7 @@ def restore_cache(model: torch.nn.Module, tensors: dict[str, torch.Tensor], meta
     if meta["budget_blocks"] is not None and cache.budget_blocks is None:
         cache._set_budget(meta["budget_blocks"])
     cache.generator.set_state(tensors["generator"])
+    cache.protected = [(int(a), int(b)) for a, b in meta.get("protected", [])]
     device = next(model.parameters()).device
     for i, (layer, info) in enumerate(zip(cache.layers, meta["layers"], strict=True)):
         _restore_layer(

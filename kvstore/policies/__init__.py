@@ -27,6 +27,9 @@ POLICIES: dict[str, tuple[type[Policy], dict[str, Any]]] = {
     "nexus": (NexusPolicy, {}),
     "nexus-topk": (NexusPolicy, {"selector": "topk"}),  # ablation: Nexus score, deterministic top-K
     "direct-reservoir": (NexusPolicy, {"lam": 0.0}),  # ablation: direct score only (lambda = 0), reservoir
+    # the product's default memory (docs/memory.md, measured with bench replay): the Nexus score, top-K, and half
+    # of the budget always on the most recent tokens
+    "nexus-agent": (NexusPolicy, {"selector": "topk", "recent_share": 0.5}),
 }
 
 

@@ -14,7 +14,9 @@ from benchmarks.quality import QualityConfig
 from benchmarks.quality_run import RunSpec, _renderer, cache_budget, evidence_spans, score
 from benchmarks.quality_tasks import CONTEXT_TASKS, TASKS, make_item, stdlib_files
 from cli.app import app
+from kvstore import POLICIES
 from kvstore.models import load_model
+from kvstore.policies import is_stochastic
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +85,12 @@ def test_score_is_whole_word_and_partial_for_several_answers() -> None:
 
 def test_run_matrix_and_budgets() -> None:
     cfg = QualityConfig(policies=("full", "nexus", "snapkv"), densities=(0.2, 0.5), seeds=3)
-    specs = cfg.specs()
-    assert sum(s.policy == "full" for s in specs) == 1
-    assert sum(s.policy == "nexus" for s in specs) == 6 and sum(s.policy == "snapkv" for s in specs) == 2
-    assert len(QualityConfig().specs()) == 1 + 2 * (7 + 2 * 3)
+    specs = cfg.specs()  # both modes: question-unaware and query-aware
+    assert sum(s.policy == "full" for s in specs) == 2 and sum(s.query_aware for s in specs) == len(specs) // 2
+    assert sum(s.policy == "nexus" for s in specs) == 12 and sum(s.policy == "snapkv" for s in specs) == 4
+    assert cfg.labels() == ["full", "full+q", "nexus", "nexus+q", "snapkv", "snapkv+q"]
+    stochastic = sum(is_stochastic(p) for p in POLICIES)
+    assert len(QualityConfig(modes=("unaware",)).specs()) == 1 + 2 * (len(POLICIES) - 1 - stochastic + 3 * stochastic)
     turn_item = type("I", (), {"task": "multi_turn"})()
     ctx_item = type("I", (), {"task": "single_needle"})()
     assert cache_budget(turn_item, RunSpec("nexus", 0.2, 0), 1600) == 320  # a fixed token budget
@@ -110,11 +114,13 @@ def test_quick_run_writes_table_json_and_plot(tmp_path: Path, smol) -> None:
     assert "Accuracy at density 50%" in result.output and "Evidence tokens still held" in result.output
     data = json.loads(out.read_text())
     rows = data["rows"]
-    assert len(rows) == 2 * (1 + 2 + 1)  # 2 tasks x (full + nexus x 2 seeds + snapkv)
-    assert {r["policy"] for r in rows} == {"full", "nexus", "snapkv"}
+    # unaware: 2 tasks x (full + nexus x 2 seeds + snapkv); query-aware: the context task only
+    assert len(rows) == 2 * (1 + 2 + 1) + (1 + 2 + 1)
+    assert {r["policy"] for r in rows} == {"full", "nexus", "snapkv", "full+q", "nexus+q", "snapkv+q"}
+    assert {r["task"] for r in rows if r["mode"] == "aware"} == {"single_needle"}
     assert all(0.0 <= r["score"] <= 1.0 and r["replies"] for r in rows)
     for r in rows:
-        if r["policy"] == "full":
+        if r["policy"] in ("full", "full+q"):
             assert r["held_tokens"] == r["context_tokens"]  # nothing evicted
             assert r["evidence_kept"] == r["evidence_whole"] == 1.0
         else:

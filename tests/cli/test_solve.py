@@ -58,5 +58,5 @@ def test_local_model_runs_and_reports_cache_stats(tmp_path: Path, tiny_model_dir
     assert turns[1]["prefill_tokens"] < turns[0]["prefill_tokens"]  # true eviction: only the new observation
     assert report["totals"]["evicted_tokens"] > 0 and all(t["held_tokens"] <= 256 + 64 for t in turns)
     assert "turn 2: prefill" in res.stdout  # the per-turn summary lines
-    assert report["model_name_or_path"].startswith("nexus-agent__tiny-qwen3__nexus-256")
+    assert report["model_name_or_path"].startswith("nexus-agent__tiny-qwen3__nexus-agent-256")  # the default memory
     assert sum(r["type"] == "step" for r in records) == 2

@@ -1,0 +1,167 @@
+"""`nexus-agent bench replay`: fidelity of each memory on recorded agent conversations.
+
+Each conversation is replayed teacher-forced through a Session in true-eviction mode, once on the full cache (the
+reference) and once per spec x budget x seed; every assistant token's next-token distribution is compared with the
+full cache's: mean KL(full || policy), extra NLL of the recorded token, top-1 agreement (benchmarks.replay_run).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated
+
+import torch
+import typer
+from rich.console import Console
+
+from benchmarks.common import console, write_json
+from benchmarks.replay_data import Conversation, default_traces, load_conversation
+from benchmarks.replay_report import curves, plot, summarize, summary_table
+from benchmarks.replay_run import Spec, budget_tokens, compare, plan, reference, session_for
+from kvstore import POLICIES, CacheConfig
+from kvstore.chat import ChatRenderer
+from kvstore.errors import KVStoreError
+
+# one conversation, its first ~3k tokens (the shared traces' openings are 2.1-4.2k tokens), three specs, one budget
+QUICK = {"traces": 1, "max_tokens": 3072, "budgets": (0.5,), "specs": ("streaming", "nexus", "nexus-agent")}
+
+
+@dataclass
+class ReplayConfig:
+    """What one replay run covers."""
+
+    specs: tuple[Spec, ...]  # memory configurations (policy + options + protection)
+    budgets: tuple[float | int, ...] = (0.25, 0.5)  # shares of the replayed length (float) or tokens per layer (int)
+    max_tokens: int | None = None  # tokens replayed per conversation; None = the model's positions
+    seeds: int = 1  # cache seeds per spec (reservoir selectors draw differently per seed)
+    traces: list[Path] = field(default_factory=list)  # conversation files
+
+
+def parse_spec(text: str) -> Spec:
+    """`POLICY[@key=value,...]`: CacheConfig options, or protect=system+task|system|none."""
+    policy, _, rest = text.strip().partition("@")
+    if policy not in POLICIES:
+        raise KVStoreError(f"unknown policy {policy!r} in spec {text!r}; known: {', '.join(POLICIES)}")
+    options, protect = {}, "none"
+    for item in filter(None, rest.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise KVStoreError(f"spec {text!r}: option {item!r} is not key=value")
+        if key == "protect":
+            protect = value
+        else:
+            options[key] = _value(value)
+    CacheConfig.from_options(policy=policy, **options)  # unknown or bad options fail here, with one message
+    return Spec(policy, tuple(sorted(options.items())), protect, text.strip())
+
+
+def _value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False, "none": None}.get(text.lower(), text)
+
+
+def parse_budget(text: str) -> float | int:
+    value = float(text)
+    if value <= 0 or (value > 1 and not value.is_integer()):
+        raise KVStoreError(f"budget {text!r}: a share in (0, 1] or a whole number of tokens")
+    return value if value <= 1 else int(value)
+
+
+def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
+    """Replay every conversation: the reference once, then every spec x budget x seed against it."""
+    renderer = ChatRenderer(tokenizer)
+    limit = min(cfg.max_tokens or 10**9, int(model.config.max_position_embeddings))
+    result: dict = {"conversations": [], "runs": [], "failed": []}
+    for path in cfg.traces:
+        conv: Conversation = load_conversation(path)
+        p = plan(conv.messages, renderer, limit)
+        if p is None:
+            console.print(f"[yellow]{conv.name}: not even the opening and one reply fit in {limit} tokens; skipped")
+            continue
+        t0 = time.perf_counter()
+        ref = reference(session_for(model, tokenizer, Spec("full"), None, 0), p)
+        replies = sum(m["role"] == "assistant" for m in p.rest)
+        info = {"name": conv.name, "tokens": p.tokens, "messages": 1 + len(p.rest), "replies": replies}
+        info |= {"scored_tokens": sum(len(t) for t in ref.targets), "reference_s": time.perf_counter() - t0}
+        result["conversations"].append(info)
+        for budget in cfg.budgets:
+            tokens = budget_tokens(budget, p.tokens)
+            for spec in cfg.specs:
+                for seed in range(cfg.seeds):
+                    t1 = time.perf_counter()
+                    run_ = {"spec": spec.name, "budget": budget, "budget_tokens": tokens, "seed": seed}
+                    try:
+                        turns = compare(session_for(model, tokenizer, spec, tokens, seed), p, ref)
+                    except KVStoreError as e:  # e.g. a budget that cannot hold the protected opening
+                        result["failed"].append(run_ | {"conversation": conv.name, "error": str(e)})
+                        console.print(f"[yellow]{conv.name} {spec.name} @ {budget}: {e}")
+                        continue
+                    run_ |= {"conversation": conv.name, "seconds": time.perf_counter() - t1}
+                    result["runs"].append(run_ | {"turns": [t.to_dict() for t in turns]})
+                    if on_progress is not None:  # a stopped run keeps every finished replay
+                        on_progress(result)
+        console.print(f"{conv.name}: {p.tokens} tokens, {replies} replies, {time.perf_counter() - t0:.0f}s")
+    return result
+
+
+def finish(result: dict, cfg_info: dict, json_path: Path | None, plot_path: Path | None, table_path: Path | None):
+    """Summaries, curves, the table (terminal and file), the JSON and the plot."""
+    rows = summarize(result["runs"])
+    result |= {"config": cfg_info, "summary": rows}
+    result["curves"] = {"tokens_seen": curves(result["runs"]), "turn": curves(result["runs"], "turn", 1)}
+    n = len(result["conversations"])
+    title = f"bench replay: {n} conversations, {sum(c['scored_tokens'] for c in result['conversations'])} tokens"
+    console.print(summary_table(rows, title))
+    if table_path is not None:
+        table_path.parent.mkdir(parents=True, exist_ok=True)
+        with table_path.open("w") as fh:
+            Console(file=fh, width=160).print(summary_table(rows, title))
+    write_json(json_path, result)
+    if plot_path is not None and rows:
+        plot(rows, result["runs"], plot_path)
+        console.print(f"wrote {plot_path}")
+
+
+def replay_cmd(
+    traces: Annotated[list[Path] | None, typer.Argument(help="conversation files (.traj.json / .jsonl)")] = None,
+    model: Annotated[str, typer.Option(help="model registry name / HF id / local directory")] = "smollm2-135m",
+    specs: Annotated[str | None, typer.Option(help="';'-separated 'nexus;nexus@window=64,protect=system'")] = None,
+    budgets: Annotated[str, typer.Option(help="shares of the replayed length or tokens, comma-separated")] = "0.25,0.5",
+    max_tokens: Annotated[int | None, typer.Option(help="tokens replayed per conversation (default: all)")] = None,
+    limit: Annotated[int | None, typer.Option(help="replay only the first N conversations")] = None,
+    seeds: Annotated[int, typer.Option(help="cache seeds per spec")] = 1,
+    threads: Annotated[int, typer.Option(help="torch CPU threads")] = 1,
+    dtype: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp32 (default: the machine's choice)")] = None,
+    quick: Annotated[bool, typer.Option(help="1 conversation, 3072 tokens, 3 specs, budget 0.5")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
+    plot_out: Annotated[Path | None, typer.Option("--plot", help="write the PNG plot")] = None,
+    table_out: Annotated[Path | None, typer.Option("--table", help="write the summary table as text")] = None,
+) -> None:
+    """Replay recorded agent conversations under each memory and budget; fidelity to the full cache."""
+    from kvstore.models import load_model
+
+    torch.set_num_threads(threads)
+    files = list(traces or default_traces())
+    if not files:
+        raise KVStoreError("no conversations: give files, or set NEXUS_SHARED_DATA to the shared data folder")
+    spec_list = [s for s in (specs or "").split(";") if s.strip()] or [p for p in POLICIES if p != "full"]
+    budget_list = [parse_budget(b) for b in budgets.split(",") if b.strip()]
+    if quick:
+        files, max_tokens = files[: QUICK["traces"]], min(max_tokens or QUICK["max_tokens"], QUICK["max_tokens"])
+        spec_list, budget_list = specs and spec_list or list(QUICK["specs"]), list(QUICK["budgets"])
+    files = files[:limit] if limit else files
+    cfg = ReplayConfig(tuple(parse_spec(s) for s in spec_list), tuple(budget_list), max_tokens, seeds, files)
+    m, tok, info = load_model(model, dtype=dtype)
+    cfg_info = {"model": model, "dtype": info.dtype, "specs": spec_list, "budgets": budget_list}
+    cfg_info |= {"max_tokens": max_tokens, "seeds": seeds, "traces": [str(f) for f in files]}
+
+    def checkpoint(result: dict) -> None:  # a stopped run keeps the replays it finished
+        write_json(json_out, result | {"config": cfg_info, "partial": True})
+
+    finish(run(cfg, m, tok, checkpoint if json_out else None), cfg_info, json_out, plot_out, table_out)
