@@ -18,9 +18,9 @@ _EXPORTS = {
     "ModelInfo": "kvstore.models",
     "load_model": "kvstore.models",
     "POLICIES": "kvstore.policies",
-    "cache_kwarg": "kvstore.prefill",
-    "forward": "kvstore.prefill",
-    "prefill": "kvstore.prefill",
+    "cache_kwarg": "kvstore.forwarding",
+    "forward": "kvstore.forwarding",
+    "prefill": "kvstore.forwarding",
     "Reply": "kvstore.session",
     "Session": "kvstore.session",
     "SessionConfig": "kvstore.session",
@@ -53,9 +53,9 @@ if TYPE_CHECKING:
     from kvstore.config import CacheConfig
     from kvstore.defaults import DEFAULT_MODEL
     from kvstore.errors import KVStoreError
+    from kvstore.forwarding import cache_kwarg, forward, prefill
     from kvstore.models import ModelInfo, load_model
     from kvstore.policies import POLICIES
-    from kvstore.prefill import cache_kwarg, forward, prefill
     from kvstore.session import Reply, Session, SessionConfig, TurnStats
     from kvstore.state import export_state, restore_cache
 

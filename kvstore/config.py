@@ -25,7 +25,7 @@ class CacheConfig:
     n: int = 5  # uniforms averaged per candidate in the reservoir priority (n -> inf tends to top-K)
     recent_blocks: int = 1  # most recent complete blocks that are always kept
     recent_share: float = 0.0  # keep at least this share of the budget as recent blocks (raises recent_blocks)
-    chunk_size: int = 512  # prefill chunk (tokens) for kvstore.prefill
+    chunk_size: int = 512  # prefill chunk (tokens) for kvstore.prefill()
     selector: str | None = None  # "reservoir" | "topk"; None: the policy's own default
     renorm_candidates: bool = False  # renormalize weights over the candidate blocks only (ablation; spec: over all)
     reservoir_mean: float | None = None  # rescale candidate weights to this mean before selection (None: as scored)
