@@ -1,8 +1,11 @@
-"""One eviction step as pure tensor logic: forced blocks, candidates, selection -> which held slots to keep.
+"""One eviction step as pure tensor logic: forced regions, candidates, selection -> which held slots to keep.
 
-Forced (never candidates, nexus-spec.md "Setting"): the attention-sink block (the first b held tokens), the
-incomplete tail block (held % b tokens) and the `recent_blocks` most recent complete blocks. Block policies keep
-whole candidate blocks, K = B - B_forced of them; token policies keep B*b - forced tokens.
+Forced (never candidates): the attention sink (the first `sink` held tokens; the policy's default, e.g. one
+block for Nexus, 4 tokens for StreamingLLM, none for H2O/SnapKV), the recent region (block policies: the
+incomplete tail block, counted by its real size, plus `recent_blocks` complete blocks; token policies: the
+policy's recent tokens) and any `pinned` slot. Budgets are in tokens: token policies keep exactly
+budget - forced candidates; block policies keep floor((budget - forced) / b) whole candidate blocks, so a layer
+holds between budget - b + 1 and budget tokens after a step (docs/baselines.md, "Budget accounting").
 """
 
 from __future__ import annotations
@@ -20,21 +23,24 @@ from kvstore.selection import select
 class Layout:
     """Where the forced regions lie in held-index space for T held tokens."""
 
-    sink_end: int  # tokens [0, sink_end) are the sink block
-    recent_start: int  # tokens [recent_start, T) are the recent blocks and the tail
-    forced_blocks: int  # B_forced
+    sink_end: int  # tokens [0, sink_end) are the sink
+    recent_start: int  # tokens [recent_start, T) are the recent region (and the incomplete tail block)
 
     @classmethod
-    def of(cls, t: int, block: int, recent_blocks: int) -> Layout:
-        sink_end = min(block, t)
-        tail = t % block
-        recent_start = max(sink_end, t - tail - recent_blocks * block)
-        return cls(sink_end, recent_start, 1 + recent_blocks + (1 if tail else 0))
+    def of(cls, t: int, sink: int, recent: int, block: int | None = None) -> Layout:
+        """block: the block size for block policies (candidate blocks start at the sink's end; the tokens that do
+        not fill a block yet are the tail), None for token policies."""
+        sink_end = min(sink, t)
+        tail = (t - sink_end) % block if block else 0
+        return cls(sink_end, max(sink_end, t - tail - recent))
+
+    def forced(self, t: int) -> int:
+        return self.sink_end + t - self.recent_start
 
 
-def max_forced_blocks(config: CacheConfig) -> int:
-    """The most blocks the forced set can take (sink + recent + an incomplete tail)."""
-    return 2 + config.recent_blocks
+def layout_for(policy: Policy, t: int, budget_tokens: int) -> Layout:
+    block = policy.config.block if policy.granularity == "block" else None
+    return Layout.of(t, policy.sink_tokens(), policy.recent_tokens(budget_tokens), block)
 
 
 @dataclass
@@ -46,25 +52,31 @@ class Plan:
 def plan_eviction(
     scores: torch.Tensor,
     t: int,
-    budget_blocks: int,
+    budget_tokens: int,
     n_kv_heads: int,
     config: CacheConfig,
     policy: Policy,
     generator: torch.Generator,
     valid: torch.Tensor | None = None,
+    pinned: torch.Tensor | None = None,
 ) -> Plan | None:
-    """scores: [B, 1 or Hkv, N] over all held units. Returns None when nothing needs to go."""
+    """scores: [B, 1 or Hkv, N] over all held units; pinned: [B, 1 or Hkv, T] bool held slots that must stay
+    (kept first, counted in the budget). Returns None when nothing needs to go."""
     b = config.block
-    lay = Layout.of(t, b, config.recent_blocks)
+    lay = layout_for(policy, t, budget_tokens)
+    room = max(0, budget_tokens - lay.forced(t))
     if policy.granularity == "block":
-        cand = scores[..., 1 : lay.recent_start // b]
-        k = budget_blocks - lay.forced_blocks
+        cand = _block_candidates(scores, lay, b)
+        k = room // b
     else:
         cand = scores[..., lay.sink_end : lay.recent_start]
-        k = budget_blocks * b - lay.sink_end - (t - lay.recent_start)
+        k = room
+    cand = cand.clamp_min(0)
+    if pinned is not None:
+        cand, n_pinned = _pin(cand, pinned, lay, b if policy.granularity == "block" else None)
+        k = max(k, n_pinned)  # protected slots beyond the budget stay (the budget is exceeded, never them)
     if k >= cand.shape[-1]:
         return None
-    cand = cand.clamp_min(0)
     if config.renorm_candidates:
         cand = cand / cand.sum(-1, keepdim=True).clamp_min(1e-30)
     new_valid = None
@@ -73,10 +85,33 @@ def plan_eviction(
     else:
         chosen = select(cand, k, config.selector or policy.default_selector, config.n, generator)
     if policy.granularity == "block":
-        chosen = (chosen[..., None] * b + b + torch.arange(b, device=chosen.device)).flatten(-2)
+        chosen = (chosen[..., None] * b + lay.sink_end + torch.arange(b, device=chosen.device)).flatten(-2)
     else:
         chosen = chosen + lay.sink_end
     return _assemble(chosen, lay, t, n_kv_heads, new_valid)
+
+
+def _block_candidates(scores: torch.Tensor, lay: Layout, b: int) -> torch.Tensor:
+    """Block scores of the candidate region. Scores come per b-token block of held-index space from 0; with a
+    sink that is not a whole block, the candidate blocks straddle two score blocks and take the later one's score
+    plus the earlier one's (a policy that needs exact alignment uses sink = one block, as Nexus does)."""
+    n = (lay.recent_start - lay.sink_end) // b
+    if lay.sink_end % b == 0:
+        first = lay.sink_end // b
+        return scores[..., first : first + n]
+    first = lay.sink_end // b
+    return scores[..., first : first + n] + scores[..., first + 1 : first + 1 + n]
+
+
+def _pin(cand: torch.Tensor, pinned: torch.Tensor, lay: Layout, block: int | None) -> tuple[torch.Tensor, int]:
+    """Candidates holding a pinned slot get a huge score (top-K and the reservoir keep them first; finite, so
+    sums over candidates do not overflow). pinned: [..., T] bool over held slots. Returns the scores and the
+    largest number of pinned candidates of any row."""
+    region = pinned[..., lay.sink_end : lay.recent_start].to(cand.device)
+    if block:
+        region = region.reshape(*region.shape[:-1], -1, block).any(-1)
+    huge = torch.finfo(cand.dtype).max / (cand.shape[-1] + 1)
+    return cand.masked_fill(region, huge), int(region.sum(-1).max()) if region.numel() else 0
 
 
 def _select_per_head_counts(cand, k, policy, lay, valid):

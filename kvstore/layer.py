@@ -103,8 +103,24 @@ class EvictingLayer(DynamicLayer):
     # --- eviction ---------------------------------------------------------------------------------------------
     def _context(self) -> ScoreContext:
         return ScoreContext(
-            self.keys, self.window_q, self.positions, self.state, getattr(self, "scaling", None), self.layer_idx
+            self.keys,
+            self.window_q,
+            self.positions,
+            self.state,
+            getattr(self, "scaling", None),
+            self.layer_idx,
+            self.valid,
+            self.seen,
+            self.owner.config.score_chunk,
         )
+
+    def pinned(self) -> torch.Tensor | None:
+        """[B, Hkv or 1, T] held slots whose original position is in the cache's `protected` set (never evicted)."""
+        protected = self.owner.protected
+        if protected is None or protected.numel() == 0:
+            return None
+        pinned = torch.isin(self.positions, protected.to(self.positions.device))
+        return pinned if self.owner.policy.per_head else pinned[:, :1]
 
     def evict(self) -> None:
         """Score, select and gather: brings the layer back to its budget (nexus-spec.md, "Setting")."""
@@ -116,12 +132,13 @@ class EvictingLayer(DynamicLayer):
         plan = plan_eviction(
             scores,
             t,
-            cache.layer_budget(self.layer_idx),
+            cache.layer_budget_tokens(self.layer_idx),
             self.keys.shape[1],
             cache.config,
             cache.policy,
             cache.generator,
             self.valid,
+            self.pinned(),
         )
         if plan is not None:
             self._apply(plan.keep, plan.valid, t)
@@ -149,6 +166,14 @@ class EvictingLayer(DynamicLayer):
         if self.valid is not None:
             return float(self.valid[0].sum()) / self.valid.shape[1]
         return float(self.held())
+
+    def held_per_head(self) -> list[int]:
+        """Tokens each kv head holds (batch row 0; unmasked ones for head-masking policies)."""
+        if not self.is_initialized or self.keys is None:
+            return []
+        if self.valid is not None:
+            return self.valid[0].sum(-1).tolist()
+        return [self.held()] * self.keys.shape[1]
 
     def nbytes(self) -> int:
         if not self.is_initialized:
