@@ -47,3 +47,15 @@ def test_h2o_accumulates_the_models_own_attention():
         torch.testing.assert_close(layer.state["h2o_acc"][0], ref, atol=1e-4, rtol=1e-4)
         normalized = cache.policy.score(layer._context())[0]
         torch.testing.assert_close(normalized, ref / (300 - torch.arange(300)), atol=1e-4, rtol=1e-4)
+
+
+def test_chunked_statistics_never_hold_the_dense_matrix():
+    from benchmarks.memtrack import peak_extra_bytes
+
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(4, 256, 16, generator=g), torch.randn(2, 1024, 16, generator=g)
+    dense_bytes = 4 * 256 * 1024 * 4  # one fp32 [Hq, q, T] matrix: 4 MiB
+    chunk = 4 * 16 * 1024  # 16 query rows at a time
+    peak = peak_extra_bytes(lambda: attention_received(q, k, None, None, max_elems=chunk))
+    assert 0 < peak < dense_bytes / 4
+    assert peak_extra_bytes(lambda: attention_received(q, k, None, None, max_elems=1 << 24)) >= dense_bytes
