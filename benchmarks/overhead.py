@@ -141,11 +141,17 @@ def overhead(
     if threads:
         torch.set_num_threads(threads)
     rows = []
+
+    def save() -> None:  # after every context, so a run stopped by a time bound keeps what it measured
+        payload = {"benchmark": "overhead", "threads": torch.get_num_threads(), "repeats": repeats, "rows": rows}
+        write_json(json_path, payload)
+
     if contexts:
         tiny = tiny_qwen3(max_positions=max(int(c) for c in contexts.split(",")) + 1024)
         for ctx in (int(c) for c in contexts.split(",")):
             console.print(f"tiny-qwen3 at {ctx} tokens ...")
             rows += measure(tiny, "tiny-qwen3 (4 layers)", ctx, repeats, names)
+            save()
     if model:
         from kvstore.models import load_model
 
@@ -157,8 +163,6 @@ def overhead(
                 continue
             console.print(f"{model} at {ctx} tokens ...")
             rows += measure(real, model, ctx, repeats, names)
+            save()
     wide = Console(width=max(console.width, 200))  # ten columns: do not wrap them in a narrow terminal
     wide.print(table("Eviction overhead per policy", COLUMNS, [[r[c] for c in COLUMNS] for r in rows]))
-    write_json(
-        json_path, {"benchmark": "overhead", "threads": torch.get_num_threads(), "repeats": repeats, "rows": rows}
-    )
