@@ -69,15 +69,16 @@ def _decode_timer(model, full):
     return decode_one
 
 
-def measure(model, name: str, context: int, repeats: int, policies: list[str]) -> list[dict]:
+def measure(model, name: str, context: int, repeats: int, policies: list[str], rows: list, save=None) -> None:
+    """Append one row per policy to `rows` (calling save() after each, so a stopped run keeps what it measured)."""
     full = _filled_cache(model, "full", context, chunk=1024)
     decode_one = _decode_timer(model, full)
-    rows = []
     for policy in policies:
         cache = _filled_cache(model, policy, context, chunk=1024)
         rows.append({"model": name, "context": context, "policy": policy} | _measure(cache, decode_one, repeats))
         console.print(f"  {policy}: evict {rows[-1]['eviction_step_ms']:.2f} ms")
-    return rows
+        if save:
+            save()
 
 
 def _measure(cache, decode_one, repeats: int) -> dict:
@@ -142,7 +143,7 @@ def overhead(
         torch.set_num_threads(threads)
     rows = []
 
-    def save() -> None:  # after every context, so a run stopped by a time bound keeps what it measured
+    def save() -> None:  # after every policy, so a run stopped by a time bound keeps what it measured
         payload = {"benchmark": "overhead", "threads": torch.get_num_threads(), "repeats": repeats, "rows": rows}
         write_json(json_path, payload)
 
@@ -150,8 +151,7 @@ def overhead(
         tiny = tiny_qwen3(max_positions=max(int(c) for c in contexts.split(",")) + 1024)
         for ctx in (int(c) for c in contexts.split(",")):
             console.print(f"tiny-qwen3 at {ctx} tokens ...")
-            rows += measure(tiny, "tiny-qwen3 (4 layers)", ctx, repeats, names)
-            save()
+            measure(tiny, "tiny-qwen3 (4 layers)", ctx, repeats, names, rows, save)
     if model:
         from kvstore.models import load_model
 
@@ -162,7 +162,6 @@ def overhead(
                 console.print(f"[yellow]skip {model} at {ctx}: beyond its {limit} positions[/yellow]")
                 continue
             console.print(f"{model} at {ctx} tokens ...")
-            rows += measure(real, model, ctx, repeats, names)
-            save()
+            measure(real, model, ctx, repeats, names, rows, save)
     wide = Console(width=max(console.width, 200))  # ten columns: do not wrap them in a narrow terminal
     wide.print(table("Eviction overhead per policy", COLUMNS, [[r[c] for c in COLUMNS] for r in rows]))
