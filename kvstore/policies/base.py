@@ -107,15 +107,17 @@ def attention_received(
     bad_key = None if key_valid is None else ~key_valid.repeat_interleave(g, 0)[:, None, :]  # [Hq, 1, T]
     out = torch.zeros(hq, t, device=keys.device)
     for c0 in range(0, q, rows):
-        qc = queries[:, c0 : c0 + rows].float()  # [Hq, c, D]
+        qc = queries[:, c0 : c0 + rows].float() * scale  # [Hq, c, D] (scaled here: no second [Hq, c, T] buffer)
         c = qc.shape[1]
-        logits = torch.matmul(qc.reshape(hkv, g * c, d), kt).view(hq, c, t) * scale  # [Hq, c, T]
+        logits = torch.matmul(qc.reshape(hkv, g * c, d), kt).view(hq, c, t)  # [Hq, c, T]
         future = j[None, :] > (t - q + c0 + torch.arange(c, device=keys.device))[:, None]  # [c, T]
         logits.masked_fill_(future, float("-inf"))
         if bad_key is not None:
             logits.masked_fill_(bad_key, float("-inf"))
         p = torch.softmax(logits, dim=-1)
+        del logits
         out = out + p.sum(1) if reduce == "sum" else torch.maximum(out, p.amax(1))
+        del p  # at most two [Hq, chunk, T] buffers alive at once
     return out
 
 
