@@ -1,6 +1,7 @@
 """Peak extra memory of a piece of torch code: CUDA's allocator statistics on a GPU; on CPU a dispatch-mode
 tracker that counts the bytes of every new tensor storage an op returns while it is alive (views and in-place
-results share their input's storage and are not counted; an op's internal scratch space is not seen)."""
+results share their input's storage and are not counted; an op's internal scratch space is not seen). The CPU
+figure is a lower bound: a storage is released when the tensor an op returned dies, even if a view keeps it alive."""
 
 from __future__ import annotations
 
