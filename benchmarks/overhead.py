@@ -1,7 +1,10 @@
-"""`nexus-agent bench overhead`: one Nexus eviction step (score + walk + select) beside one decode step.
+"""`nexus-agent bench overhead`: the cost of every registered policy beside one decode step of the full cache.
 
-Eviction runs once per b decoded tokens, so the amortized overhead per decoded token is
-eviction_step / (b * decode_step). Both are measured in the same run, at the same context, on the same model.
+Per policy and context: one eviction step of the whole model (score + select on every layer, no write-back, so
+it can be repeated), the per-forward attention statistics (`observe`, H2O's accumulation) for one decoded token
+and for one 512-token prefill chunk, the peak extra memory of each (benchmarks.memtrack), and the amortized
+overhead per decoded token: (eviction_step / decode_slack + observe) / decode_step for policies that evict in
+decode; prefill-only policies evict once per multi-token forward (observe only, here zero).
 """
 
 from __future__ import annotations
@@ -12,15 +15,20 @@ from typing import Annotated
 
 import torch
 import typer
+from rich.console import Console
 
 import kvstore
 from benchmarks.common import console, median_time, table, tiny_qwen3, write_json
+from benchmarks.memtrack import peak_extra_bytes
 from kvstore.defaults import DEFAULT_MODEL
 from kvstore.eviction import plan_eviction
 
+PREFILL_CHUNK = 512
+MIB = 1 << 20
+
 
 def _filled_cache(model, policy: str, context: int, chunk: int):
-    """A cache holding `context` tokens (budget = context, so nothing is evicted while filling)."""
+    """A cache holding `context` tokens (budget above context, so nothing is evicted while filling)."""
     cache = kvstore.make_cache(model, policy, budget=context + 64, seed=0)
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(0))
@@ -31,16 +39,26 @@ def _filled_cache(model, policy: str, context: int, chunk: int):
 def eviction_step(cache) -> None:
     """Score every layer and plan its eviction down to 20% (no write-back, so it can be repeated)."""
     for layer in cache.layers:
+        t = layer.held()
+        budget = max(cache.policy.forced_max(t // 5) + cache.config.block, t // 5)
         scores = cache.policy.score(layer._context())
-        budget = max(4, layer.held() // cache.config.block // 5)
-        plan_eviction(scores, layer.held(), budget, layer.keys.shape[1], cache.config, cache.policy, cache.generator)
+        plan_eviction(scores, t, budget, layer.keys.shape[1], cache.config, cache.policy, cache.generator)
 
 
-def measure(model, name: str, context: int, repeats: int) -> dict:
-    device = next(model.parameters()).device
-    nexus = _filled_cache(model, "nexus", context, chunk=1024)
-    full = _filled_cache(model, "full", context, chunk=1024)
-    tok = torch.tensor([[1]], device=device)
+def observe_step(cache, q_len: int) -> None:
+    """The policy's per-forward statistics for q_len new queries on every layer (state copied, not changed)."""
+    if not cache.policy.token_state:
+        return
+    for layer in cache.layers:
+        ctx = layer._context()
+        ctx.state = {k: v.clone() for k, v in ctx.state.items()}
+        b, hq, _, d = layer.window_q.shape
+        q = torch.randn(b, hq, q_len, d, device=layer.keys.device, dtype=layer.window_q.dtype)
+        cache.policy.observe(ctx, q)
+
+
+def _decode_timer(model, full):
+    tok = torch.tensor([[1]], device=next(model.parameters()).device)
 
     def decode_one():  # one decode step at this context, then drop the token again to keep the context fixed
         kvstore.forward(model, full, tok)
@@ -49,21 +67,56 @@ def measure(model, name: str, context: int, repeats: int) -> dict:
             layer.positions = layer.positions[..., :-1]
             layer.seen -= 1
 
-    # alternate the two, so that load from other processes hits both alike
-    evict, decode = [], []
-    for _ in range(repeats):
-        evict.append(median_time(lambda: eviction_step(nexus), 1, device, warmup=0 if evict else 1))
-        decode.append(median_time(decode_one, 1, device, warmup=0 if decode else 1))
-    evict_s, decode_s = statistics.median(evict), statistics.median(decode)
-    b = nexus.config.block
+    return decode_one
+
+
+def measure(model, name: str, context: int, repeats: int, policies: list[str], rows: list, save=None) -> None:
+    """Append one row per policy to `rows` (calling save() after each, so a stopped run keeps what it measured)."""
+    full = _filled_cache(model, "full", context, chunk=1024)
+    decode_one = _decode_timer(model, full)
+    for policy in policies:
+        cache = _filled_cache(model, policy, context, chunk=1024)
+        rows.append({"model": name, "context": context, "policy": policy} | _measure(cache, decode_one, repeats))
+        console.print(f"  {policy}: evict {rows[-1]['eviction_step_ms']:.2f} ms")
+        if save:
+            save()
+
+
+def _measure(cache, decode_one, repeats: int) -> dict:
+    device = cache.layers[0].keys.device
+    evict, decode, observe = [], [], []
+    for r in range(repeats):  # alternate, so that load from other processes hits all alike
+        evict.append(median_time(lambda: eviction_step(cache), 1, device, warmup=0 if r else 1))
+        observe.append(median_time(lambda: observe_step(cache, 1), 1, device, warmup=0 if r else 1))
+        decode.append(median_time(decode_one, 1, device, warmup=0 if r else 1))
+    evict_s, decode_s, obs_s = (statistics.median(x) for x in (evict, decode, observe))
+    chunk_s = median_time(lambda: observe_step(cache, PREFILL_CHUNK), 1, device, warmup=0)
+    slack = cache.decode_slack() or 1
+    per_token = obs_s + (0.0 if cache.policy.prefill_only else evict_s / slack)
     return {
-        "model": name,
-        "context": context,
         "eviction_step_ms": evict_s * 1e3,
+        "eviction_peak_mib": peak_extra_bytes(lambda: eviction_step(cache), device) / MIB,
+        "observe_decode_ms": obs_s * 1e3,
+        "observe_chunk_ms": chunk_s * 1e3,
+        "observe_chunk_peak_mib": peak_extra_bytes(lambda: observe_step(cache, PREFILL_CHUNK), device) / MIB,
         "decode_step_ms": decode_s * 1e3,
-        "amortized_overhead_pct": 100.0 * evict_s / (b * decode_s),
-        "block": b,
+        "amortized_overhead_pct": 100.0 * per_token / decode_s,
+        "decode_slack": slack,
     }
+
+
+COLUMNS = [
+    "model",
+    "context",
+    "policy",
+    "eviction_step_ms",
+    "eviction_peak_mib",
+    "observe_decode_ms",
+    "observe_chunk_ms",
+    "observe_chunk_peak_mib",
+    "decode_step_ms",
+    "amortized_overhead_pct",
+]
 
 
 def overhead(
@@ -74,33 +127,42 @@ def overhead(
     real_contexts: Annotated[
         str, typer.Option(help="Context lengths for the real model (within its limit).")
     ] = "2048,7168",
+    policies: Annotated[str, typer.Option(help="Comma-separated policies ('' = every registered one).")] = "",
     repeats: Annotated[int, typer.Option(min=1, help="Timed repetitions (median reported).")] = 9,
     threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (0 = torch's default).")] = 1,
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON here.")] = None,
 ) -> None:
-    """Time one Nexus eviction step beside one decode step; print the amortized overhead per decoded token."""
+    """Time every policy's eviction step and attention statistics beside one decode step; print the amortized
+    overhead per decoded token and the peak extra memory."""
+    from kvstore import POLICIES
+
+    names = [p for p in (policies.split(",") if policies else POLICIES) if p and p != "full"]
+    unknown = [p for p in names if p not in POLICIES]
+    if unknown:
+        raise typer.BadParameter(f"unknown policy {', '.join(unknown)}; known: {', '.join(POLICIES)}")
     if threads:
         torch.set_num_threads(threads)
     rows = []
-    tiny = tiny_qwen3(max_positions=max(int(c) for c in contexts.split(",")) + 1024)
-    for ctx in (int(c) for c in contexts.split(",")):
-        console.print(f"tiny-qwen3 at {ctx} tokens ...")
-        rows.append(measure(tiny, "tiny-qwen3 (4 layers)", ctx, repeats))
+
+    def save() -> None:  # after every policy, so a run stopped by a time bound keeps what it measured
+        payload = {"benchmark": "overhead", "threads": torch.get_num_threads(), "repeats": repeats, "rows": rows}
+        write_json(json_path, payload)
+
+    if contexts:
+        tiny = tiny_qwen3(max_positions=max(int(c) for c in contexts.split(",")) + 1024)
+        for ctx in (int(c) for c in contexts.split(",")):
+            console.print(f"tiny-qwen3 at {ctx} tokens ...")
+            measure(tiny, "tiny-qwen3 (4 layers)", ctx, repeats, names, rows, save)
     if model:
         from kvstore.models import load_model
 
-        real, _, info = load_model(model)
+        real, _, _info = load_model(model)
         limit = real.config.max_position_embeddings
         for ctx in (int(c) for c in real_contexts.split(",")):
             if ctx + 64 > limit:
                 console.print(f"[yellow]skip {model} at {ctx}: beyond its {limit} positions[/yellow]")
                 continue
             console.print(f"{model} at {ctx} tokens ...")
-            rows.append(measure(real, model, ctx, repeats))
-    cols = ["model", "context", "eviction_step_ms", "decode_step_ms", "amortized_overhead_pct"]
-    console.print(
-        table("Nexus eviction overhead (amortized over b decoded tokens)", cols, [[r[c] for c in cols] for r in rows])
-    )
-    write_json(
-        json_path, {"benchmark": "overhead", "threads": torch.get_num_threads(), "repeats": repeats, "rows": rows}
-    )
+            measure(real, model, ctx, repeats, names, rows, save)
+    wide = Console(width=max(console.width, 200))  # ten columns: do not wrap them in a narrow terminal
+    wide.print(table("Eviction overhead per policy", COLUMNS, [[r[c] for c in COLUMNS] for r in rows]))

@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("cli.env_cmd:env_app", "Sandbox environments: build the offline docker images, prune leftovers, status."),
 }
 BENCH_COMMANDS: dict[str, tuple[str, str]] = {
-    "overhead": ("benchmarks.overhead:overhead", "One Nexus eviction step beside one decode step (amortized cost)."),
+    "overhead": ("benchmarks.overhead:overhead", "Every policy's eviction step and statistics beside a decode step."),
     "turns": ("benchmarks.turns:turns_cmd", "Multi-turn session: true eviction vs re-prefill vs full cache."),
     "quality": ("benchmarks.quality:quality", "Accuracy of every policy at several densities on retrieval tasks."),
     "speed": ("benchmarks.speed:speed", "Decode throughput, latency and memory: nexus vs full cache."),

@@ -2,7 +2,9 @@
 
 Stock `model.generate` and plain forward calls accept it. Positions continue at the number of tokens seen, kept
 keys keep their original (already rotated) positions, and each layer is brought back to its budget right after
-attention used the new tokens, so between forward calls a layer holds at most budget + one block.
+attention used the new tokens. Budget accounting (docs/baselines.md): budgets are tokens per layer; after a
+multi-token forward a layer holds at most its budget (token policies exactly, block policies at most b - 1 less);
+in decode a layer may grow by `decode_slack` tokens (one block) before the next step brings it back.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from kvstore import capture
 from kvstore.config import CacheConfig
 from kvstore.defaults import DEFAULT_DENSITY, DEFAULT_POLICY
 from kvstore.errors import KVStoreError
-from kvstore.eviction import max_forced_blocks
 from kvstore.layer import EvictingLayer
 from kvstore.policies import build_policy, policy_defaults
 
@@ -32,46 +33,61 @@ class EvictingCache(Cache):
         self.identity = identity  # model_type, layers, kv heads, head dim, name: what a saved state must match
         super().__init__(layers=[EvictingLayer(i, self) for i in range(identity["num_layers"])])
         self.generator = torch.Generator(device="cpu").manual_seed(config.seed)
-        self.budget_blocks: int | None = None
+        self.budget_tokens: int | None = None
+        self._layer_budgets: list[int] | None = None
+        self.prefill_end: int | None = None  # tokens seen at the end of the latest prefill() (compress_once)
         self._cuda = identity.get("device", "cpu").startswith("cuda")
         self.protected: list[tuple[int, int]] = []  # [start, end) token positions never evicted (see protect)
         if isinstance(config.budget, int) and self.policy.evicts:
-            self._set_budget(config.budget // config.block)
+            self._set_budget(config.budget)
 
     # --- budget ---------------------------------------------------------------------------------------------------
     def resolve_budget(self, prompt_tokens: int) -> None:
-        """Fix a density budget from the prompt length (B = ceil(d * N_k)); no-op once fixed or for token budgets."""
-        if self.budget_blocks is None and self.policy.evicts and isinstance(self.config.budget, float):
-            self._set_budget(math.ceil(self.config.budget * math.ceil(prompt_tokens / self.config.block)))
+        """Called by prefill() with the tokens seen once the prompt is in: fixes a density budget
+        (round(d * prompt_tokens) tokens per layer) the first time; no-op for token budgets."""
+        self.prefill_end = prompt_tokens
+        if self.budget_tokens is None and self.policy.evicts and isinstance(self.config.budget, float):
+            self._set_budget(max(1, round(self.config.budget * prompt_tokens)))
 
-    def _set_budget(self, blocks: int) -> None:
-        need = max_forced_blocks(self.config)
-        if blocks < need:
-            b = self.config.block
-            raise KVStoreError(
-                f"budget of {blocks * b} tokens ({blocks} blocks of {b} per layer) cannot hold the {need} forced "
-                f"blocks (sink + {self.config.recent_blocks} recent + tail); use at least {need * b} tokens or a "
-                "larger density"
-            )
-        if self.config.recent_share:  # budget-relative recency: never more than fits beside the sink and tail
-            share = int(self.config.recent_share * blocks)
-            self.config.recent_blocks = max(self.config.recent_blocks, min(share, blocks - 2))
-            need = max_forced_blocks(self.config)
-        n = len(self.layers)
-        # layers whose own share (PyramidKV) falls below the forced set still keep the forced set
-        per_layer = [max(need, self.policy.layer_budget(i, n, blocks)) for i in range(n)]
-        self.budget_blocks = blocks
+    def _set_budget(self, tokens: int) -> None:
+        per_layer = self.policy.layer_budgets(tokens, len(self.layers))
+        for i, n in enumerate(per_layer):
+            need = self.policy.forced_max(n)
+            if n < need:
+                raise KVStoreError(
+                    f"budget of {n} tokens per layer (layer {i}) cannot hold the forced blocks of {self.config.policy} "
+                    f"({self.policy.sink_tokens()} sink + {self.policy.recent_tokens(n)} recent"
+                    f"{' + an incomplete tail block' if self.policy.granularity == 'block' else ''} = {need} tokens); "
+                    "use a larger budget or density"
+                )
+        self.budget_tokens = tokens
         self._layer_budgets = per_layer
 
-    def layer_budget(self, layer_idx: int) -> int:
+    @property
+    def budget_blocks(self) -> int | None:
+        """The budget in whole blocks (rounded up; informational: budgets are counted in tokens)."""
+        return None if self.budget_tokens is None else math.ceil(self.budget_tokens / self.config.block)
+
+    def layer_budget_tokens(self, layer_idx: int) -> int:
         return self._layer_budgets[layer_idx]
 
+    def decode_slack(self) -> int:
+        slack = self.config.decode_slack
+        return self.config.block if slack is None else slack
+
     def should_evict(self, layer: EvictingLayer) -> bool:
-        if self.config.budget is None or not self.policy.evicts or (self.policy.prefill_only and layer.last_q_len <= 1):
+        """Multi-token forwards are brought back to the budget exactly; decode steps once past budget + slack.
+        Prefill-only policies never evict in decode; with compress_once only at the end of the first prefill."""
+        multi = layer.last_q_len > 1
+        if self.config.budget is None or not self.policy.evicts or (self.policy.prefill_only and not multi):
             return False
-        if self.budget_blocks is None:
+        if self.policy.prefill_only and self.config.compress_once:
+            if layer.stats.eviction_steps > 0 or (self.prefill_end is not None and layer.seen < self.prefill_end):
+                return False
+        if self.budget_tokens is None:
             self.resolve_budget(layer.seen)  # no prefill() told us the prompt: the first forward is the prompt
-        return math.ceil(layer.held() / self.config.block) > self.layer_budget(layer.layer_idx) + 1
+        limit = self.layer_budget_tokens(layer.layer_idx) + (0 if multi else self.decode_slack())
+        return layer.effective_held() > limit
 
     # --- protected spans ------------------------------------------------------------------------------------------
     def protect(self, start: int, end: int) -> None:
@@ -107,14 +123,21 @@ class EvictingCache(Cache):
     def stats(self) -> dict[str, Any]:
         held = [layer.effective_held() for layer in self.layers]
         evicted = [layer.stats.evicted for layer in self.layers]
+        b = self.config.block
+        budgets = self._layer_budgets
         return {
             "policy": self.config.policy,
-            "budget_tokens": None if self.budget_blocks is None else self.budget_blocks * self.config.block,
+            "budget_tokens": self.budget_tokens,
             "budget_blocks": self.budget_blocks,
-            "layer_budget_blocks": getattr(self, "_layer_budgets", None),
+            "layer_budget_tokens": budgets,
+            "layer_budget_blocks": None if budgets is None else [math.ceil(n / b) for n in budgets],
+            "sink_tokens": self.policy.sink_tokens(),
+            "decode_slack": self.decode_slack(),
+            "evicts_when": self.evicts_when(),
             "tokens_seen": self.get_seq_length(),
             "tokens_held": sum(held),
             "tokens_held_per_layer": held,
+            "tokens_held_per_head": [layer.held_per_head() for layer in self.layers],
             "tokens_held_physical_per_layer": [layer.held() for layer in self.layers],
             "tokens_evicted": sum(evicted),
             "tokens_evicted_per_layer": evicted,
@@ -124,6 +147,16 @@ class EvictingCache(Cache):
             "bytes_held": sum(layer.nbytes() for layer in self.layers),
             "masked_heads": self.policy.masks_heads,
         }
+
+    def evicts_when(self) -> str:
+        """When this cache's policy compresses, in words (stats()["evicts_when"])."""
+        if not self.policy.evicts:
+            return "never"
+        if not self.policy.prefill_only:
+            return "every forward: multi-token ones back to the budget, decode once past budget + decode_slack"
+        if self.config.compress_once:
+            return "once, at the end of the first prefill; later tokens (decode and new turns) accumulate"
+        return "every multi-token forward (each prefill chunk, each new turn); decode tokens accumulate"
 
     def export_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """Tensors + JSON-able metadata to continue exactly here later (see kvstore.state.restore_cache)."""

@@ -17,20 +17,29 @@ class CacheConfig:
     budget: int | float | None = (
         None  # int: tokens per layer; float in (0, 1]: density of the prompt; None: never evict
     )
-    block: int = 32  # b: tokens per key block (eviction granularity of block policies, and of forced blocks)
-    window: int = 16  # W: observation window of recent queries used for scoring
+    block: int = 32  # b: tokens per key block (eviction granularity of block policies, and the decode slack)
+    window: int = 16  # W: observation window of recent queries used for scoring (SnapKV/MorphKV: their own default)
     walk_steps: int = 3  # H: steps of the Nexus walk over the most recent window rows
     lam: float = 0.5  # lambda: weight of the walk (bridge) score in the Nexus score
     eps_tie: float = 1e-6  # recency tie-break added to the weights
     n: int = 5  # uniforms averaged per candidate in the reservoir priority (n -> inf tends to top-K)
-    recent_blocks: int = 1  # most recent complete blocks that are always kept
-    recent_share: float = 0.0  # keep at least this share of the budget as recent blocks (raises recent_blocks)
+    recent_blocks: int = 1  # block policies: most recent complete blocks always kept (plus the incomplete tail)
+    recent_share: float = 0.0  # keep at least this share of the layer budget as recent tokens (whole blocks for blocks)
+    sink: int | None = None  # attention-sink tokens always kept; None: the policy's default (docs/baselines.md)
+    recent: int | float | None = None  # token policies: recent tokens always kept (float: share of the layer budget)
+    decode_slack: int | None = None  # tokens a layer may grow past its budget in decode; None: one block; 0: every step
+    compress_once: bool = False  # prefill-only policies: compress at the end of the first prefill only (benchmarks)
+    h2o_normalize: bool = True  # H2O: divide accumulated attention by the number of queries that could attend
+    pool: str = "avg"  # SnapKV family: "avg" | "max" pooling of the window scores (SnapKV code: avgpool)
+    morph_agg: str = "sum"  # MorphKV: "sum" | "max" of the recent window's attention (its repo: sum_fused / max_fused)
+    score_chunk: int = 1 << 24  # attention statistics: at most this many fp32 probabilities live at once
     chunk_size: int = 512  # prefill chunk (tokens) for kvstore.prefill()
     selector: str | None = None  # "reservoir" | "topk"; None: the policy's own default
     renorm_candidates: bool = False  # renormalize weights over the candidate blocks only (ablation; spec: over all)
     reservoir_mean: float | None = None  # rescale candidate weights to this mean before selection (None: as scored)
     pool_kernel: int = 5  # SnapKV / PyramidKV average-pooling kernel over token scores
-    pyramid_spread: float = 0.5  # PyramidKV: layer 0 gets (1 + spread) x budget, the last layer (1 - spread) x budget
+    pyramid_beta: float = 20.0  # PyramidKV: the last layer's candidate share is 1/beta of the mean (paper code: 20)
+    pyramid_spread: float | None = None  # legacy PyramidKV shape: layer 0 (1 + spread) x budget ... last (1 - spread)
     ada_floor: float = 0.2  # Ada-KV: share of each head's uniform budget it is guaranteed
     use_triton: bool | None = None  # fused Triton scorer: None = on CUDA when installed; False = torch path
     seed: int = 0  # seed of the cache's torch.Generator (reservoir draws)
@@ -45,7 +54,7 @@ class CacheConfig:
                 raise KVStoreError(f"budget density must be in (0, 1], got {b}")
             if isinstance(b, int) and b <= 0:
                 raise KVStoreError(f"budget must be a positive number of tokens, got {b}")
-        for name in ("block", "window", "n", "chunk_size", "pool_kernel"):
+        for name in ("block", "window", "n", "chunk_size", "pool_kernel", "score_chunk"):
             if getattr(self, name) < 1:
                 raise KVStoreError(f"option {name} must be >= 1, got {getattr(self, name)}")
         if self.walk_steps < 0 or self.recent_blocks < 0 or self.lam < 0 or self.eps_tie < 0:
@@ -54,6 +63,14 @@ class CacheConfig:
             raise KVStoreError(f"recent_share must be in [0, 1), got {self.recent_share}")
         if self.reservoir_mean is not None and self.reservoir_mean <= 0:
             raise KVStoreError(f"reservoir_mean must be > 0 (or None), got {self.reservoir_mean}")
+        if (self.sink or 0) < 0 or (self.decode_slack or 0) < 0 or (self.recent or 0) < 0 or self.pyramid_beta < 1:
+            raise KVStoreError("sink, recent and decode_slack must be >= 0 and pyramid_beta >= 1")
+        if isinstance(self.recent, float) and self.recent >= 1.0:
+            raise KVStoreError(f"recent as a share of the budget must be < 1, got {self.recent}")
+        if self.pool not in ("avg", "max") or self.morph_agg not in ("sum", "max"):
+            raise KVStoreError(
+                f"pool must be 'avg' or 'max' and morph_agg 'sum' or 'max', got {self.pool!r}, {self.morph_agg!r}"
+            )
         if self.selector not in (None, "reservoir", "topk"):
             raise KVStoreError(f"unknown selector {self.selector!r}; use 'reservoir' or 'topk'")
 

@@ -1,8 +1,12 @@
-"""One eviction step as pure tensor logic: forced blocks, candidates, selection -> which held slots to keep.
+"""One eviction step as pure tensor logic: forced regions, candidates, selection -> which held slots to keep.
 
-Forced (never candidates, docs/algorithm.md, "Setting"): the attention-sink block (the first b held tokens), the
-incomplete tail block (held % b tokens) and the `recent_blocks` most recent complete blocks. Block policies keep
-whole candidate blocks, K = B - B_forced of them; token policies keep B*b - forced tokens.
+Forced (never candidates): the attention sink (the first `sink` held tokens; the policy's default, e.g. one
+block for Nexus, 4 tokens for StreamingLLM, none for H2O/SnapKV), the recent region (block policies: the
+incomplete tail block, counted by its real size, plus `recent_blocks` complete blocks; token policies: the
+policy's recent tokens) and any `pinned` slot (EvictingCache.protect). Budgets are in tokens: token policies
+keep exactly budget - forced candidates; block policies keep floor((budget - forced) / b) whole candidate
+blocks, so a layer holds between budget - b + 1 and budget tokens after a step (docs/baselines.md, "Budget
+accounting"; docs/algorithm.md, "Setting").
 """
 
 from __future__ import annotations
@@ -21,21 +25,24 @@ from kvstore.selection import select
 class Layout:
     """Where the forced regions lie in held-index space for T held tokens."""
 
-    sink_end: int  # tokens [0, sink_end) are the sink block
-    recent_start: int  # tokens [recent_start, T) are the recent blocks and the tail
-    forced_blocks: int  # B_forced
+    sink_end: int  # tokens [0, sink_end) are the sink
+    recent_start: int  # tokens [recent_start, T) are the recent region (and the incomplete tail block)
 
     @classmethod
-    def of(cls, t: int, block: int, recent_blocks: int) -> Layout:
-        sink_end = min(block, t)
-        tail = t % block
-        recent_start = max(sink_end, t - tail - recent_blocks * block)
-        return cls(sink_end, recent_start, 1 + recent_blocks + (1 if tail else 0))
+    def of(cls, t: int, sink: int, recent: int, block: int | None = None) -> Layout:
+        """block: the block size for block policies (candidate blocks start at the sink's end; the tokens that do
+        not fill a block yet are the tail), None for token policies."""
+        sink_end = min(sink, t)
+        tail = (t - sink_end) % block if block else 0
+        return cls(sink_end, max(sink_end, t - tail - recent))
+
+    def forced(self, t: int) -> int:
+        return self.sink_end + t - self.recent_start
 
 
-def max_forced_blocks(config: CacheConfig) -> int:
-    """The most blocks the forced set can take (sink + recent + an incomplete tail)."""
-    return 2 + config.recent_blocks
+def layout_for(policy: Policy, t: int, budget_tokens: int) -> Layout:
+    block = policy.config.block if policy.granularity == "block" else None
+    return Layout.of(t, policy.sink_tokens(), policy.recent_tokens(budget_tokens), block)
 
 
 @dataclass
@@ -47,68 +54,84 @@ class Plan:
 def plan_eviction(
     scores: torch.Tensor,
     t: int,
-    budget_blocks: int,
+    budget_tokens: int,
     n_kv_heads: int,
     config: CacheConfig,
     policy: Policy,
     generator: torch.Generator,
     valid: torch.Tensor | None = None,
-    protected: torch.Tensor | None = None,
+    pinned: torch.Tensor | None = None,
 ) -> Plan | None:
-    """scores: [B, 1 or Hkv, N] over all held units. Returns None when nothing needs to go.
-
-    protected: [B, Hkv, T] bool over held tokens that must stay (kvstore.cache.EvictingCache.protect); the units
-    holding them are kept like forced blocks but count among the K candidates the budget allows."""
+    """scores: [B, 1 or Hkv, N] over all held units; pinned: [B, 1 or Hkv, T] bool held slots that must stay
+    (protected spans: kept first and counted in the budget; a budget that cannot hold them raises KVStoreError).
+    Returns None when nothing needs to go."""
     b = config.block
-    lay = Layout.of(t, b, config.recent_blocks)
+    lay = layout_for(policy, t, budget_tokens)
+    room = max(0, budget_tokens - lay.forced(t))
     if policy.granularity == "block":
-        cand = scores[..., 1 : lay.recent_start // b]
-        k = budget_blocks - lay.forced_blocks
+        cand = _block_candidates(scores, lay, b)
+        k = room // b
     else:
         cand = scores[..., lay.sink_end : lay.recent_start]
-        k = budget_blocks * b - lay.sink_end - (t - lay.recent_start)
+        k = room
+    cand = cand.clamp_min(0)
+    units = None if pinned is None else _pinned_units(pinned, lay, b if policy.granularity == "block" else None)
+    if units is not None:
+        _check_room(units, k, b if policy.granularity == "block" else 1, budget_tokens)
     if k >= cand.shape[-1]:
         return None
-    cand = cand.clamp_min(0)
     if config.renorm_candidates:
         cand = cand / cand.sum(-1, keepdim=True).clamp_min(1e-30)
     if config.reservoir_mean:  # the weights sum to ~1 over N_k, so w ~ 1/N_k; see docs/memory.md
         cand = cand * (config.reservoir_mean * cand.shape[-1] / cand.sum(-1, keepdim=True).clamp_min(1e-30))
-    if protected is not None:
-        cand = force_protected(cand, protected, lay, b, k, policy.granularity, budget_blocks)
+    if units is not None:
+        cand = _pin(cand, units)
     new_valid = None
     if policy.masks_heads:
         chosen, new_valid = _select_per_head_counts(cand, k, policy, lay, valid)
     else:
         chosen = select(cand, k, config.selector or policy.default_selector, config.n, generator)
     if policy.granularity == "block":
-        chosen = (chosen[..., None] * b + b + torch.arange(b, device=chosen.device)).flatten(-2)
+        chosen = (chosen[..., None] * b + lay.sink_end + torch.arange(b, device=chosen.device)).flatten(-2)
     else:
         chosen = chosen + lay.sink_end
     return _assemble(chosen, lay, t, n_kv_heads, new_valid)
 
 
-_PROTECTED_WEIGHT = 1e30  # above any score: top-K and the reservoir (priority ~0, the maximum) both keep the unit
+def _block_candidates(scores: torch.Tensor, lay: Layout, b: int) -> torch.Tensor:
+    """Block scores of the candidate region. Scores come per b-token block of held-index space from 0; with a
+    sink that is not a whole block, the candidate blocks straddle two score blocks and take the later one's score
+    plus the earlier one's (a policy that needs exact alignment uses sink = one block, as Nexus does)."""
+    n = (lay.recent_start - lay.sink_end) // b
+    if lay.sink_end % b == 0:
+        first = lay.sink_end // b
+        return scores[..., first : first + n]
+    first = lay.sink_end // b
+    return scores[..., first : first + n] + scores[..., first + 1 : first + 1 + n]
 
 
-def force_protected(cand, protected, lay: Layout, b: int, k: int, granularity: str, budget_blocks: int):
-    """cand [B, 1 or Hkv, N] with the units that hold protected tokens set above every score; raises when the
-    protected units alone exceed the k candidates the budget allows."""
-    if granularity == "block":
-        p = protected[..., b : lay.recent_start]
-        p = p.reshape(*p.shape[:-1], -1, b).any(-1)  # [B, Hkv, N_cand]
-    else:
-        p = protected[..., lay.sink_end : lay.recent_start]
-    p = p[:, : cand.shape[1]]  # shared-score policies keep the same tokens in every head
-    need = int(p.sum(-1).max()) if p.numel() else 0
+def _check_room(units: torch.Tensor, k: int, unit: int, budget_tokens: int) -> None:
+    """Raise when the protected units alone exceed the k candidates the budget leaves beside the forced set."""
+    need = int(units.sum(-1).max()) if units.numel() else 0
     if need > k:
-        unit = b if granularity == "block" else 1
         raise KVStoreError(
-            f"the cache budget ({budget_blocks * b} tokens per layer here) cannot hold the protected spans "
-            f"({need * unit} tokens beyond the forced blocks, which leave room for {k * unit}); raise the budget "
+            f"the cache budget ({budget_tokens} tokens per layer here) cannot hold the protected spans "
+            f"({need * unit} tokens beyond the forced ones, which leave room for {k * unit}); raise the budget "
             "or turn protection off (protect='none')"
         )
-    return cand.masked_fill(p, _PROTECTED_WEIGHT)
+
+
+def _pinned_units(pinned: torch.Tensor, lay: Layout, block: int | None) -> torch.Tensor:
+    """[..., N_cand] bool: the candidate units (blocks or tokens) that hold a pinned slot. pinned: [..., T]."""
+    region = pinned[..., lay.sink_end : lay.recent_start]
+    return region.reshape(*region.shape[:-1], -1, block).any(-1) if block else region
+
+
+def _pin(cand: torch.Tensor, units: torch.Tensor) -> torch.Tensor:
+    """Candidates holding a pinned slot get a huge score: top-K and the reservoir keep them first (finite, so sums
+    over candidates do not overflow)."""
+    huge = torch.finfo(cand.dtype).max / (cand.shape[-1] + 1)
+    return cand.masked_fill(units.to(cand.device), huge)
 
 
 def _select_per_head_counts(cand, k, policy, lay, valid):

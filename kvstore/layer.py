@@ -103,8 +103,23 @@ class EvictingLayer(DynamicLayer):
     # --- eviction ---------------------------------------------------------------------------------------------
     def _context(self) -> ScoreContext:
         return ScoreContext(
-            self.keys, self.window_q, self.positions, self.state, getattr(self, "scaling", None), self.layer_idx
+            self.keys,
+            self.window_q,
+            self.positions,
+            self.state,
+            getattr(self, "scaling", None),
+            self.layer_idx,
+            self.valid,
+            self.seen,
+            self.owner.config.score_chunk,
         )
+
+    def pinned(self) -> torch.Tensor | None:
+        """[B, Hkv or 1, T] held slots inside the cache's protected spans (never evicted; EvictingCache.protect)."""
+        mask = self.owner.protected_mask(self.positions)
+        if mask is None:
+            return None
+        return mask if self.owner.policy.per_head else mask[:, :1]
 
     def evict(self) -> None:
         """Score, select and gather: brings the layer back to its budget (docs/algorithm.md, "Setting")."""
@@ -116,13 +131,13 @@ class EvictingLayer(DynamicLayer):
         plan = plan_eviction(
             scores,
             t,
-            cache.layer_budget(self.layer_idx),
+            cache.layer_budget_tokens(self.layer_idx),
             self.keys.shape[1],
             cache.config,
             cache.policy,
             cache.generator,
             self.valid,
-            cache.protected_mask(self.positions),
+            self.pinned(),
         )
         if plan is not None:
             self._apply(plan.keep, plan.valid, t)
@@ -150,6 +165,14 @@ class EvictingLayer(DynamicLayer):
         if self.valid is not None:
             return float(self.valid[0].sum()) / self.valid.shape[1]
         return float(self.held())
+
+    def held_per_head(self) -> list[int]:
+        """Tokens each kv head holds (batch row 0; unmasked ones for head-masking policies)."""
+        if not self.is_initialized or self.keys is None:
+            return []
+        if self.valid is not None:
+            return self.valid[0].sum(-1).tolist()
+        return [self.held()] * self.keys.shape[1]
 
     def nbytes(self) -> int:
         if not self.is_initialized:

@@ -177,21 +177,22 @@ class Session:
         self.messages.extend(dict(m) for m in messages)
 
     def check_protected(self) -> None:
-        """Raise when the smallest layer budget cannot hold the protected spans beside the forced blocks."""
+        """Raise when the smallest layer budget cannot hold the protected spans beside the policy's forced set."""
         cache = self.cache
-        if cache.budget_blocks is None or not cache.protected:
+        if cache.budget_tokens is None or not cache.protected:
             return
-        b, spans = cache.config.block, cache.protected
-        need = sum(-(-(end - start) // b) for start, end in spans) + 1 + cache.config.recent_blocks
-        need += 0 if min(start for start, _ in spans) == 0 else 1  # the sink block, unless a span holds it
-        have = min(cache.layer_budget(i) for i in range(len(cache.layers)))
-        if need > have:
-            protected = sum(end - start for start, end in spans)
-            raise KVStoreError(
-                f"the cache budget ({have * b} tokens per layer) cannot hold the protected opening ({protected} "
-                f"tokens, protect={self.config.protect!r}) beside the sink, recent and tail blocks "
-                f"({need * b} tokens needed); raise the budget or use protect='none'"
-            )
+        policy, spans = cache.policy, cache.protected
+        protected = sum(end - start for start, end in spans)
+        for i in range(len(cache.layers)):
+            have = cache.layer_budget_tokens(i)
+            sink = 0 if min(start for start, _ in spans) == 0 else policy.sink_tokens()  # a span may hold the sink
+            need = protected + sink + policy.forced_max(have) - policy.sink_tokens()
+            if need > have:
+                raise KVStoreError(
+                    f"the cache budget ({have} tokens per layer) cannot hold the protected opening ({protected} "
+                    f"tokens, protect={self.config.protect!r}) beside the sink, recent and tail tokens "
+                    f"({need} tokens needed); raise the budget or use protect='none'"
+                )
 
     def _protected_count(self, messages: list[dict]) -> int:
         """How many leading `messages` belong to the protected opening (SessionConfig.protect)."""

@@ -46,7 +46,7 @@ def export_state(cache: EvictingCache) -> tuple[dict[str, torch.Tensor], dict[st
         "version": STATE_VERSION,
         "config": cache.config.to_dict(),
         "identity": cache.identity,
-        "budget_blocks": cache.budget_blocks,
+        "budget_tokens": cache.budget_tokens,
         "protected": cache.protected,
         "layers": layers,
     }
@@ -66,8 +66,11 @@ def restore_cache(model: torch.nn.Module, tensors: dict[str, torch.Tensor], meta
             )
     install(model)
     cache = EvictingCache(CacheConfig(**meta["config"]), ident)
-    if meta["budget_blocks"] is not None and cache.budget_blocks is None:
-        cache._set_budget(meta["budget_blocks"])
+    budget = meta.get("budget_tokens")
+    if budget is None and meta.get("budget_blocks") is not None:  # saved before budgets were counted in tokens
+        budget = meta["budget_blocks"] * cache.config.block
+    if budget is not None and cache.budget_tokens is None:
+        cache._set_budget(budget)
     cache.generator.set_state(tensors["generator"])
     cache.protected = [(int(a), int(b)) for a, b in meta.get("protected", [])]
     device = next(model.parameters()).device

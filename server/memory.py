@@ -29,10 +29,10 @@ def peak_tokens(cache, history: int, new: int, max_new: int, chunk_size: int) ->
     if not cache.policy.evicts:
         return total
     block = cache.config.block
-    if cache.budget_blocks is not None:
-        budget = max(cache.layer_budget(i) for i in range(len(cache.layers))) * block
+    if cache.budget_tokens is not None:
+        budget = max(cache.layer_budget_tokens(i) for i in range(len(cache.layers)))
     elif isinstance(cache.config.budget, float):  # a density, fixed by the first prompt
-        budget = math.ceil(cache.config.budget * math.ceil((history + new) / block)) * block * 2
+        budget = math.ceil(cache.config.budget * (history + new)) * 2
     else:
         return total
     return min(total, budget + 2 * block + min(chunk_size, new))

@@ -1,4 +1,7 @@
-"""Eviction policies by name. One policy = one small file; ablations are configured variants."""
+"""Eviction policies by name. One policy = one small file; ablations and variants are configured entries.
+
+Each policy class names its paper's defaults (`Policy.defaults`, `default_sink`, `default_recent`) with their
+sources in its docstring; an entry here may add variant options on top; user options override both."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ POLICIES: dict[str, tuple[type[Policy], dict[str, Any]]] = {
     "snapkv": (SnapKVPolicy, {}),
     "pyramidkv": (PyramidKVPolicy, {}),
     "h2o": (H2OPolicy, {}),
+    "h2o-unnormalized": (H2OPolicy, {"h2o_normalize": False}),  # the H2O paper's raw accumulated attention
     "morphkv": (MorphKVPolicy, {}),
     "ada-snapkv": (AdaSnapKVPolicy, {}),
     "nexus": (NexusPolicy, {}),
@@ -34,8 +38,10 @@ POLICIES: dict[str, tuple[type[Policy], dict[str, Any]]] = {
 
 
 def policy_defaults(name: str) -> dict[str, Any]:
-    """The option defaults a policy name implies (user options override them)."""
-    return dict(_lookup(name)[1])
+    """The option defaults a policy name implies: its class's paper defaults, then the entry's variant options
+    (user options override them)."""
+    cls, variant = _lookup(name)
+    return dict(cls.defaults) | dict(variant)
 
 
 def is_stochastic(name: str, **options: Any) -> bool:

@@ -5,6 +5,9 @@ MASKING, NOT MEMORY: heads keep different numbers of tokens, but the cache store
 each head is padded to the largest head's count and the padded slots are masked out of attention (a per-head mask,
 so flash-attention is not supported). `stats()` reports `masked_heads=True`, the effective (unmasked) tokens held
 and the physical bytes, which are those of the largest head, not of the average one.
+
+Defaults and their sources: ada_floor = 0.2 (the paper's safeguard alpha = 0.2; kvpress AdaKVPress
+alpha_safeguard=0.20), over SnapKV's defaults (window 32, kernel 5, see kvstore.policies.snapkv).
 """
 
 import torch

@@ -1,14 +1,15 @@
-"""What an eviction policy is: a score (and a default selector). The cache owns budgets, forced blocks, gather
-and write-back; a policy never touches them."""
+"""What an eviction policy is: a score, a default selector and the forced set its paper keeps (sink tokens and
+recent tokens). The cache owns budgets, forced regions, gather and write-back; a policy never touches them."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from kvstore.config import CacheConfig
-from kvstore.scoring import window_attention
 
 
 @dataclass
@@ -21,6 +22,9 @@ class ScoreContext:
     state: dict[str, torch.Tensor]  # per-token policy state, each [B, Hkv, T]
     scaling: float | None  # the attention scale the model used (None: 1/sqrt(D))
     layer_idx: int
+    valid: torch.Tensor | None = None  # [B, Hkv, T] bool, head-masking policies: False = padded slot
+    seen: int = 0  # tokens this layer has seen (the next token's position)
+    max_elems: int = 1 << 24  # attention statistics: most fp32 probabilities alive at once (CacheConfig.score_chunk)
 
 
 class Policy:
@@ -34,6 +38,8 @@ class Policy:
     evicts = True
     masks_heads = False  # True: heads keep different counts, padded slots are masked (Ada-KV)
     token_state: tuple[str, ...] = ()  # names of per-token state tensors the cache keeps aligned with the keys
+    default_sink: int | None = 0  # attention-sink tokens always kept when the `sink` option is None (None: one block)
+    defaults: dict[str, Any] = {}  # CacheConfig option defaults the policy's paper implies (user options win)
 
     def __init__(self, config: CacheConfig) -> None:
         self.config = config
@@ -45,22 +51,98 @@ class Policy:
     def observe(self, ctx: ScoreContext, new_queries: torch.Tensor) -> None:
         """Called after every attention call with that call's queries [B, Hq, q, D] (H2O accumulates here)."""
 
-    def layer_budget(self, layer_idx: int, n_layers: int, budget_blocks: int) -> int:
-        """Blocks this layer may hold (PyramidKV varies it with depth)."""
-        return budget_blocks
+    # --- the forced set and the budgets -------------------------------------------------------------------------
+    def sink_tokens(self) -> int:
+        """The first tokens that are never evicted (StreamingLLM's attention sink)."""
+        sink = self.config.sink if self.config.sink is not None else self.default_sink
+        return self.config.block if sink is None else int(sink)
+
+    def recent_tokens(self, layer_budget: int) -> int:
+        """The most recent tokens that are never evicted at this layer budget (block policies: `recent_blocks`
+        whole blocks; the layout adds the incomplete tail block by its real size)."""
+        if self.granularity == "block":
+            b = self.config.block
+            blocks = self.config.recent_blocks
+            if self.config.recent_share:  # a share of the budget, never more than fits beside the sink and tail
+                blocks = max(blocks, min(int(self.config.recent_share * layer_budget) // b, layer_budget // b - 2))
+            return blocks * b
+        r = self.config.recent if self.config.recent is not None else self.default_recent()
+        tokens = round(r * layer_budget) if isinstance(r, float) else int(r)
+        if self.config.recent_share:  # never more than fits beside the sink
+            share = min(int(self.config.recent_share * layer_budget), layer_budget - self.sink_tokens())
+            tokens = max(tokens, share)
+        return tokens
+
+    def default_recent(self) -> int | float:
+        return 0
+
+    def forced_max(self, layer_budget: int) -> int:
+        """The most tokens the forced set can take (block policies: plus an incomplete tail of b - 1 tokens)."""
+        tail = self.config.block - 1 if self.granularity == "block" else 0
+        return self.sink_tokens() + self.recent_tokens(layer_budget) + tail
+
+    def layer_budgets(self, tokens: int, n_layers: int) -> list[int]:
+        """Tokens each layer may hold (PyramidKV varies it with depth; the mean is `tokens`)."""
+        return [tokens] * n_layers
 
     def allocate(self, cand_scores: torch.Tensor, k: int) -> torch.Tensor:
         """Per-head kept counts [B, Hkv] for `masks_heads` policies (Ada-KV); others keep k per head."""
         return torch.full(cand_scores.shape[:-1], k, dtype=torch.long, device=cand_scores.device)
 
 
-def head_token_attention(ctx: ScoreContext, queries: torch.Tensor | None = None) -> torch.Tensor:
-    """Attention each held token receives from `queries` (default: the window), summed over those queries and
-    averaged over the query heads of each kv head: [B, Hkv, T]. Queries sit at the last positions (causal)."""
+def attention_received(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    scale: float | None = None,
+    key_valid: torch.Tensor | None = None,
+    max_elems: int = 1 << 24,
+    reduce: str = "sum",
+) -> torch.Tensor:
+    """Attention each key receives from `queries`, per query head, computed over chunks of queries.
+
+    queries: [Hq, q, D], the queries at the last q key positions (causal: query i sees keys j <= T - q + i).
+    keys: [Hkv, T, D] (GQA: query head h reads kv head h // (Hq / Hkv)). key_valid: [Hkv, T] bool or None.
+    Returns [Hq, T] float32: the sum (or max) over the queries of softmax(q k^T * scale). At most `max_elems`
+    probabilities ([Hq, chunk, T]) exist at once, so memory stays O(Hq * T) however many queries come.
+    """
+    hq, q, d = queries.shape
+    hkv, t, _ = keys.shape
+    g = hq // hkv
+    scale = scale if scale is not None else 1.0 / math.sqrt(d)
+    rows = max(1, max_elems // max(1, hq * t))
+    kt = keys.float().transpose(1, 2)  # [Hkv, D, T]
+    j = torch.arange(t, device=keys.device)
+    bad_key = None if key_valid is None else ~key_valid.repeat_interleave(g, 0)[:, None, :]  # [Hq, 1, T]
+    out = torch.zeros(hq, t, device=keys.device)
+    for c0 in range(0, q, rows):
+        qc = queries[:, c0 : c0 + rows].float() * scale  # [Hq, c, D] (scaled here: no second [Hq, c, T] buffer)
+        c = qc.shape[1]
+        logits = torch.matmul(qc.reshape(hkv, g * c, d), kt).view(hq, c, t)  # [Hq, c, T]
+        future = j[None, :] > (t - q + c0 + torch.arange(c, device=keys.device))[:, None]  # [c, T]
+        logits.masked_fill_(future, float("-inf"))
+        if bad_key is not None:
+            logits.masked_fill_(bad_key, float("-inf"))
+        p = torch.softmax(logits, dim=-1)
+        del logits
+        out = out + p.sum(1) if reduce == "sum" else torch.maximum(out, p.amax(1))
+        del p  # at most two [Hq, chunk, T] buffers alive at once
+    return out
+
+
+def per_kv_head(s: torch.Tensor, hkv: int, how: str = "mean") -> torch.Tensor:
+    """[Hq, T] -> [Hkv, T]: reduce each kv head's group of query heads (mean, as kvpress; or max)."""
+    grouped = s.view(hkv, -1, s.shape[-1])
+    return grouped.mean(1) if how == "mean" else grouped.amax(1)
+
+
+def head_token_attention(ctx: ScoreContext, queries: torch.Tensor | None = None, reduce: str = "sum") -> torch.Tensor:
+    """Attention each held token receives from `queries` (default: the window), summed (or maxed) over those
+    queries and averaged over the query heads of each kv head: [B, Hkv, T]. Queries sit at the last positions."""
     q = ctx.queries if queries is None else queries
-    b, hkv, t, _ = ctx.keys.shape
-    out = []
+    b, hkv = ctx.keys.shape[:2]
+    rows = []
     for i in range(b):
-        p = window_attention(q[i], ctx.keys[i], ctx.scaling)  # [Hq, Wq, T]
-        out.append(p.sum(1).view(hkv, -1, t).mean(1))
-    return torch.stack(out)
+        valid = None if ctx.valid is None else ctx.valid[i]
+        s = attention_received(q[i], ctx.keys[i], ctx.scaling, valid, ctx.max_elems, reduce)
+        rows.append(per_kv_head(s, hkv))
+    return torch.stack(rows)

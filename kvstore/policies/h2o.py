@@ -1,5 +1,16 @@
-"""H2O (Zhang et al. 2023): heavy hitters = tokens with the largest attention received so far (accumulated over
-every query, per kv head), plus the recent window (the forced recent blocks). Evicts every step."""
+"""H2O (Zhang et al. 2023, "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of LLMs"): the budget is
+split between heavy hitters (tokens with the largest attention received so far, per kv head) and the most recent
+tokens; evicts at every step (prefill and decode).
+
+Defaults and their sources:
+- recent = 0.5 of the layer budget: the paper's main setting keeps 10% heavy hitters + 10% recent tokens of a 20%
+  budget (heavy_ratio = recent_ratio), i.e. half and half. No attention sink (sink = 0): the paper has none.
+- h2o_normalize = True: the accumulated attention of a token is divided by the number of queries that could
+  attend to it (seen - position), as kvpress's ObservedAttentionPress does, so that early tokens are not favoured
+  merely for having been seen by more queries. `h2o-unnormalized` (h2o_normalize = False) is the paper's raw sum.
+- Attention is accumulated from every query of every forward, in chunks over the queries (never a [H, T, T]
+  matrix); the query heads of a kv head are averaged (this project's GQA choice).
+"""
 
 import torch
 
@@ -11,9 +22,16 @@ class H2OPolicy(Policy):
     granularity = "token"
     per_head = True
     token_state = ("h2o_acc",)
+    default_sink = 0
+
+    def default_recent(self) -> float:
+        return 0.5
 
     def observe(self, ctx: ScoreContext, new_queries: torch.Tensor) -> None:
         ctx.state["h2o_acc"] += head_token_attention(ctx, new_queries)
 
     def score(self, ctx: ScoreContext) -> torch.Tensor:
-        return ctx.state["h2o_acc"]
+        acc = ctx.state["h2o_acc"]
+        if not self.config.h2o_normalize:
+            return acc
+        return acc / (ctx.seen - ctx.positions).clamp_min(1).to(acc.dtype)  # queries that could attend each token

@@ -1,16 +1,37 @@
-"""MorphKV (Ghadia et al. 2025): tokens scored by the attention the recent window of queries pays them
-(correlation-aware: what the recent context keeps looking at), per kv head; top-K plus the recent window,
-re-evaluated at every eviction step (prefill and decode)."""
+"""MorphKV (Ghadia et al. 2025, "Dialogue Without Limits: Constant-Sized KV Caches for Extended Responses in
+LLMs"): keep the most recent `window` tokens, and of the older ones the top-K by the attention the recent window's
+queries pay them (correlation-aware selection), per kv head; re-evaluated at every eviction step.
+
+Defaults and their sources (the authors' repository, ghadiaravi13/MorphKV, README commands):
+- window = 32 recent tokens, kept and used as the observation window (its LongBench runs use `-ws 32`;
+  long-response runs use 200).
+- morph_agg = "sum": the window's attention summed over its queries (`--morph_type sum_fused` for LongBench;
+  "max" = `max_fused`, its long-response setting).
+- Query heads of one kv head are reduced by mean (sum) or max, matching the aggregation.
+- Evicts at every step in the paper; here a decode step evicts once per `decode_slack` tokens (one block) like
+  every policy, `decode_slack=0` evicts every token as the paper does.
+"""
 
 import torch
 
-from kvstore.policies.base import Policy, ScoreContext, head_token_attention
+from kvstore.policies.base import Policy, ScoreContext, attention_received, per_kv_head
 
 
 class MorphKVPolicy(Policy):
     name = "morphkv"
     granularity = "token"
     per_head = True
+    default_sink = 0
+    defaults = {"window": 32}
+
+    def default_recent(self) -> int:
+        return self.config.window
 
     def score(self, ctx: ScoreContext) -> torch.Tensor:
-        return head_token_attention(ctx)
+        how = self.config.morph_agg
+        rows = []
+        for i in range(ctx.keys.shape[0]):
+            valid = None if ctx.valid is None else ctx.valid[i]
+            s = attention_received(ctx.queries[i], ctx.keys[i], ctx.scaling, valid, ctx.max_elems, how)
+            rows.append(per_kv_head(s, ctx.keys.shape[1], "mean" if how == "sum" else "max"))
+        return torch.stack(rows)

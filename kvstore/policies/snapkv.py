@@ -1,5 +1,18 @@
-"""SnapKV (Li et al. 2024): attention from the observation window, summed over the window, average-pooled,
-per kv head; top-K tokens per head; compresses on prefill forwards only (decode tokens accumulate)."""
+"""SnapKV (Li et al. 2024, "SnapKV: LLM Knows What You are Looking for Before Generation"): the attention the
+observation window (the last `window` prompt tokens) pays each earlier token, summed over the window, pooled with
+a 1-D kernel, averaged over the query heads of each kv head; top-K of the earlier tokens per kv head plus the
+window itself. Compresses on multi-token forwards only (decode tokens accumulate).
+
+Defaults and their sources:
+- window = 32, pool_kernel = 5, pool = "avg": the authors' code (FasterDecoding/SnapKV, snapkv_utils.py
+  init_snapkv: window_size=32, kernel_size=5, pooling='avgpool'); kvpress SnapKVPress uses window 64, kernel 5.
+- Pooling runs over the scores of the tokens before the window, zero-padded by kernel // 2 at both ends and the
+  padding counted in the average (torch's avg_pool1d default, as both implementations call it).
+- GQA: query heads of a kv head averaged (kvpress; SnapKV issue #22). No attention sink (sink = 0).
+- The window is always kept (counted in the budget, as kvpress pads it with the maximum score).
+- Every multi-token forward compresses again (each prefill chunk, each new turn); `compress_once=True` compresses
+  at the end of the first prefill only, as the paper (one compression after the prompt).
+"""
 
 import torch
 import torch.nn.functional as F
@@ -12,11 +25,21 @@ class SnapKVPolicy(Policy):
     granularity = "token"
     per_head = True
     prefill_only = True
+    default_sink = 0
+    defaults = {"window": 32, "pool_kernel": 5}
+
+    def default_recent(self) -> int:
+        return self.config.window
 
     def score(self, ctx: ScoreContext) -> torch.Tensor:
-        s = head_token_attention(ctx)  # [B, Hkv, T]
-        k = self.config.pool_kernel
+        s = head_token_attention(ctx)  # [B, Hkv, T] summed over the window
         b, h, t = s.shape
-        return F.avg_pool1d(s.reshape(b * h, 1, t), k, stride=1, padding=k // 2, count_include_pad=False).view(
-            b, h, -1
-        )[..., :t]
+        w = min(ctx.queries.shape[-2], t)
+        prefix = s[..., : t - w].reshape(b * h, 1, t - w)
+        if t - w == 0:
+            return s
+        k = self.config.pool_kernel
+        pool = F.avg_pool1d if self.config.pool == "avg" else F.max_pool1d
+        pooled = pool(prefix, k, stride=1, padding=k // 2)[..., : t - w].view(b, h, t - w)
+        top = pooled.amax(-1, keepdim=True).expand(b, h, w)  # the window: kept anyway (forced recent)
+        return torch.cat([pooled, top], dim=-1)

@@ -1,0 +1,32 @@
+"""`nexus-agent bench overhead` on the tiny random Qwen3: every registered policy is measured (the list comes from
+kvstore.POLICIES), with eviction-step time, attention-statistics time and peak extra memory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from typer.testing import CliRunner
+
+from cli.app import app
+from kvstore import POLICIES
+
+
+def test_every_policy_is_measured(tmp_path: Path) -> None:
+    threads = torch.get_num_threads()
+    out = tmp_path / "o.json"
+    args = ["bench", "overhead", "--contexts", "320", "--model", "", "--repeats", "1", "--json", str(out)]
+    try:
+        result = CliRunner().invoke(app, args)
+    finally:
+        torch.set_num_threads(threads)
+    assert result.exit_code == 0, result.output
+    rows = {r["policy"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {name for name, (cls, _) in POLICIES.items() if cls.evicts}
+    for name, r in rows.items():
+        assert r["eviction_step_ms"] > 0 and r["decode_step_ms"] > 0 and r["eviction_peak_mib"] > 0, name
+        observes = bool(POLICIES[name][0].token_state)  # H2O accumulates on every forward; the others do not
+        assert (r["observe_chunk_peak_mib"] > 0) == observes, name
+    # H2O's statistics for a 512-token chunk: [Hq, 512, T] probabilities (4 heads, T = 320) plus logits, ~5 MiB
+    assert rows["h2o"]["observe_chunk_peak_mib"] < 8
