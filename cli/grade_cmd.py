@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 _STYLE = {"resolved": "green", "unresolved": "yellow", "empty_patch": "yellow", "patch_failed": "red", "error": "red"}
@@ -32,11 +33,12 @@ def grade_cmd(
     console = Console()
     with console.status(f"grading {instance_id} ({sandbox})"):
         report = grade(task, _patch_text(patch, task), config=cfg)
-    _print(console, report)
-    if json_path is not None:
+    if json_path is not None:  # first: the report is on disk whatever the display does
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(report.to_json() + "\n")
-        console.print(f"report written to {json_path}")
+    _print(console, report)
+    if json_path is not None:
+        console.print(f"report written to {escape(str(json_path))}")
     if report.status == "error":
         raise typer.Exit(1)
 
@@ -59,12 +61,12 @@ def _print(console: Console, report) -> None:
         f"(backend {report.backend}, patch applied with {report.apply_method or '-'}, {report.duration_s:.1f} s)"
     )
     if report.error:
-        console.print(f"[red]{report.error}[/red]", highlight=False)
+        console.print(f"[red]{escape(report.error)}[/red]", highlight=False)
     table = Table("kind", "test", "result")
     for kind, results in (("FAIL_TO_PASS", report.fail_to_pass), ("PASS_TO_PASS", report.pass_to_pass)):
         for test, result in results.items():
             color = "green" if result in ("PASSED", "XFAIL") else "red" if result != "NOT_RUN" else "dim"
-            table.add_row(kind, test, f"[{color}]{result}[/{color}]")
+            table.add_row(kind, escape(test), f"[{color}]{escape(result)}[/{color}]")
     console.print(table)
     if report.status in ("patch_failed", "error") and report.log_excerpt:
         console.print(report.log_excerpt[-2000:], markup=False, highlight=False)

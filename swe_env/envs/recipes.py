@@ -4,7 +4,8 @@ Source: SWE-bench's own specs, `swebench.harness.constants.MAP_REPO_VERSION_TO_S
 pyproject.toml because 5.x dropped them), and `MAP_REPO_TO_REQS_PATHS` for repos whose packages are "the repo's
 requirements file". SWE-bench makes conda environments; here the same Python version and packages go into a
 virtualenv with pip (conda's `pkg=1.2` pins become `pkg==1.2`). Built-in tasks and repos swebench does not know
-get a fallback recipe: the project's Python, pytest, and `pip install -e .` when the repo is a package.
+get a fallback recipe: the project's Python version and `pip install -e .` when the repo is a package. Every env
+also gets the test runner (PyEnvConfig.test_packages) when its recipe did not bring it.
 """
 
 from __future__ import annotations
@@ -76,11 +77,11 @@ _USED_KEYS = {"python", "packages", "pip_packages", "pre_install", "install", "t
 
 
 def fallback_recipe(task: Task, repo: Path | None) -> Recipe:
-    """Built-in tasks and repos swebench does not know: the project's Python with pytest."""
+    """Built-in tasks and repos swebench does not know: the project's Python (pytest comes with every env)."""
     packaged = repo is not None and not is_builtin(task) and any((repo / f).exists() for f in _PACKAGE_FILES)
     source = "built-in" if is_builtin(task) else f"fallback (no swebench spec for {task.repo} {task.version!r})"
     return Recipe(
-        python=host_python(), packages=("pytest",), install="python -m pip install -e ." if packaged else "",
+        python=host_python(), install="python -m pip install -e ." if packaged else "",
         source=source,
     )  # fmt: skip
 
