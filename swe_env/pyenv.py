@@ -26,7 +26,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from swe_env.envs.interpreters import Interpreter, find_interpreter
-from swe_env.envs.recipes import Recipe, recipe_for
+from swe_env.envs.recipes import Recipe, as_of, recipe_for
 from tasks.schema import Task
 
 READY = ".nexus-ready"
@@ -55,6 +55,7 @@ class PyEnv:
     key: str  # its cache key (the dir name)
     recipe: Recipe
     interpreter: Interpreter
+    created_at: str = ""  # the task's date (unpinned test runners resolve as of then)
 
     @property
     def bin_dir(self) -> str:
@@ -89,7 +90,9 @@ def plan_env(task: Task, repo: Path, cfg: PyEnvConfig | None = None) -> PyEnv:
     cfg = cfg or PyEnvConfig()
     recipe = recipe_for(task, repo)
     interp = find_interpreter(recipe.python)
-    return PyEnv(cfg.cache_dir / env_key(task, recipe, interp), env_key(task, recipe, interp), recipe, interp)
+    key = env_key(task, recipe, interp)
+    created = task.created_at if recipe.install else ""  # a shared env serves tasks of any date
+    return PyEnv(cfg.cache_dir / key, key, recipe, interp, created)
 
 
 def env_key(task: Task, recipe: Recipe, interp: Interpreter) -> str:
@@ -142,7 +145,8 @@ def build_script(env: PyEnv, cfg: PyEnvConfig, now: float = 0.0) -> str:
     if r.install:
         lines.append(r.install)
     for pkg in cfg.test_packages:  # the test runner, unless the recipe brought it
-        lines.append(f"python -c 'import {pkg}' 2>/dev/null || {pip} {q(pkg)}")
+        spec = as_of([pkg], env.created_at)[0]
+        lines.append(f"python -c 'import {pkg}' 2>/dev/null || {pip} {q(spec)}")
     if r.install:  # a shared env (repo not installed) has no generated files of one working copy
         lines.append(_SAVE_OVERLAY.format(overlay=q(str(env.overlay))))
     info = {"key": env.key, "recipe": r.source, "python": env.interpreter.describe(), "built_at": round(now)}

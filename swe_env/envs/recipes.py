@@ -24,6 +24,9 @@ SWEBENCH_SOURCE = "swebench 4.x MAP_REPO_VERSION_TO_SPECS"
 FALLBACK_TEST_CMD = "pytest --no-header -rA --tb=no -p no:cacheprovider"  # for repos swebench does not know
 _PACKAGE_FILES = ("setup.py", "pyproject.toml", "setup.cfg")
 _SKIP_REQ_LINE = ("-e .", "#", ".[test")  # swebench drops these lines of a requirements file too
+# Unpinned packages that later broke the old test suites SWE-bench validated with them: name -> (release date of
+# the breaking version, the pin used for instances created before it). pytest 8 dropped nose-style `setup()`.
+BREAKING_RELEASES = {"pytest": ("2024-01-27", "pytest<8")}
 
 
 @dataclass(frozen=True)
@@ -60,10 +63,11 @@ def recipe_for(task: Task, repo: Path | None = None) -> Recipe:
     spec = None if is_builtin(task) else swebench_specs(task.repo, task.version)
     if spec is None:
         return fallback_recipe(task, repo)
+    requirements = _requirements(task.repo, repo) if spec.get("packages") == "requirements.txt" else []
     return Recipe(
         python=str(spec.get("python", host_python())),
-        requirements=tuple(_requirements(task.repo, repo)) if spec.get("packages") == "requirements.txt" else (),
-        packages=tuple(_packages(spec)),
+        requirements=tuple(as_of(requirements, task.created_at)),
+        packages=tuple(as_of(_packages(spec), task.created_at)),
         pre_install=tuple(spec.get("pre_install", ())),
         install=str(spec.get("install", "")),
         test_cmd=_joined(spec.get("test_cmd", FALLBACK_TEST_CMD)),
@@ -84,6 +88,19 @@ def fallback_recipe(task: Task, repo: Path | None) -> Recipe:
         python=host_python(), install="python -m pip install -e ." if packaged else "",
         source=source,
     )  # fmt: skip
+
+
+def as_of(specifiers: list[str], created_at: str) -> list[str]:
+    """Unpinned packages of BREAKING_RELEASES pinned below their breaking version for tasks made before it.
+
+    SWE-bench resolved bare names when its images were built, close to the instances' dates; a build today would
+    get versions the validated tests never ran with.
+    """
+    out = []
+    for spec in specifiers:
+        rule = BREAKING_RELEASES.get(spec.strip().lower())
+        out.append(rule[1] if rule and created_at and created_at[:10] < rule[0] else spec)
+    return out
 
 
 def host_python() -> str:
