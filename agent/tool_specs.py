@@ -1,4 +1,8 @@
-"""The four tools the model may call, as the system prompt describes them and the parser checks them."""
+"""The four tools the model may call, as the system prompt describes them and the parser checks them.
+
+This is the tool contract's one source: the tool programs in swe_env/tools implement it (tests/agent/
+test_tool_contract.py checks each program's arguments against it), and chat's confirm gate reads `read_only`.
+"""
 
 from __future__ import annotations
 
@@ -22,9 +26,16 @@ class ToolSpec:
     name: str
     description: str
     params: tuple[Param, ...]
+    read_only: bool | tuple[str, ...] = False  # True: every call only reads; a tuple: the `command`s that only read
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
+
+    def reads_only(self, params: dict[str, str]) -> bool:
+        """Whether a call with these parameters changes nothing (chat runs such calls without asking)."""
+        if isinstance(self.read_only, bool):
+            return self.read_only
+        return params.get("command") in self.read_only
 
 
 FILE_EDITOR = ToolSpec(
@@ -51,6 +62,7 @@ FILE_EDITOR = ToolSpec(
         Param("view_range", "lines to show, e.g. [10, 40]; -1 as the end means to the end of the file (view)"),
         Param("concise", "true to fold long function bodies in a Python file view (view)"),
     ),
+    read_only=("view",),
 )
 
 EXECUTE_BASH = ToolSpec(
@@ -69,6 +81,7 @@ SEARCH = ToolSpec(
         Param("search_term", "the text to look for", True),
         Param("path", "the directory or file to search; the repository when omitted"),
     ),
+    read_only=True,
 )
 
 FINISH = ToolSpec(
@@ -78,6 +91,7 @@ FINISH = ToolSpec(
         Param("command", "always `submit`", True, ("submit",)),
         Param("result", "a short summary of the change (optional)"),
     ),
+    read_only=True,
 )
 
 TOOLS: dict[str, ToolSpec] = {t.name: t for t in (FILE_EDITOR, EXECUTE_BASH, SEARCH, FINISH)}

@@ -121,3 +121,11 @@ def _add(traj: Trajectory, rec: Any, where: str) -> None:
         traj.footers.append(rec)
     else:
         raise AgentError(f"{where}: unknown record type {kind!r} (expected header, step or footer)")
+
+
+def tool_of(rec: dict[str, Any]) -> str:
+    """The tool a step called ("-" for a reply without a valid call), with file_editor's sub-command."""
+    call = rec.get("call") or {}
+    name = call.get("name") or "-"
+    sub = (call.get("params") or {}).get("command")
+    return f"{name} {sub}" if sub and name == "file_editor" else name

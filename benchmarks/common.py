@@ -13,12 +13,9 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.timing import sync
+
 console = Console()
-
-
-def sync(device: torch.device | str) -> None:
-    if str(device).startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def median_time(fn: Callable[[], Any], repeats: int, device: torch.device | str = "cpu", warmup: int = 1) -> float:
@@ -37,20 +34,10 @@ def median_time(fn: Callable[[], Any], repeats: int, device: torch.device | str 
 
 def tiny_qwen3(max_positions: int = 40_000, layers: int = 4, dtype: torch.dtype = torch.float32):
     """A random-weight Qwen3 of tiny width (fast to build, any context length)."""
-    from transformers import AutoModelForCausalLM, Qwen3Config
+    from kvstore.tiny import tiny_model
 
-    torch.manual_seed(0)
-    cfg = Qwen3Config(
-        hidden_size=128,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        intermediate_size=256,
-        vocab_size=1024,
-        max_position_embeddings=max_positions,
-    )
-    return AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=dtype).eval()
+    shapes = dict(hidden_size=128, head_dim=32, vocab_size=1024, max_positions=max_positions)
+    return tiny_model("qwen3", layers=layers, dtype=dtype, **shapes)
 
 
 def write_json(path: Path | None, payload: dict[str, Any]) -> None:

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from benchmarks.timing import sync
+
 # Qwen3-8B (config.json of Qwen/Qwen3-8B), written out so nothing is downloaded
 QWEN3_8B = dict(
     hidden_size=4096,
@@ -69,11 +71,6 @@ class GpuBenchConfig:
             shapes=dict(QWEN3_TINY), device="cpu", dtype="float32", prefill=1024, decode_marks=(64, 128),
             tail_steps=32, max_decode_s=60.0, kernel_lengths=(256, 1024), kernel_reps=3, cpu_threads=1,
         )  # fmt: skip
-
-
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def build_model(cfg: GpuBenchConfig, attn: str) -> tuple[torch.nn.Module, int]:

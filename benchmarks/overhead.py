@@ -15,6 +15,7 @@ import typer
 
 import kvstore
 from benchmarks.common import console, median_time, table, tiny_qwen3, write_json
+from kvstore.defaults import DEFAULT_MODEL
 from kvstore.eviction import plan_eviction
 
 
@@ -69,7 +70,7 @@ def overhead(
     contexts: Annotated[
         str, typer.Option(help="Comma-separated context lengths for the tiny model.")
     ] = "2048,8192,32768",
-    model: Annotated[str, typer.Option(help="Real model to measure too ('' to skip).")] = "smollm2-135m",
+    model: Annotated[str, typer.Option(help="Real model to measure too ('' to skip).")] = DEFAULT_MODEL,
     real_contexts: Annotated[
         str, typer.Option(help="Context lengths for the real model (within its limit).")
     ] = "2048,7168",

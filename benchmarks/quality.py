@@ -17,16 +17,16 @@ from benchmarks.quality_report import density_table, plot, summarize, with_avera
 from benchmarks.quality_run import RunSpec, run_item
 from benchmarks.quality_tasks import TASKS, make_item
 from kvstore import POLICIES, CacheConfig
+from kvstore.defaults import DEFAULT_MODEL
 from kvstore.errors import KVStoreError
-
-STOCHASTIC = ("nexus", "direct-reservoir")  # reservoir selectors: run with several seeds, spread reported
+from kvstore.policies import is_stochastic
 
 
 @dataclass
 class QualityConfig:
     """What one quality run covers."""
 
-    model: str = "smollm2-135m"  # model registry name / HF id / local directory
+    model: str = DEFAULT_MODEL  # model registry name / HF id / local directory
     policies: tuple[str, ...] = tuple(POLICIES)  # policies (the ablations are policies too)
     densities: tuple[float, ...] = (0.2, 0.5)  # shares of the context kept
     tasks: tuple[str, ...] = TASKS  # tasks to run
@@ -43,7 +43,7 @@ class QualityConfig:
         for d in self.densities:
             for p in self.policies:
                 if p != "full":
-                    seeds = range(self.seeds if p in STOCHASTIC else 1)
+                    seeds = range(self.seeds if is_stochastic(p, **self.cache_options) else 1)
                     out += [RunSpec(p, d, s, options=self.cache_options) for s in seeds]
         return out
 
@@ -120,7 +120,7 @@ def quality(
     items: Annotated[int | None, typer.Option(min=1, help="Items per task.")] = None,
     seeds: Annotated[int | None, typer.Option(min=1, help="Seeds for the stochastic policies.")] = None,
     context_tokens: Annotated[int | None, typer.Option(min=128, help="Context length in tokens.")] = None,
-    model: Annotated[str, typer.Option(help="Model registry name, HF id or local directory.")] = "smollm2-135m",
+    model: Annotated[str, typer.Option(help="Model registry name, HF id or local directory.")] = DEFAULT_MODEL,
     threads: Annotated[int, typer.Option(min=1, help="torch CPU threads.")] = 1,
     quick: Annotated[
         bool, typer.Option(help="A few items at tiny sizes: checks the machinery, not the numbers.")

@@ -25,6 +25,7 @@ from rich.console import Console
 
 import kvstore
 from benchmarks.common import console, table, tiny_qwen3, write_json
+from kvstore.defaults import DEFAULT_MODEL
 from kvstore.errors import KVStoreError
 
 
@@ -32,7 +33,7 @@ from kvstore.errors import KVStoreError
 class SpeedConfig:
     """What one speed run measures."""
 
-    model: str = "smollm2-135m"  # registry name / HF id / local dir, or "tiny" (random 4-layer Qwen3)
+    model: str = DEFAULT_MODEL  # registry name / HF id / local dir, or "tiny" (random 4-layer Qwen3)
     contexts: tuple[int, ...] = (1024, 2048, 4096, 7168)  # prompt lengths (within the model's positions)
     density: float = 0.2  # Nexus density
     steps: int = 64  # decoded tokens per measurement (>= 2 blocks so decode-time eviction is included)
@@ -209,9 +210,7 @@ def show(result: dict) -> None:
 
 
 def speed(
-    model: Annotated[
-        str, typer.Option(help="Model registry name, HF id, local directory, or 'tiny'.")
-    ] = "smollm2-135m",
+    model: Annotated[str, typer.Option(help="Model registry name, HF id, local directory, or 'tiny'.")] = DEFAULT_MODEL,
     contexts: Annotated[str, typer.Option(help="Comma-separated prompt lengths.")] = "1024,2048,4096,7168",
     steps: Annotated[int, typer.Option(min=2, help="Decoded tokens per measurement.")] = 64,
     memory_context: Annotated[int, typer.Option(min=64, help="Prompt length of the memory comparison.")] = 7168,

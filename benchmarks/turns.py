@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from benchmarks.common import console, table, write_json
-from kvstore.errors import KVStoreError
+from kvstore.defaults import DEFAULT_MODEL, parse_budget
 from kvstore.session import Session, SessionConfig
 
 RUNS = {  # run name -> (policy, protocol)
@@ -164,16 +164,8 @@ def print_report(result: dict[str, Any]) -> None:
     )
 
 
-def parse_budget(text: str) -> int | float:
-    """'1024' -> 1024 tokens per layer; '0.2' or '20%' -> density."""
-    try:
-        return float(text.rstrip("%")) / 100 if text.endswith("%") else (float(text) if "." in text else int(text))
-    except ValueError:
-        raise KVStoreError(f"budget {text!r} is neither a token count (1024) nor a density (0.2 or 20%)") from None
-
-
 def turns_cmd(
-    model: Annotated[str, typer.Option(help="Registry name, HF id or local model directory.")] = "smollm2-135m",
+    model: Annotated[str, typer.Option(help="Registry name, HF id or local model directory.")] = DEFAULT_MODEL,
     turns: Annotated[int, typer.Option(min=1, help="Agent turns.")] = TurnsPlan.turns,
     budget: Annotated[str, typer.Option(help="Nexus budget: tokens per layer (1024) or density (0.2 / 20%).")] = "1024",
     prompt_tokens: Annotated[int, typer.Option(min=1, help="Tokens of the opening prompt.")] = TurnsPlan.prompt_tokens,

@@ -97,6 +97,10 @@ def main() -> None:
 
     from cli import errors
 
-    # SIGTERM unwinds like Ctrl-C does (finally blocks and atexit run: sandboxes close, trajectories are flushed)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    errors.run(app)
+    # SIGTERM unwinds like Ctrl-C does (finally blocks and atexit run: sandboxes close, trajectories are flushed);
+    # the previous handler comes back afterwards, so an in-process caller (a test) keeps its own.
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        errors.run(app)
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -9,32 +9,35 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from cli.options import raw_options
 from pipeline import chat as cs
 from pipeline.config import RunError
 
 
+@raw_options("model", "policy", "budget", "protocol", "device", model=None, policy=None, budget=None, protocol=None)
 def chat_cmd(
     repo: Path = typer.Option(None, "--repo", "-r", help="The repository to work on (default: the current dir)."),
     session: str = typer.Option(None, "--session", "-S", help="Session name (default: the repo's folder name)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the saved session (cache and messages)."),
     yolo: bool = typer.Option(False, "--yolo", help="Run commands without asking first."),
-    model: str = typer.Option(None, "--model", "-m", help="Registry name or local model dir (smollm2-135m)."),
-    policy: str = typer.Option(None, "--policy", help="KV eviction policy (default nexus)."),
-    budget: str = typer.Option(None, "--budget", help="Cache budget: tokens per layer, a density, or 'none' (2048)."),
-    protocol: str = typer.Option(None, "--protocol", help="true-eviction (default) or re-prefill."),
-    max_steps: int = typer.Option(20, "--max-steps", help="Most agent steps per request."),
-    max_new_tokens: int = typer.Option(512, "--max-new-tokens", help="Most tokens in one reply."),
-    temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature (0 = greedy)."),
+    max_steps: int = typer.Option(20, "--max-steps", min=1, help="Most agent steps per request."),
+    max_new_tokens: int = typer.Option(512, "--max-new-tokens", min=1, help="Most tokens in one reply."),
+    temperature: float = typer.Option(1.0, "--temperature", min=0.0, help="Sampling temperature (0 = greedy)."),
     seed: int = typer.Option(0, "--seed", help="Seed of sampling and of the cache (new sessions)."),
-    device: str = typer.Option(None, "--device", help="Torch device (default: CUDA when present, else CPU)."),
+    **given: Any,
 ) -> None:
-    """Talk to the agent about a repo; it works in a bubblewrap sandbox bound to the repo (edits land there)."""
-    from agent.loop import AgentConfig
-    from pipeline.config import parse_budget
+    """Talk to the agent about a repo; it works in a bubblewrap sandbox bound to the repo (edits land there).
 
-    given = {"model": model, "policy": policy, "protocol": protocol, "device": device}
-    if budget is not None:
-        given["budget"] = parse_budget(budget)
+    A new session takes the session defaults (model, policy, budget, protocol) for options not given; a resumed one
+    keeps its saved settings and refuses options that differ from them.
+    """
+    from agent.loop import AgentConfig
+    from kvstore.defaults import parse_budget
+
+    if given["budget"] is None:
+        del given["budget"]
+    else:
+        given["budget"] = parse_budget(given["budget"])
     name = session or (repo or Path.cwd()).resolve().name
     folder = cs.session_dir(name)
     console = Console(highlight=False)
@@ -62,8 +65,7 @@ def _start(folder: Path, repo: Path | None, given: dict[str, Any], seed: int):
     repo = (repo or Path.cwd()).resolve()
     if not repo.is_dir():
         raise FileNotFoundError(f"--repo {repo} is not a directory")
-    defaults = {"model": "smollm2-135m", "policy": "nexus", "protocol": "true-eviction", "budget": 2048}
-    config = SessionConfig(**{k: v for k, v in (defaults | given).items() if v is not None or k == "budget"}, seed=seed)
+    config = SessionConfig(**{k: v for k, v in given.items() if v is not None or k == "budget"}, seed=seed)
     session = Session.open(config)
     folder.mkdir(parents=True, exist_ok=True)
     state = cs.ChatState(repo=str(repo), config=config.to_dict())

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from agent.protocols import ToolCall
-from cli.live import tool_of
+from agent.trajectory import tool_of
 from pipeline import chat as cs
 
 HELP = "commands: /stats (cache stats per turn), /history (your requests), /yolo, /confirm, /help, /quit (or Ctrl-D)"
@@ -110,8 +110,8 @@ class Chat:
         shown = "\n".join(obs[:8]) + (f"\n... ({len(obs) - 8} more lines)" if len(obs) > 8 else "")
         self.console.print(f"\n[bold]step {rec['step']}[/bold] {tool_of(rec)}", markup=True)
         self.console.print(shown, markup=False)
-        if rec.get("stats"):
-            stats = TurnStats(**{k: rec["stats"][k] for k in TurnStats.__dataclass_fields__})
+        stats = TurnStats.from_dict(rec.get("stats") or {})
+        if stats is not None:
             self.console.print(f"[dim]{stats.summary()}[/dim]")
         self.interrupt.check()
 

@@ -8,39 +8,25 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from cli.options import run_options
 from pipeline.config import RunConfig
 
 
+@run_options(
+    "dataset", "workers", "model", "policy", "budget", "protocol", "sandbox", "max_steps", "seed", "temperature",
+    "threads", "max_new_tokens", "replay_dir", "command_timeout", "test_timeout",
+)  # fmt: skip
 def eval_cmd(
+    cfg: RunConfig,
     out: Path = typer.Option(..., "--out", "-o", help="Run folder (resumed when it exists)."),
-    dataset: str = typer.Option(None, "--dataset", "-d", help="Task source (default: the built-in tasks)."),
     instances: str = typer.Option(None, "--instances", help="Comma-separated instance ids."),
     slice_: str = typer.Option(None, "--slice", help="start:stop over the source's order."),
-    workers: int = typer.Option(1, "--workers", "-w", help="Tasks run at once (one model per worker)."),
     executor: str = typer.Option("local", "--executor", help="local (process pool) or ray."),
     ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster address (default: a local Ray)."),
-    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Registry name, local model dir or hub id."),
-    policy: str = typer.Option("nexus", "--policy", help="KV eviction policy (nexus, snapkv, full, ...)."),
-    budget: str = typer.Option("2048", "--budget", help="Cache budget: tokens per layer, a density, or 'none'."),
-    protocol: str = typer.Option("true-eviction", "--protocol", help="true-eviction or re-prefill."),
-    sandbox: str = typer.Option("auto", "--sandbox", "-s", help="auto, docker, bwrap, or local (no isolation)."),
-    max_steps: int = typer.Option(None, "--max-steps", help="Step limit (default 5; a replay: the recording's)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of sampling and of the cache."),
-    temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature (0 = greedy)."),
-    threads: int = typer.Option(None, "--threads", help="Torch CPU threads (default: cores/workers; 1 if busy)."),
-    max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Most tokens in one reply."),
-    replay_dir: Path = typer.Option(None, "--replay-dir", help="Replay <dir>/<instance_id>[.*].jsonl per task."),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="Rerun finished tasks whose status is error."),
 ) -> None:
     """Solve and grade each task into --out/<id>/; finished tasks (report.json present) are skipped on rerun."""
-    from pipeline.config import parse_budget
-
-    cfg = RunConfig(
-        dataset=dataset, model=model, policy=policy, budget=parse_budget(budget), protocol=protocol,
-        sandbox=sandbox, max_steps=max_steps, seed=seed, temperature=temperature, max_new_tokens=max_new_tokens,
-        replay_dir=replay_dir, threads=threads, workers=workers,
-    )  # fmt: skip
-    run_eval(cfg, out, instances, slice_, workers, executor, ray_address, retry_errors)
+    run_eval(cfg, out, instances, slice_, cfg.workers, executor, ray_address, retry_errors)
 
 
 def run_eval(

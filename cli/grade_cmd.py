@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-_STYLE = {"resolved": "green", "unresolved": "yellow", "empty_patch": "yellow", "patch_failed": "red", "error": "red"}
+from cli.live import STATUS_STYLE
 
 
 def grade_cmd(
@@ -55,7 +55,7 @@ def _patch_text(patch: str, task) -> str:
 
 
 def _print(console: Console, report) -> None:
-    style = _STYLE.get(report.status, "white")
+    style = STATUS_STYLE.get(report.status, "white")
     console.print(
         f"[bold]{report.instance_id}[/bold]: [{style}]{report.status}[/{style}] "
         f"(backend {report.backend}, patch applied with {report.apply_method or '-'}, {report.duration_s:.1f} s)"

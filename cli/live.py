@@ -11,17 +11,20 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from agent.trajectory import tool_of
+
+# how a grading verdict is coloured wherever it is shown
+STATUS_STYLE = {
+    "resolved": "green",
+    "unresolved": "yellow",
+    "empty_patch": "yellow",
+    "patch_failed": "red",
+    "error": "red",
+}
+
 
 def _kib(n: int | float | None) -> str:
     return f"{(n or 0) / 2**20:.1f} MiB"
-
-
-def tool_of(rec: dict[str, Any]) -> str:
-    """The tool a step called ("-" for a reply without a valid call), with file_editor's sub-command."""
-    call = rec.get("call") or {}
-    name = call.get("name") or "-"
-    sub = (call.get("params") or {}).get("command")
-    return f"{name} {sub}" if sub and name == "file_editor" else name
 
 
 class SolveView:

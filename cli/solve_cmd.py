@@ -9,41 +9,28 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from cli.live import STATUS_STYLE
+from cli.options import run_options
 from pipeline.config import DEFAULT_MAX_STEPS, DEFAULT_TASK, RunConfig
+from pipeline.files import safe_name
 
-_STYLE = {"resolved": "green", "unresolved": "yellow", "empty_patch": "yellow", "patch_failed": "red", "error": "red"}
 
-
+@run_options(
+    "dataset", "model", "policy", "budget", "protocol", "sandbox", "max_steps", "seed", "replay", "temperature",
+    "threads", "max_new_tokens", "device", "command_timeout", "test_timeout",
+)  # fmt: skip
 def solve_cmd(
+    cfg: RunConfig,
     instance_id: str = typer.Argument(
         None, help=f"The task's instance_id (default: the --replay recording's task, else {DEFAULT_TASK})."
     ),
-    dataset: str = typer.Option(None, "--dataset", "-d", help="Task source (default: the built-in tasks)."),
-    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Registry name, local model dir or hub id."),
-    policy: str = typer.Option("nexus", "--policy", help="KV eviction policy (nexus, snapkv, full, ...)."),
-    budget: str = typer.Option("2048", "--budget", help="Cache budget: tokens per layer, a density, or 'none'."),
-    protocol: str = typer.Option("true-eviction", "--protocol", help="true-eviction or re-prefill."),
-    sandbox: str = typer.Option("auto", "--sandbox", "-s", help="auto, docker, bwrap, or local (no isolation)."),
-    max_steps: int = typer.Option(None, "--max-steps", help="Step limit (default 5; a replay: the recording's)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of sampling and of the cache."),
     out: Path = typer.Option(None, "--out", "-o", help="Output folder (default runs/<id>-<timestamp>/)."),
-    replay: Path = typer.Option(None, "--replay", help="Replay this recorded trajectory instead of a model."),
-    temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature (0 = greedy)."),
-    threads: int = typer.Option(None, "--threads", help="Torch CPU threads (default: cores/workers; 1 if busy)."),
-    max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Most tokens in one reply."),
-    device: str = typer.Option(None, "--device", help="Torch device (default: CUDA when present, else CPU)."),
 ) -> None:
     """Solve one task: the agent works in a sandbox, its patch is graded, files go to --out."""
-    from pipeline.config import parse_budget
     from tasks import get_task
 
-    cfg = RunConfig(
-        dataset=dataset, model=model, policy=policy, budget=parse_budget(budget), protocol=protocol,
-        sandbox=sandbox, max_steps=max_steps, seed=seed, temperature=temperature, max_new_tokens=max_new_tokens,
-        replay=replay, device=device, threads=threads,
-    )  # fmt: skip
-    task = get_task(instance_id or _recorded_task(replay) or DEFAULT_TASK, dataset)
-    out = out or Path("runs") / f"{_safe(task.instance_id)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    task = get_task(instance_id or _recorded_task(cfg.replay) or DEFAULT_TASK, cfg.dataset)
+    out = out or Path("runs") / f"{safe_name(task.instance_id)}-{time.strftime('%Y%m%d-%H%M%S')}"
     console = Console()
     console.print(f"[bold]{task.instance_id}[/bold] ({task.source or 'builtin'}) -> {out}")
     report = _run_live(console, task, cfg, out)
@@ -67,16 +54,16 @@ def print_summary(console: Console, report: dict[str, Any], out: Path | None = N
     from kvstore.session import TurnStats
 
     status = report["status"]
-    style = _STYLE.get(status, "white")
+    style = STATUS_STYLE.get(status, "white")
     console.print(
         f"[bold]{report['instance_id']}[/bold]: [{style}]{status}[/{style}] | exit {report['exit_reason']} after "
         f"{report['steps']} steps | patch {report['patch_lines']} lines | agent {report['agent_s']:.1f} s, "
         f"grading {report['grade_s']:.1f} s, wall {report['wall_s']:.1f} s"
     )
-    fields = set(TurnStats.__dataclass_fields__)
     for turn in report["turns"]:
-        if fields <= set(turn):
-            console.print("  " + TurnStats(**{k: turn[k] for k in fields}).summary(), highlight=False)
+        stats = TurnStats.from_dict(turn)
+        if stats is not None:
+            console.print("  " + stats.summary(), highlight=False)
     t = report["totals"]
     console.print(
         f"  totals: prefilled {t['prefill_tokens']} tok, generated {t['generated_tokens']} tok, evicted "
@@ -97,7 +84,3 @@ def _recorded_task(replay: Path | None) -> str | None:
     from agent.trajectory import load_trajectory
 
     return load_trajectory(replay).header.get("task_id")
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)

@@ -14,7 +14,7 @@ _EXPORTS = {
     "make_cache": "kvstore.cache",
     "CacheConfig": "kvstore.config",
     "KVStoreError": "kvstore.errors",
-    "DEFAULT_MODEL": "kvstore.models",
+    "DEFAULT_MODEL": "kvstore.defaults",
     "ModelInfo": "kvstore.models",
     "load_model": "kvstore.models",
     "POLICIES": "kvstore.policies",
@@ -51,8 +51,9 @@ __all__ = [
 if TYPE_CHECKING:
     from kvstore.cache import EvictingCache, make_cache
     from kvstore.config import CacheConfig
+    from kvstore.defaults import DEFAULT_MODEL
     from kvstore.errors import KVStoreError
-    from kvstore.models import DEFAULT_MODEL, ModelInfo, load_model
+    from kvstore.models import ModelInfo, load_model
     from kvstore.policies import POLICIES
     from kvstore.prefill import cache_kwarg, forward, prefill
     from kvstore.session import Reply, Session, SessionConfig, TurnStats

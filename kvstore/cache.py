@@ -16,13 +16,13 @@ from transformers.cache_utils import Cache
 
 from kvstore import capture
 from kvstore.config import CacheConfig
+from kvstore.defaults import DEFAULT_DENSITY, DEFAULT_POLICY
 from kvstore.errors import KVStoreError
 from kvstore.eviction import max_forced_blocks
 from kvstore.layer import EvictingLayer
 from kvstore.policies import build_policy, policy_defaults
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3")
-DEFAULT_DENSITY = 0.2  # the paper's default (80% eviction)
 
 
 class EvictingCache(Cache):
@@ -62,7 +62,7 @@ class EvictingCache(Cache):
         return self._layer_budgets[layer_idx]
 
     def should_evict(self, layer: EvictingLayer) -> bool:
-        if not self.policy.evicts or (self.policy.prefill_only and layer.last_q_len <= 1):
+        if self.config.budget is None or not self.policy.evicts or (self.policy.prefill_only and layer.last_q_len <= 1):
             return False
         if self.budget_blocks is None:
             self.resolve_budget(layer.seen)  # no prefill() told us the prompt: the first forward is the prompt
@@ -133,18 +133,20 @@ def model_identity(model: torch.nn.Module) -> dict[str, Any]:
 
 
 def make_cache(
-    model: torch.nn.Module, policy: str = "nexus", budget: int | float | None = None, seed: int = 0, **options: Any
+    model: torch.nn.Module,
+    policy: str = DEFAULT_POLICY,
+    budget: int | float | None = DEFAULT_DENSITY,
+    seed: int = 0,
+    **options: Any,
 ) -> EvictingCache:
     """The evicting cache for `model`.
 
     budget: int = tokens per layer; float in (0, 1] = density of the prompt (fixed at the first prefill);
-    None = the default density (20%) for evicting policies, nothing for `full`. Every knob of `CacheConfig` is an
+    None = never evict (the cache holds everything, whatever the policy). Every knob of `CacheConfig` is an
     option (block, window, walk_steps, lam, eps_tie, n, recent_blocks, chunk_size, selector, ...).
     """
     identity = model_identity(model)
     opts = policy_defaults(policy) | options
-    if budget is None and policy != "full":
-        budget = DEFAULT_DENSITY
     config = CacheConfig.from_options(policy=policy, budget=budget, seed=seed, **opts)
     capture.install(model)
     return EvictingCache(config, identity)

@@ -1,10 +1,11 @@
-"""The one typed configuration of an evicting cache: every knob of nexus-spec.md, with its default."""
+"""The one typed configuration of an evicting cache: every knob of docs/algorithm.md, with its default."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from kvstore.defaults import DEFAULT_POLICY
 from kvstore.errors import KVStoreError
 
 
@@ -12,7 +13,7 @@ from kvstore.errors import KVStoreError
 class CacheConfig:
     """Eviction settings shared by every policy (a policy reads only the fields it uses)."""
 
-    policy: str = "nexus"  # registered policy name (kvstore.policies.POLICIES)
+    policy: str = DEFAULT_POLICY  # registered policy name (kvstore.policies.POLICIES)
     budget: int | float | None = (
         None  # int: tokens per layer; float in (0, 1]: density of the prompt; None: never evict
     )

@@ -1,6 +1,6 @@
 """One eviction step as pure tensor logic: forced blocks, candidates, selection -> which held slots to keep.
 
-Forced (never candidates, nexus-spec.md "Setting"): the attention-sink block (the first b held tokens), the
+Forced (never candidates, docs/algorithm.md, "Setting"): the attention-sink block (the first b held tokens), the
 incomplete tail block (held % b tokens) and the `recent_blocks` most recent complete blocks. Block policies keep
 whole candidate blocks, K = B - B_forced of them; token policies keep B*b - forced tokens.
 """

@@ -107,7 +107,7 @@ class EvictingLayer(DynamicLayer):
         )
 
     def evict(self) -> None:
-        """Score, select and gather: brings the layer back to its budget (nexus-spec.md, "Setting")."""
+        """Score, select and gather: brings the layer back to its budget (docs/algorithm.md, "Setting")."""
         cache, t = self.owner, self.held()
         timer = cache.timer
         t0 = timer()

@@ -21,9 +21,8 @@ from urllib.parse import urlparse
 import torch
 from filelock import FileLock
 
+from kvstore.defaults import DEFAULT_MODEL
 from kvstore.errors import KVStoreError
-
-DEFAULT_MODEL = "smollm2-135m"
 
 
 @dataclass(frozen=True)

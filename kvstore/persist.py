@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -144,5 +143,4 @@ def _check_model(path: Path, saved: dict[str, str], model) -> None:
 def _turn_stats(data: dict[str, Any]):
     from kvstore.session import TurnStats
 
-    known = {f.name for f in fields(TurnStats)}
-    return TurnStats(**{k: v for k, v in data.items() if k in known})
+    return TurnStats.from_dict(data)

@@ -1,4 +1,4 @@
-"""Nexus scoring (nexus-spec.md, "Scoring"): window attention -> block distribution -> direct score + walk.
+"""Nexus scoring (docs/algorithm.md, "Scoring"): window attention -> block distribution -> direct score + walk.
 
 Based on "Nexus Sampling" (seeds/nexus-sampling-paper.txt, section 2.2, Eqs. 1-5). The torch code here is the
 reference (and the CPU path); `kvstore.kernels` provides a fused Triton version of `window_block_scores` on CUDA.

@@ -1,4 +1,4 @@
-"""Selection: which K candidates survive an eviction step (nexus-spec.md, "Selection").
+"""Selection: which K candidates survive an eviction step (docs/algorithm.md, "Selection").
 
 Based on "Nexus Sampling", section 2.3 (Eq. 6): the n-averaged weighted reservoir priority
 pi_j = (1/n) sum_i u_ij^(1/w_j), computed in log space; keep the K largest. n = 1 is Efraimidis-Spirakis A-Res

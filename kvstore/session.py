@@ -19,6 +19,7 @@ import torch
 
 import kvstore
 from kvstore.chat import ChatRenderer
+from kvstore.defaults import DEFAULT_MODEL, DEFAULT_POLICY, DEFAULT_PROTOCOL, DEFAULT_SESSION_BUDGET
 from kvstore.errors import KVStoreError
 from kvstore.sampling import TextStream, check_sampling, next_token
 
@@ -29,10 +30,12 @@ PROTOCOLS = ("true-eviction", "re-prefill")
 class SessionConfig:
     """How a session loads its model and manages its cache."""
 
-    model: str = "smollm2-135m"  # registry name, Hugging Face id or local model directory
-    policy: str = "nexus"  # eviction policy (kvstore.POLICIES); "full" = dense reference, never evicts
-    budget: int | float | None = None  # tokens per layer, or density of the first prompt; None = the cache's default
-    protocol: str = "true-eviction"  # "true-eviction" (one cache for the session) or "re-prefill" (new cache per turn)
+    model: str = DEFAULT_MODEL  # registry name, Hugging Face id or local model directory
+    policy: str = DEFAULT_POLICY  # eviction policy (kvstore.POLICIES); "full" = dense reference, never evicts
+    budget: int | float | None = (
+        DEFAULT_SESSION_BUDGET  # tokens per layer, or density of the first prompt; None = never evict
+    )
+    protocol: str = DEFAULT_PROTOCOL  # "true-eviction" (one cache for the session) or "re-prefill" (new cache per turn)
     seed: int = 0  # seed of the cache's generator and of sampling
     chunk_size: int = 512  # prefill chunk in tokens (eviction runs between chunks)
     device: str | None = None  # None: a CUDA GPU when there is one, else the CPU
@@ -72,6 +75,14 @@ class TurnStats:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TurnStats | None:
+        """The stats a dict records (extra keys ignored); None when it lacks a field (e.g. another backend's)."""
+        names = [f.name for f in fields(cls)]
+        if not set(names) <= set(data):
+            return None
+        return cls(**{k: data[k] for k in names})
 
     def summary(self) -> str:
         """One line for the terminal."""

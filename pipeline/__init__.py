@@ -1,0 +1,27 @@
+"""One agent run end to end, below the command line: config -> task -> sandbox -> agent -> patch -> grade -> files.
+
+- `pipeline.config`: `RunConfig` (every run setting and its default), `RunError`.
+- `pipeline.run`: `run_task(task, cfg, out_dir)` -> the report (also written as report.json).
+- `pipeline.report`, `pipeline.files`: report.json's content, the run folder's files.
+- `pipeline.backends`: the model backend a run asks for (a local session, or a recording to replay).
+- `pipeline.eval_files`, `pipeline.executors`: a batch's files and its workers (process pool, Ray).
+- `pipeline.chat`: the files, prompts and sandbox of an interactive chat session.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["RunConfig", "RunError", "run_task"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("RunConfig", "RunError"):
+        from pipeline import config
+
+        return getattr(config, name)
+    if name == "run_task":
+        from pipeline.run import run_task
+
+        return run_task
+    raise AttributeError(f"module 'pipeline' has no attribute {name!r}")

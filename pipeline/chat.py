@@ -22,7 +22,6 @@ from pipeline.config import RunError
 from pipeline.files import atomic_write
 
 SESSION_FILE, STATE_FILE, TRAJECTORY_FILE = "session.safetensors", "chat.json", "trajectory.jsonl"
-READ_ONLY = {("file_editor", "view"), ("search", None), ("finish", None)}  # calls run without asking
 
 FIRST_REQUEST = """\
 You are working with a user on the code repository checked out in {workdir}, in an interactive session. The user \
@@ -160,8 +159,10 @@ class TurnInterrupt:
 
 def needs_confirmation(call: ToolCall) -> bool:
     """Whether confirm mode asks before this call (anything that may change files or run code)."""
-    sub = call.params.get("command") if call.name == "file_editor" else None
-    return (call.name, sub) not in READ_ONLY
+    from agent.tool_specs import TOOLS
+
+    spec = TOOLS.get(call.name)
+    return spec is None or not spec.reads_only(call.params)
 
 
 def describe(call: ToolCall) -> str:

@@ -11,6 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import AgentError
+from kvstore.defaults import (
+    DEFAULT_MODEL,
+    DEFAULT_POLICY,
+    DEFAULT_PROTOCOL,
+    DEFAULT_SESSION_BUDGET,
+    parse_budget,
+)
 
 DEFAULT_TASK = "nexus-demo__pagekit-1"  # the built-in task `nexus-agent solve` runs with no argument
 DEFAULT_MAX_STEPS = 5  # the default run of the small CPU model finishes in minutes (it will not solve the task)
@@ -25,10 +32,10 @@ class RunConfig:
     """What one agent run uses; `solve`, `eval` and `chat` flags map onto these fields one to one."""
 
     dataset: str | None = None  # task source (None: the built-in tasks)
-    model: str = "smollm2-135m"  # registry name, local model directory or hub id
-    policy: str = "nexus"  # KV eviction policy (kvstore.POLICIES)
-    budget: int | float | None = 2048  # cache budget: tokens per layer, or a density in (0, 1]; None = never evict
-    protocol: str = "true-eviction"  # "true-eviction" (one persistent cache) or "re-prefill" (new cache each turn)
+    model: str = DEFAULT_MODEL  # registry name, local model directory or hub id
+    policy: str = DEFAULT_POLICY  # KV eviction policy (kvstore.POLICIES)
+    budget: int | float | None = DEFAULT_SESSION_BUDGET  # tokens per layer, or a density in (0, 1]; None = never evict
+    protocol: str = DEFAULT_PROTOCOL  # "true-eviction" (one persistent cache) or "re-prefill" (new cache each turn)
     sandbox: str = "auto"  # sandbox backend: auto, docker, bwrap, local
     max_steps: int | None = None  # step limit (soft and hard); None: 5 for a local model, the recording's for replay
     seed: int = 0  # seed of sampling and of the cache's randomness
@@ -41,6 +48,18 @@ class RunConfig:
     device: str | None = None  # torch device for the model (None: CUDA when present, else CPU)
     threads: int | None = None  # torch CPU threads (None: cores / workers, 1 when the machine is already busy)
     workers: int = 1  # processes sharing this machine's cores (eval --workers)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.budget, str):
+            self.budget = parse_budget(self.budget)
+        for name in ("max_steps", "max_new_tokens", "threads"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise RunError(f"{name.replace('_', '-')} must be at least 1, got {value}")
+        if self.workers < 1:
+            raise RunError(f"workers must be at least 1, got {self.workers}")
+        if self.temperature < 0 or self.command_timeout <= 0 or self.test_timeout <= 0:
+            raise RunError("temperature must be >= 0 and the timeouts > 0")
 
     def to_dict(self) -> dict[str, Any]:
         return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
@@ -55,14 +74,3 @@ class RunConfig:
             return "nexus-agent__replay"
         name = Path(self.model).name if os.sep in self.model else self.model
         return f"nexus-agent__{name}__{self.policy}-{self.budget}-{self.protocol}"
-
-
-def parse_budget(text: str | None) -> int | float | None:
-    """A --budget value: "none"/"full" (never evict), an int (tokens per layer) or a float density."""
-    if text is None or text.lower() in ("none", "full", ""):
-        return None
-    try:
-        return float(text) if any(c in text for c in ".eE") else int(text)
-    except ValueError:
-        hint = "give tokens per layer (e.g. 2048), a density (e.g. 0.25) or 'none'"
-        raise RunError(f"--budget {text!r}: {hint}") from None

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import RunConfig, RunError
-from pipeline.files import PATCH, REPORT, atomic_write
+from pipeline.files import PATCH, REPORT, atomic_write, safe_name
 from pipeline.report import turn_totals
 from tasks.schema import Task
 
@@ -40,7 +40,7 @@ def select(tasks: list[Task], instances: str | None, slice_: str | None) -> list
 
 
 def task_dir(out: Path, instance_id: str) -> Path:
-    return out / "".join(c if c.isalnum() or c in "-_." else "_" for c in instance_id)
+    return out / safe_name(instance_id)
 
 
 def read_report(out: Path, instance_id: str) -> dict[str, Any] | None:

@@ -9,6 +9,11 @@ from pathlib import Path
 REPORT, PATCH, TRAJECTORY = "report.json", "patch.diff", "trajectory.jsonl"
 
 
+def safe_name(text: str) -> str:
+    """`text` as one file name: letters, digits, '-', '_' and '.' kept, anything else '_'."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write `text` to `path` through a temp file in the same folder and os.replace (never a half-written file)."""
     path.parent.mkdir(parents=True, exist_ok=True)

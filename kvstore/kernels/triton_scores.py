@@ -1,4 +1,4 @@
-"""Fused Triton kernel for the window block scores of Nexus scoring (nexus-spec.md, "Scoring", steps 1-3).
+"""Fused Triton kernel for the window block scores of Nexus scoring (docs/algorithm.md, "Scoring", steps 1-3).
 
 Based on "Nexus Sampling" (seeds/nexus-sampling-paper.txt, section 2.2): S-hat = rownorm(BlockSum_b(head-mean(
 softmax(Q K^T / sqrt(D))))). The torch reference is `kvstore.scoring.window_block_scores`; this module needs triton.

@@ -35,6 +35,13 @@ def policy_defaults(name: str) -> dict[str, Any]:
     return dict(_lookup(name)[1])
 
 
+def is_stochastic(name: str, **options: Any) -> bool:
+    """Whether this policy (with these options) selects by random draws, so a result depends on the seed."""
+    cls, implied = _lookup(name)
+    selector = (implied | options).get("selector") or cls.default_selector
+    return cls.evicts and selector == "reservoir"
+
+
 def build_policy(config) -> Policy:
     return _lookup(config.policy)[0](config)
 
@@ -45,4 +52,4 @@ def _lookup(name: str) -> tuple[type[Policy], dict[str, Any]]:
     return POLICIES[name]
 
 
-__all__ = ["POLICIES", "Policy", "ScoreContext", "build_policy", "policy_defaults"]
+__all__ = ["POLICIES", "Policy", "ScoreContext", "build_policy", "is_stochastic", "policy_defaults"]

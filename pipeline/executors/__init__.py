@@ -34,7 +34,7 @@ class Job:
 
 def work(job: Job, sink: Sink | None = None) -> dict[str, Any]:
     """Solve and grade one task (called in the worker); the report (an "error" report when the run failed)."""
-    from cli.live import tool_of
+    from agent.trajectory import tool_of
     from pipeline.run import run_task
 
     worker = f"{os.uname().nodename}:{os.getpid()}"

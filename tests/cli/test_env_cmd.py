@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-import cli.env_cmd  # noqa: F401 - registers the commands
 from cli.app import app
 
 

@@ -7,7 +7,6 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-import cli.grade_cmd  # noqa: F401 - registers the command
 from cli.app import app
 
 TASK_ID = "nexus-demo__semver-lite-1"

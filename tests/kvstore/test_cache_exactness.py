@@ -1,4 +1,4 @@
-"""1. Exactness: with `full`, or a budget larger than the sequence, prefill + 200 decode steps give the same
+"""Exactness: with `full`, or a budget larger than the sequence, prefill + 200 decode steps give the same
 logits as the stock DynamicCache (fp32, atol 1e-5), for each architecture and for eager and sdpa."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""2. What "evicted" means: after evictions, next-token logits equal a stock forward over the full history with an
+"""What "evicted" means: after evictions, next-token logits equal a stock forward over the full history with an
 attention mask hiding exactly the evicted tokens (same positions). One layer, so keys depend only on tokens."""
 
 import copy

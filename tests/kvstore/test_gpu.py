@@ -70,13 +70,10 @@ def test_auto_uses_triton_on_cuda():
 
 
 def _tiny_model(attn: str):
-    from transformers import AutoModelForCausalLM, Qwen3Config
+    from kvstore.tiny import tiny_model
 
-    cfg = Qwen3Config(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
-                      num_key_value_heads=2, head_dim=32, vocab_size=1000, max_position_embeddings=8192)  # fmt: skip
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        return AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation=attn).eval()
+    shapes = dict(hidden_size=256, heads=8, head_dim=32, vocab_size=1000)
+    return tiny_model("qwen3", attn, dtype=torch.bfloat16, device="cuda", **shapes)
 
 
 def _decode_peaks(attn: str) -> tuple[list[float], list[int]]:

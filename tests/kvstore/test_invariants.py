@@ -1,4 +1,4 @@
-"""5. Forced blocks are always kept and the budget invariant (held <= budget + one block per layer, between
+"""Forced blocks are always kept and the budget invariant (held <= budget + one block per layer, between
 forward calls) holds through a 2,000-token chunked prefill and 500 decode steps."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""6. One seed -> identical kept sets and outputs; different seeds -> different kept sets for nexus. Plus the
+"""One seed -> identical kept sets and outputs; different seeds -> different kept sets for nexus. Plus the
 errors a user can cause."""
 
 import pytest

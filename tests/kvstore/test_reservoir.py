@@ -1,4 +1,4 @@
-"""4. The reservoir: log space (no underflow), follows the weights, n = 1 is A-Res, large n tends to top-K."""
+"""The reservoir: log space (no underflow), follows the weights, n = 1 is A-Res, large n tends to top-K."""
 
 import itertools
 

@@ -1,4 +1,4 @@
-"""3. The spec's arithmetic on small hand-made inputs."""
+"""The arithmetic of docs/algorithm.md, "Scoring", on small hand-made inputs."""
 
 import torch
 

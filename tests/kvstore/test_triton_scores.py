@@ -138,14 +138,10 @@ def test_auto_falls_back_to_torch_when_the_kernel_cannot_launch():
 
 
 def _held_positions(use_triton: bool | None) -> list[torch.Tensor]:
-    from transformers import AutoModelForCausalLM, Qwen3Config
-
     import kvstore
+    from kvstore.tiny import tiny_model
 
-    cfg = Qwen3Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=16, vocab_size=300, max_position_embeddings=4096)  # fmt: skip
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    model = tiny_model("qwen3", impl="sdpa", vocab_size=300, max_positions=4096)
     cache = kvstore.make_cache(model, "nexus", 0.25, seed=3, use_triton=use_triton)
     ids = torch.randint(0, 300, (1, 700), generator=torch.Generator().manual_seed(1))
     kvstore.prefill(model, cache, ids, chunk_size=128)

@@ -7,7 +7,6 @@ import sys
 
 from typer.testing import CliRunner
 
-import cli.tasks_cmd  # noqa: F401  (registers the `tasks` sub-app)
 from cli.app import app
 from tasks import get_task, load_tasks
 
@@ -51,7 +50,7 @@ def test_show_json_is_the_swebench_record():
 
 def test_unknown_id_is_one_line_error():
     code = "import sys; sys.argv = ['nexus-agent', 'tasks', 'show', 'nexus-demo__pagekit-9']; " + (
-        "import cli.app, cli.errors, cli.tasks_cmd; cli.errors.run(cli.app.app)"
+        "import cli.app, cli.errors; cli.errors.run(cli.app.app)"
     )
     env = {**os.environ, "COLUMNS": "300"}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)

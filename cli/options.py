@@ -1,0 +1,83 @@
+"""The options of a run, defined once: each maps onto a `RunConfig` field and takes its default from there.
+
+`@run_options("model", "policy", ...)` adds the named options to a command and hands the command one `RunConfig`
+(argument `cfg`) built from them; adding a knob to the CLI is one `RunConfig` field plus one line in `OPTIONS`.
+`@raw_options(...)` adds the same options but passes their raw values (chat resumes a saved config and only
+overrides what was given).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from pipeline.config import RunConfig
+
+_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
+
+# field -> (type on the command line, typer.Option). The help names the default only where it is not shown.
+OPTIONS: dict[str, tuple[Any, Any]] = {
+    "dataset": (str | None, typer.Option("--dataset", "-d", help="Task source (default: the built-in tasks).")),
+    "model": (str, typer.Option("--model", "-m", help="Registry name, local model dir or hub id.")),
+    "policy": (str, typer.Option("--policy", help="KV eviction policy (nexus, snapkv, full, ...).")),
+    "budget": (str, typer.Option("--budget", help="Cache budget: tokens per layer, a density (0.25 or 25%), 'none'.")),
+    "protocol": (str, typer.Option("--protocol", help="true-eviction or re-prefill.")),
+    "sandbox": (str, typer.Option("--sandbox", "-s", help="auto, docker, bwrap, or local (no isolation).")),
+    "max_steps": (int | None, typer.Option("--max-steps", help="Step limit (default 5; a replay: the recording's).")),
+    "seed": (int, typer.Option("--seed", help="Seed of sampling and of the cache.")),
+    "temperature": (float, typer.Option("--temperature", help="Sampling temperature (0 = greedy).")),
+    "max_new_tokens": (int, typer.Option("--max-new-tokens", help="Most tokens in one reply.")),
+    "replay": (Path | None, typer.Option("--replay", help="Replay this recorded trajectory instead of a model.")),
+    "replay_dir": (Path | None, typer.Option("--replay-dir", help="Replay <dir>/<instance_id>[.*].jsonl per task.")),
+    "command_timeout": (float, typer.Option("--command-timeout", help="Seconds one tool call may run.")),
+    "test_timeout": (float, typer.Option("--test-timeout", help="Seconds grading's test command may run.")),
+    "device": (str | None, typer.Option("--device", help="Torch device (default: CUDA when present, else CPU).")),
+    "threads": (int | None, typer.Option("--threads", help="Torch CPU threads (default: cores/workers; 1 if busy).")),
+    "workers": (int, typer.Option("--workers", "-w", help="Tasks run at once (one model per worker).")),
+}
+
+
+def _default(name: str) -> Any:
+    value = _FIELDS[name].default
+    return str(value) if name == "budget" and value is not None else value
+
+
+def _with_options(names: tuple[str, ...], defaults: dict[str, Any], build: Callable[[dict[str, Any]], dict]):
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        params = inspect.signature(fn, eval_str=True).parameters.values()
+        own = [p for p in params if p.name != "cfg" and p.kind is not inspect.Parameter.VAR_KEYWORD]
+        added = [
+            inspect.Parameter(
+                n,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=defaults.get(n, _default(n)),
+                annotation=Annotated[OPTIONS[n][0], OPTIONS[n][1]],
+            )
+            for n in names
+        ]
+
+        @functools.wraps(fn)
+        def command(**kwargs: Any) -> Any:
+            values = {n: kwargs.pop(n) for n in names}
+            return fn(**kwargs, **build(values))
+
+        command.__signature__ = inspect.Signature(own + added)  # type: ignore[attr-defined]
+        return command
+
+    return decorate
+
+
+def run_options(*names: str, **defaults: Any):
+    """Add the options `names` to a command, which receives `cfg: RunConfig` built from them."""
+    return _with_options(names, defaults, lambda values: {"cfg": RunConfig(**values)})
+
+
+def raw_options(*names: str, **defaults: Any):
+    """Add the options `names` to a command, which receives their values as keyword arguments."""
+    return _with_options(names, defaults, lambda values: values)

@@ -1,0 +1,38 @@
+"""The defaults of the cache and the session, defined once (no torch import: the CLI reads them for --help).
+
+Every other module (kvstore's configs, the pipeline's RunConfig, the CLI's options, the benchmarks) takes its
+default from here, and every budget given as text goes through `parse_budget`.
+"""
+
+from __future__ import annotations
+
+from kvstore.errors import KVStoreError
+
+DEFAULT_MODEL = "smollm2-135m"  # the offline default model (a GGUF inside a PyPI package; see kvstore.models)
+DEFAULT_POLICY = "nexus"  # eviction policy of a new cache or session
+DEFAULT_PROTOCOL = "true-eviction"  # one persistent cache per session ("re-prefill": a new cache each turn)
+DEFAULT_DENSITY = 0.2  # budget of `make_cache` when none is given: the paper's 20% (80% of the tokens evicted)
+DEFAULT_SESSION_BUDGET = 2048  # tokens per layer of an agent session (solve, eval, chat)
+
+_NO_BUDGET = ("none", "full")
+
+
+def parse_budget(text: str | None) -> int | float | None:
+    """A budget given as text: '2048' tokens per layer, '0.25' or '25%' a density, 'none'/'full' never evict."""
+    if text is None or text.strip().lower() in _NO_BUDGET:
+        return None
+    raw = text.strip()
+    try:
+        if raw.endswith("%"):
+            value: int | float = float(raw[:-1]) / 100
+        elif any(c in raw for c in ".eE"):
+            value = float(raw)
+        else:
+            value = int(raw)
+    except ValueError:
+        value = -1
+    if isinstance(value, float) and 0 < value <= 1 or isinstance(value, int) and value > 0:
+        return value
+    raise KVStoreError(
+        f"budget {text!r}: give tokens per layer (e.g. 2048), a density in (0, 1] (e.g. 0.25 or 25%), or 'none'"
+    )
