@@ -10,16 +10,18 @@ from rich.markup import escape
 from rich.table import Table
 
 from cli.live import STATUS_STYLE
+from cli.options import raw_options
 
 
+@raw_options("repo_cache")
 def grade_cmd(
     instance_id: str = typer.Argument(..., help="The task's instance_id."),
     patch: str = typer.Option(..., "--patch", "-p", help="A diff file, 'gold' (the task's patch) or 'empty'."),
     dataset: str = typer.Option(None, "--dataset", "-d", help="Task source (default: built-in tasks)."),
     sandbox: str = typer.Option("auto", "--sandbox", "-s", help="auto, docker, bwrap, or local (no isolation)."),
     json_path: Path = typer.Option(None, "--json", help="Also write the report as JSON here."),
-    repo_cache: Path = typer.Option(None, "--repo-cache", help="Dir of local git mirrors (owner__name)."),
     timeout: float = typer.Option(1800.0, "--timeout", help="Seconds the tests may run."),
+    **given: Path | None,
 ) -> None:
     """Apply the patch and the task's test patch in a fresh sandbox, run the tests, report per test."""
     from swe_env.grading import GradeConfig, grade
@@ -28,7 +30,9 @@ def grade_cmd(
 
     task = get_task(instance_id, dataset)
     cfg = GradeConfig(
-        backend=sandbox, sandbox=SandboxConfig(repo_cache=repo_cache, install_tools=False), test_timeout=timeout
+        backend=sandbox,
+        sandbox=SandboxConfig(repo_cache=given["repo_cache"], install_tools=False),
+        test_timeout=timeout,
     )
     console = Console()
     with console.status(f"grading {instance_id} ({sandbox})"):
