@@ -55,9 +55,8 @@ def run_task(
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in (REPORT, PATCH, TRAJECTORY):  # a run killed earlier left these behind; they are redone
         (out_dir / stale).unlink(missing_ok=True)
-    with open_sandbox(
-        task, cfg.sandbox, SandboxConfig(repo_cache=cfg.repo_cache)
-    ) as sandbox:  # first: a missing sandbox fails before a model loads
+    box = SandboxConfig(repo_cache=cfg.repo_cache)
+    with open_sandbox(task, cfg.sandbox, box) as sandbox:  # first: a missing sandbox fails before a model loads
         backend, recorded = make_backend(cfg, task.instance_id, on_token)
         acfg = agent_config(cfg, recorded)
         writer = TrajectoryWriter(out_dir / TRAJECTORY)
