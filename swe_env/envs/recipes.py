@@ -86,8 +86,23 @@ def fallback_recipe(task: Task, repo: Path | None) -> Recipe:
     source = "built-in" if is_builtin(task) else f"fallback (no swebench spec for {task.repo} {task.version!r})"
     return Recipe(
         python=host_python(), install="python -m pip install -e ." if packaged else "",
-        source=source,
+        test_cmd=_repo_runner(task.repo), source=source,
     )  # fmt: skip
+
+
+def _repo_runner(repo: str) -> str:
+    """The test runner swebench uses for `repo` in its newest version (runners rarely change), else pytest."""
+    try:
+        from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
+    except ImportError:
+        return FALLBACK_TEST_CMD
+    versions = MAP_REPO_VERSION_TO_SPECS.get(repo, {})
+    newest = max(versions, key=_version_key, default=None)
+    return _joined(versions[newest].get("test_cmd", FALLBACK_TEST_CMD)) if newest else FALLBACK_TEST_CMD
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.\-]", version))
 
 
 def as_of(specifiers: list[str], created_at: str) -> list[str]:
