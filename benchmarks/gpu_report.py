@@ -165,12 +165,18 @@ def run_and_report(cfg: GpuBenchConfig, json_path: Path | None) -> dict[str, Any
     return result
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Same options as `nexus-agent bench gpu`, without typer (for machines that only have the ML stack)."""
-    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_report", description=__doc__)
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m benchmarks.gpu_report") -> None:
+    """The options of `nexus-agent bench gpu` (defined only here), parsed and run."""
+    p = argparse.ArgumentParser(prog=prog, description=__doc__)
     p.add_argument("--quick", action="store_true", help="tiny shapes on the CPU")
-    p.add_argument("--layers", type=int, help="decoder layers to build (default: all 36 of Qwen3-8B)")
-    p.add_argument("--prefill", type=int, help="prompt tokens (default 8192)")
+    p.add_argument("--layers", type=_positive_int, help="decoder layers to build (default: all 36 of Qwen3-8B)")
+    p.add_argument("--prefill", type=_positive_int, help="prompt tokens (default 8192)")
     p.add_argument("--decode", help="decode lengths to report, comma-separated (default 4096,8192)")
     p.add_argument("--policies", help="comma-separated: dense (DynamicCache), full, nexus, ... (default dense,nexus)")
     p.add_argument("--density", type=float, help="budget of the evicting policies (default 0.2)")

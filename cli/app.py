@@ -12,7 +12,8 @@ import click
 import typer
 from typer.core import TyperGroup
 
-# name -> ("module:attribute", one-line help). The attribute is a command function or a typer.Typer (a group).
+# name -> ("module:attribute", one-line help). The attribute is a command function, a typer.Typer (a group) or a
+# click.Command.
 COMMANDS: dict[str, tuple[str, str]] = {
     "solve": ("cli.solve_cmd:solve_cmd", "One task end to end: sandbox, agent (live view), patch, grading, files."),
     "eval": ("cli.eval_cmd:eval_cmd", "Solve and grade many tasks (process pool or Ray), resumable; SWE-bench files."),
@@ -34,6 +35,8 @@ def load_command(name: str, target: str) -> click.Command:
     """Import `module:attribute` and turn it into a click command named `name`."""
     module, attribute = target.split(":")
     obj = getattr(importlib.import_module(module), attribute)
+    if isinstance(obj, click.Command):  # a command that parses its own arguments (bench gpu)
+        return obj
     if not isinstance(obj, typer.Typer):
         single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
         single.command(name)(obj)

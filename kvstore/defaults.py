@@ -34,5 +34,5 @@ def parse_budget(text: str | None) -> int | float | None:
     if isinstance(value, float) and 0 < value <= 1 or isinstance(value, int) and value > 0:
         return value
     raise KVStoreError(
-        f"budget {text!r}: give tokens per layer (e.g. 2048), a density in (0, 1] (e.g. 0.25 or 25%), or 'none'"
+        f"--budget {text!r}: give tokens per layer (e.g. 2048), a density in (0, 1] (e.g. 0.25 or 25%), or 'none'"
     )

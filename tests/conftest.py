@@ -14,6 +14,14 @@ if shutil.which("nvidia-smi") is None:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses the Docker daemon is marked `docker`, whether or not its module says so, so that
+    `-m "not docker"` leaves out exactly the tests that need the daemon."""
+    for item in items:
+        if {"docker_client", "builtin_image"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.docker)
+
+
 def _missing(reason: str) -> None:
     """Skip, unless the run demands Docker (NEXUS_REQUIRE_DOCKER=1, as CI sets): then fail, never skip silently."""
     if os.environ.get("NEXUS_REQUIRE_DOCKER") == "1":
