@@ -9,7 +9,7 @@ import pytest
 
 from swe_env.envs.interpreters import find_interpreter
 from swe_env.envs.recipes import SWEBENCH_SOURCE, _packages, host_python, recipe_for
-from swe_env.pyenv import PyEnvConfig, build_script, env_key, plan_env
+from swe_env.pyenv import PyEnvConfig, build_script, build_vars, env_key, plan_env
 from swe_env.sandbox.base import SandboxError
 from tasks.builtin import builtin_tasks
 from tasks.schema import Task
@@ -87,3 +87,10 @@ def test_unpinned_test_runner_resolves_as_of_the_task_date():
     assert "pytest<8" in old.packages and "pytest" not in old.packages  # pytest 8 dropped nose-style setup()
     new = recipe_for(Task("p__d-2", "pydicom/pydicom", "0" * 40, "issue", version="2.0", created_at="2024-06-01"))
     assert "pytest" in new.packages
+
+
+def test_build_gets_only_download_settings_from_the_host():
+    host = {"PIP_INDEX_URL": "https://mirror/simple", "HTTPS_PROXY": "http://p:3128", "SSL_CERT_FILE": "/ca.pem",
+            "AWS_SECRET_ACCESS_KEY": "x", "HOME": "/root", "PYTHONPATH": "/work"}  # fmt: skip
+    assert build_vars(host) == {"PIP_INDEX_URL": "https://mirror/simple", "HTTPS_PROXY": "http://p:3128",
+                                "SSL_CERT_FILE": "/ca.pem"}  # fmt: skip

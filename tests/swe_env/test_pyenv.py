@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from swe_env.pyenv import PyEnvConfig, import_root
 from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
+from swe_env.sandbox.common import SYSTEM_PATH
 from swe_env.sandbox.docker import DockerConfig, DockerSandbox
 from tasks.schema import Task
 
@@ -61,6 +63,9 @@ def test_env_is_built_in_the_sandbox_once_and_reused(tmp_path, bwrap_installed):
         assert res.returncode == 0, res.output
         assert res.output.split() == [str(env.path), "/testbed/src/widget/__init__.py"]  # the working copy
         assert sb.execute("touch $VIRTUAL_ENV/x").returncode != 0  # the shared env is read-only at run time
+        path = sb.execute("echo $PATH").output.strip().split(":")
+        host_bin = str(Path(sys.executable).parent)
+        assert env.bin_dir in path and (host_bin not in path or host_bin in SYSTEM_PATH)  # never the host's by accident
     info = env.info()
     assert info["key"] == env.key and env.key.startswith("shared__0.1__py") and "build_s" in info
     start = time.monotonic()
