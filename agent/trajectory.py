@@ -27,7 +27,8 @@ class TrajectoryWriter:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self.path.open("a", encoding="utf-8")
+        # a lone surrogate (from a replay file or a tool) is written as its JSON escape, which reads back unchanged
+        self._fh = self.path.open("a", encoding="utf-8", errors="backslashreplace")
 
     def write(self, kind: str, **record: Any) -> None:
         self._fh.write(json.dumps({"type": kind, **record}, ensure_ascii=False, default=str) + "\n")
@@ -85,7 +86,8 @@ class Trajectory:
 
     def save_json(self, path: str | Path) -> None:
         """Write `to_json()` as one indented JSON file."""
-        Path(path).write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        text = json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
+        Path(path).write_text(text, encoding="utf-8", errors="backslashreplace")
 
 
 def load_trajectory(path: str | Path) -> Trajectory:
@@ -93,7 +95,12 @@ def load_trajectory(path: str | Path) -> Trajectory:
     path = Path(path)
     if not path.is_file():
         raise AgentError(f"trajectory file not found: {path}")
-    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise AgentError(f"{path} is not UTF-8 text (byte {exc.start}); a trajectory is JSON lines in UTF-8") from None
+    except OSError as exc:
+        raise AgentError(f"cannot read trajectory {path}: {exc.strerror}") from None
     traj = Trajectory()
     for n, line in enumerate(lines, 1):
         if not line.strip():

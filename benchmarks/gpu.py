@@ -1,7 +1,7 @@
 """`nexus-agent bench gpu`: one prepared device run (decode speed, cache memory, scoring kernel) of dense vs
 Nexus at 20% on a random-weight Qwen3-8B-shaped model; `--quick` runs the same machinery on tiny CPU shapes.
 
-The options are defined once, by `benchmarks.gpu_report.main` (argparse, so the run also works where only the ML
+The options are defined once, by `benchmarks.gpu_report.run` (argparse, so the run also works where only the ML
 stack is installed: `python -m benchmarks.gpu_report`); this command hands its arguments over unchanged.
 """
 
@@ -11,9 +11,9 @@ import click
 
 
 def _run(args: tuple[str, ...]) -> None:
-    from benchmarks.gpu_report import main
+    from benchmarks.gpu_report import run
 
-    main(list(args), prog="nexus-agent bench gpu")
+    run(list(args), prog="nexus-agent bench gpu")
 
 
 gpu = click.Command(

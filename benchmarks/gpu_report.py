@@ -8,6 +8,7 @@ import argparse
 import importlib.util
 import json
 import platform
+import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -171,8 +172,8 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m benchmarks.gpu_report") -> None:
-    """The options of `nexus-agent bench gpu` (defined only here), parsed and run."""
+def run(argv: list[str] | None = None, prog: str = "python -m benchmarks.gpu_report") -> None:
+    """The options of `nexus-agent bench gpu` (defined only here), parsed and run; KVStoreError on a bad setup."""
     p = argparse.ArgumentParser(prog=prog, description=__doc__)
     p.add_argument("--quick", action="store_true", help="tiny shapes on the CPU")
     p.add_argument("--layers", type=_positive_int, help="decoder layers to build (default: all 36 of Qwen3-8B)")
@@ -189,10 +190,16 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks.gpu_re
         a.quick, layers=a.layers, prefill=a.prefill, decode_marks=parse_ints(a.decode), policies=policies,
         density=a.density, max_decode_s=a.max_decode_s, kernel_lengths=parse_ints(a.kernel_lengths),
     )  # fmt: skip
+    run_and_report(cfg, a.json)
+
+
+def main() -> None:
+    """`python -m benchmarks.gpu_report [options]`: the run, with a bad setup as one line (exit 2)."""
     try:
-        run_and_report(cfg, a.json)
+        run()
     except KVStoreError as exc:
-        raise SystemExit(f"error: {exc}") from None
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "chat": ("cli.chat_cmd:chat_cmd", "Interactive coding session on a local repo; its KV memory persists (--resume)."),
     "grade": ("cli.grade_cmd:grade_cmd", "Grade one patch (a file, gold or empty) like SWE-bench in a fresh sandbox."),
     "tasks": ("cli.tasks_cmd:tasks_app", "Browse tasks: built-in, a local JSON/JSONL/parquet file, or a HF dataset."),
+    "serve": ("cli.serve_cmd:serve_cmd", "Serve one model to many agent sessions (OpenAI API, batched, evicting)."),
     "env": ("cli.env_cmd:env_app", "Sandbox environments: build the offline docker images, prune leftovers, status."),
 }
 BENCH_COMMANDS: dict[str, tuple[str, str]] = {
@@ -27,6 +28,7 @@ BENCH_COMMANDS: dict[str, tuple[str, str]] = {
     "turns": ("benchmarks.turns:turns_cmd", "Multi-turn session: true eviction vs re-prefill vs full cache."),
     "quality": ("benchmarks.quality:quality", "Accuracy of every policy at several densities on retrieval tasks."),
     "speed": ("benchmarks.speed:speed", "Decode throughput, latency and memory: nexus vs full cache."),
+    "serve": ("benchmarks.serve:serve_bench", "N concurrent agent sessions on one server: batched vs serial, KV fit."),
     "gpu": ("benchmarks.gpu:gpu", "The GPU benchmark (Qwen3-8B shapes, Triton kernel); --quick on the CPU."),
 }
 

@@ -77,6 +77,7 @@ def _resume(folder: Path, repo: Path | None, given: dict[str, Any]):
     from kvstore.session import Session, SessionConfig
 
     state = cs.ChatState.load(folder)
+    state.check_resumable(folder)
     if repo is not None and repo.resolve() != Path(state.repo):
         raise RunError(f"session {folder.name!r} works on {state.repo}, not {repo.resolve()}; drop --repo to resume it")
     saved = SessionConfig.from_dict(state.config)

@@ -14,7 +14,7 @@ from pipeline.config import RunConfig
 
 @run_options(
     "dataset", "workers", "model", "policy", "budget", "protocol", "sandbox", "max_steps", "seed", "temperature",
-    "threads", "max_new_tokens", "replay_dir", "command_timeout", "test_timeout", "repo_cache",
+    "threads", "max_new_tokens", "replay_dir", "command_timeout", "test_timeout", "repo_cache", "server",
 )  # fmt: skip
 def eval_cmd(
     cfg: RunConfig,
@@ -44,6 +44,7 @@ def run_eval(
     from pipeline import eval_files as ef
     from pipeline.config import RunError
     from pipeline.executors import Job
+    from swe_env.sandbox.owners import sweep
     from tasks import load_tasks
 
     if executor not in ("local", "ray"):
@@ -52,7 +53,7 @@ def run_eval(
     if not tasks:
         raise RunError("no tasks selected")
     _preflight(cfg)
-    out.mkdir(parents=True, exist_ok=True)
+    sweep()  # what a batch killed earlier left behind (temp folders, containers)
     ef.claim_out_dir(out, cfg)
     todo = [t for t in tasks if not _finished(ef.read_report(out, t.instance_id), retry_errors)]
     console = Console()
@@ -104,9 +105,12 @@ def _preflight(cfg: RunConfig) -> None:
         if not cfg.replay_dir.is_dir():
             raise FileNotFoundError(f"--replay-dir {cfg.replay_dir} is not a directory")
     else:
-        from pipeline.backends import check_model_available
+        from pipeline.backends import check_model_available, served_model
 
-        check_model_available(cfg.model)
+        if cfg.server:
+            served_model(cfg.server)
+        else:
+            check_model_available(cfg.model)
 
 
 def _print_summary(console: Console, summary: dict, out: Path) -> None:

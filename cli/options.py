@@ -46,6 +46,7 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
             "--repo-cache", help="Dir of repo mirrors (owner__name) or git bundles (default: $NEXUS_REPO_CACHE)."
         ),
     ),
+    "server": (str | None, typer.Option("--server", help="URL of a `nexus-agent serve` (…/v1) all workers share.")),
 }
 
 

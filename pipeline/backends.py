@@ -1,4 +1,5 @@
-"""Pick the model backend a run asks for: a recorded trajectory to replay, or a local model over a kvstore Session.
+"""Pick the model backend a run asks for: a recorded trajectory to replay, a `nexus-agent serve` server (shared by
+every worker), or a local model over a kvstore Session.
 
 A process loads each model once (`eval` workers solve many tasks with one model); every task gets a fresh Session.
 """
@@ -29,9 +30,29 @@ def make_backend(
         if task_id and task_id != instance_id:
             raise RunError(f"{path} records task {task_id}, not {instance_id}")
         return ReplayModel.from_file(path), recorded.header.get("config")
+    if cfg.server is not None:
+        from agent.backends.openai_compat import OpenAICompatConfig, OpenAICompatModel
+
+        config = OpenAICompatConfig(model=served_model(cfg.server), base_url=cfg.server, seed=cfg.seed)
+        return OpenAICompatModel(config), None
     from agent.backends.local import LocalModel
 
     return LocalModel(new_session(cfg), on_token=on_token), None
+
+
+def served_model(url: str) -> str:
+    """The model id a `nexus-agent serve` (or any OpenAI-compatible server) at `url` serves; RunError if none."""
+    import json
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/models", timeout=30) as resp:
+            return json.load(resp)["data"][0]["id"]
+    except (OSError, ValueError, KeyError, IndexError) as exc:
+        raise RunError(
+            f"--server {url}: no OpenAI-compatible server answers there ({exc}); start one with `nexus-agent serve` "
+            "and give its base URL, e.g. http://127.0.0.1:8000/v1"
+        ) from None
 
 
 def new_session(cfg: RunConfig):

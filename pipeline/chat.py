@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,11 +71,39 @@ class ChatState:
         path = folder / STATE_FILE
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            return cls(str(data["repo"]), dict(data["config"]), list(data["requests"]), str(data.get("unseen", "")))
         except FileNotFoundError:
             raise RunError(f"no chat session in {folder} (start one without --resume)") from None
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise RunError(f"{path} is corrupt ({type(exc).__name__}: {exc}); delete {folder} to start over") from None
+        except (OSError, ValueError) as exc:  # ValueError: bad JSON and bad UTF-8 alike
+            raise RunError(f"{path} is corrupt ({type(exc).__name__}); delete {folder} to start over") from None
+        problem = _state_problem(data)
+        if problem:
+            raise RunError(f"{path} is corrupt ({problem}); delete {folder} to start over")
+        return cls(data["repo"], data["config"], data["requests"], data.get("unseen", ""))
+
+    def check_resumable(self, folder: Path) -> None:
+        """Refuse to resume what would silently lose the history: a missing cache file, a vanished repo."""
+        if not Path(self.repo).is_dir():
+            raise RunError(f"session {folder.name!r} works on {self.repo}, which is no longer a folder")
+        if self.requests and not (folder / SESSION_FILE).is_file():
+            raise RunError(
+                f"{folder / SESSION_FILE} is missing: {len(self.requests)} earlier request(s) cannot be restored; "
+                f"delete {folder} to start over"
+            )
+
+
+def _state_problem(data: Any) -> str:
+    """What is wrong with the shape of chat.json's content ("" when nothing)."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    expected = {"repo": str, "config": dict, "requests": list, "unseen": str}
+    for key, kind in expected.items():
+        if key == "unseen" and key not in data:
+            continue
+        if not isinstance(data.get(key), kind):
+            return f"{key!r} is not a {kind.__name__}"
+    if not all(isinstance(r, str) for r in data["requests"]):
+        return "'requests' holds a non-string"
+    return ""
 
 
 def request_message(request: str, first: bool, unseen: str, workdir: str) -> dict[str, str]:
@@ -98,9 +125,12 @@ def open_repo_sandbox(repo: Path, name: str):
 
 
 def _git(repo: Path, *args: str) -> str:
+    """Host-side git on the user's repo, which the agent can write: none of the repo's own config runs."""
+    from swe_env.safegit import GitError, run_git
+
     try:
-        res = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+        res = run_git(repo, *args, timeout=30)
+    except GitError:
         return ""
     return res.stdout.strip() if res.returncode == 0 else ""
 

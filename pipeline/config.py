@@ -49,6 +49,8 @@ class RunConfig:
     threads: int | None = None  # torch CPU threads (None: cores / workers, 1 when the machine is already busy)
     workers: int = 1  # processes sharing this machine's cores (eval --workers)
     repo_cache: Path | None = None  # dir of repo mirrors (owner__name) or git bundles; None: $NEXUS_REPO_CACHE
+    server: str | None = None  # base URL (…/v1) of a running `nexus-agent serve`: the model runs there, shared by
+    # every worker (its policy, budget and protocol are the server's); None: load the model in this process
 
     def __post_init__(self) -> None:
         if isinstance(self.budget, str):
@@ -57,6 +59,8 @@ class RunConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise RunError(f"{name.replace('_', '-')} must be at least 1, got {value}")
+        if self.server is not None and self.replaying:
+            raise RunError("--server and --replay/--replay-dir exclude each other (a replay runs no model)")
         if self.workers < 1:
             raise RunError(f"workers must be at least 1, got {self.workers}")
         if self.temperature < 0 or self.command_timeout <= 0 or self.test_timeout <= 0:

@@ -44,27 +44,61 @@ def task_dir(out: Path, instance_id: str) -> Path:
 
 
 def read_report(out: Path, instance_id: str) -> dict[str, Any] | None:
-    """The finished task's report, or None when it has not finished (no report, or one that does not parse)."""
+    """The finished task's report, or None when it has not finished (no report, or one that is not this task's
+    report: unparsable, not UTF-8, not an object, another instance's). Such a task is run again."""
     path = task_dir(out, instance_id) / REPORT
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # ValueError: bad JSON and bad UTF-8 alike
         return None
+    if not isinstance(report, dict) or report.get("instance_id") != instance_id or "status" not in report:
+        return None
+    return report
 
 
 def claim_out_dir(out: Path, cfg: RunConfig) -> None:
-    """Record the run's settings in --out; a folder holding a run with other result-changing settings is an error."""
+    """Make --out this run's folder and record its settings there; refuse a folder that is not a folder, holds a
+    run with other result-changing settings, or holds results of an unknown run (no run.json)."""
+    if out.exists() and not out.is_dir():
+        raise RunError(f"--out {out} is a file, not a folder; give a folder (it is created when missing)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunError(f"--out {out}: cannot create the folder ({exc.strerror})") from None
+    for name in (RUN_FILE, PREDICTIONS, SUMMARY):
+        if (out / name).is_dir():
+            raise RunError(f"{out / name} is a folder where this run writes a file; move it away or use another --out")
     path = out / RUN_FILE
     wanted = {k: cfg.to_dict()[k] for k in _RESULT_FIELDS} | {"replay": cfg.replaying}
     if path.is_file():
-        held = json.loads(path.read_text(encoding="utf-8"))
+        held = _read_run_file(path)
         diff = [f"{k}: {held.get(k)!r} -> {v!r}" for k, v in wanted.items() if held.get(k) != v]
         if diff:
             settings = "; ".join(diff)
             hint = "resume it as it was or use another --out"
             raise RunError(f"{out} holds a run with other settings ({settings}); {hint}")
         return
-    atomic_write(path, json.dumps(wanted, indent=2) + "\n")
+    if any(out.iterdir()):
+        raise RunError(
+            f"{out} is not empty but holds no {RUN_FILE}: results of another run or tool would be overwritten; "
+            "use an empty or new --out"
+        )
+    try:
+        atomic_write(path, json.dumps(wanted, indent=2) + "\n")
+    except OSError as exc:
+        raise RunError(f"--out {out} is not writable ({exc.strerror})") from None
+
+
+def _read_run_file(path: Path) -> dict[str, Any]:
+    try:
+        held = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RunError(
+            f"{path} is unreadable or corrupt ({type(exc).__name__}); fix or delete it, or use another --out"
+        ) from None
+    if not isinstance(held, dict):
+        raise RunError(f"{path} is not a run record (a JSON object); fix or delete it, or use another --out")
+    return held
 
 
 def write_outputs(out: Path, tasks: list[Task], wall_s: float) -> dict[str, Any]:
@@ -73,7 +107,7 @@ def write_outputs(out: Path, tasks: list[Task], wall_s: float) -> dict[str, Any]
     lines = []
     for r in reports:
         patch_path = task_dir(out, r["instance_id"]) / PATCH
-        patch = patch_path.read_text(encoding="utf-8") if patch_path.is_file() else ""
+        patch = patch_path.read_text(encoding="utf-8", errors="replace") if patch_path.is_file() else ""
         pred = {"instance_id": r["instance_id"], "model_name_or_path": r["model_name_or_path"], "model_patch": patch}
         lines.append(json.dumps(pred) + "\n")
     atomic_write(out / PREDICTIONS, "".join(lines))

@@ -186,6 +186,23 @@ def sandbox_vars(env: PyEnv, workdir: str, repo: Path) -> dict[str, str]:
     return out
 
 
+# Host files a build needs to download packages (a sandbox otherwise sees no /etc/ssl, resolv.conf or pip.conf).
+BUILD_HOST_FILES = ("/etc/resolv.conf", "/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/pip.conf", "/etc/hosts")
+
+
+def build_host_paths(environ: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """(host path, path inside) pairs to bind read-only during a build: BUILD_HOST_FILES and the CA/cert files the
+    passed-through variables name, where they exist (a symlinked file is bound as its target)."""
+    import os
+
+    named = [v for v in build_vars(environ).values() if v.startswith("/") and os.pathsep not in v]
+    pairs = []
+    for path in dict.fromkeys([*BUILD_HOST_FILES, *named]):
+        if os.path.exists(path):
+            pairs.append((os.path.realpath(path), path))
+    return pairs
+
+
 _BUILD_PASSTHROUGH = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NO_PROXY", "no_proxy")
 
 

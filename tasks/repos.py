@@ -68,7 +68,8 @@ def create_builtin_repo(instance_id: str, dest: Path) -> str:
     cmd.execute(["git", "init", "--quiet", "--initial-branch=main"], env=_DETERMINISTIC_ENV)
     cmd.execute(["git", "add", "--all"], env=_DETERMINISTIC_ENV)
     cmd.execute(["git", "commit", "--quiet", "--no-verify", "-m", BUILTIN_COMMIT_MESSAGE], env=_DETERMINISTIC_ENV)
-    return git.Repo(dest).head.commit.hexsha
+    with git.Repo(dest) as repo:  # closing it ends its `git cat-file` helpers
+        return repo.head.commit.hexsha
 
 
 def _unbundle(task: Task, bundle: Path, dest: Path) -> None:
@@ -80,7 +81,7 @@ def _unbundle(task: Task, bundle: Path, dest: Path) -> None:
 
 def _clone(task: Task, source: str, dest: Path) -> None:
     try:
-        git.Repo.clone_from(source, dest, no_checkout=True, env={"GIT_TERMINAL_PROMPT": "0"})
+        git.Repo.clone_from(source, dest, no_checkout=True, env={"GIT_TERMINAL_PROMPT": "0"}).close()
     except git.GitCommandError as exc:
         hint = "" if source.startswith("/") else f" (offline? {_CACHE_HINT})"
         reason = _git_error(exc)
@@ -88,7 +89,11 @@ def _clone(task: Task, source: str, dest: Path) -> None:
 
 
 def _checkout(task: Task, dest: Path, source: str) -> None:
-    repo = git.Repo(dest)
+    with git.Repo(dest) as repo:  # closing it ends its `git cat-file` helpers
+        _checkout_in(repo, task, source)
+
+
+def _checkout_in(repo: git.Repo, task: Task, source: str) -> None:
     try:
         repo.git.checkout("--detach", "--force", task.base_commit)
     except git.GitCommandError:

@@ -1,7 +1,8 @@
 """A model behind an OpenAI-compatible chat-completions server (vLLM, SGLang, llama.cpp, a hosted API).
 
-For comparison runs only: the server owns its KV cache (prefix caching at best), so this backend has NO control
-over eviction, budgets or protocols, and reports no cache statistics. It sends the whole history every turn.
+The server owns its KV cache, so this backend has no control over eviction, budgets or protocols; it sends the whole
+history every turn. Against `nexus-agent serve` the server continues the same session (prefilling only the new
+messages) and the turn's cache statistics come back in the answer's `nexus` field; they are kept in the reply's stats.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ class OpenAICompatModel:
         self.history.append({"role": "assistant", "content": text})
         usage = data.get("usage") or {}
         stats = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens") if k in usage}
+        nexus = data.get("nexus") or {}  # nexus-agent serve: the session and the turn's cache statistics
+        stats |= dict(nexus.get("turn") or {}) | ({"session_id": nexus["session_id"]} if "session_id" in nexus else {})
         return ModelReply(text=text, stats=stats, context_tokens=usage.get("total_tokens"), finish_reason=finish)
 
     def _payload(self, sampling: Sampling) -> dict[str, Any]:

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import queue
+import shutil
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from multiprocessing.managers import SyncManager
 from typing import Any
 
 from pipeline.executors import Job, work
+from pipeline.lifetime import die_with_parent
+from swe_env.sandbox.owners import make_owned_dir
 
 
 def run_local(
@@ -16,9 +21,22 @@ def run_local(
 ) -> Iterator[tuple[Job, dict[str, Any]]]:
     """Yield (job, report) as jobs finish; worker events go to `on_event` meanwhile. Ctrl-C cancels the rest."""
     ctx = mp.get_context("spawn")  # a fresh interpreter per worker: no forked torch threads or live-view state
-    with ctx.Manager() as manager:
+    tmp = make_owned_dir("run")  # the workers' temp files; reclaimed by the next start-up sweep after a SIGKILL
+    try:
+        yield from _run(jobs, workers, on_event, ctx, str(tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(jobs, workers, on_event, ctx, tmp: str) -> Iterator[tuple[Job, dict[str, Any]]]:
+    # an abstract socket: no path (a long TMPDIR would exceed AF_UNIX's 108 bytes), nothing left on disk
+    manager = SyncManager(address=f"\0nexus-manager-{uuid.uuid4().hex}", ctx=ctx)
+    manager.start(die_with_parent, (tmp,))  # the manager and the workers die with this process, even on SIGKILL
+    with manager:
         events = manager.Queue()
-        pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx)
+        pool = ProcessPoolExecutor(
+            max_workers=max(1, workers), mp_context=ctx, initializer=die_with_parent, initargs=(tmp,)
+        )
         pending: dict[Future, Job] = {pool.submit(work, job, events): job for job in jobs}
         try:
             while pending:

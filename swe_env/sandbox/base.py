@@ -13,6 +13,7 @@ class ExecResult:
     output: str  # stdout and stderr, interleaved as the command wrote them
     returncode: int
     timed_out: bool = False
+    output_capped: bool = False  # the command printed more than the sandbox's output cap and was stopped
 
 
 class SandboxError(RuntimeError):

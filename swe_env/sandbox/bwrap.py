@@ -1,24 +1,30 @@
 """The bubblewrap backend: fast, no daemon. Each command runs in a fresh bwrap with no network.
 
-The host's root is visible read-only; the task's working copy is bound read-write at /testbed and a private dir
-at /tmp (the only writable places); the tools sit read-only at tools_dir. PID, IPC and network namespaces are
-unshared, so when a command ends (or is killed) everything it started dies with it.
+Safe when started by root: every command gets a new user namespace (uid 0 inside maps to the caller), all
+capabilities dropped and no_new_privs, so read-only binds stay read-only and no file handle opens outside the
+mounts. The sandbox sees only what `bwrap_binds.host_binds` binds (system programs, a few /etc files, the Python
+installations it runs) plus the task's working copy read-write at /testbed, a private /tmp and the tools read-only
+at tools_dir. PID, IPC, UTS, cgroup and network namespaces are unshared, so when a command ends (or is killed)
+everything it started dies with it, setsid children included. Each command runs under `StepLimits` (a per-step
+cgroup when the caller may make one, rlimits always) and the host reads at most `output_bytes` of its output.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from swe_env.pyenv import PyEnv, PyEnvConfig, build_vars, ensure_env, sandbox_vars
+from swe_env.pyenv import PyEnv, PyEnvConfig, build_host_paths, build_vars, ensure_env, sandbox_vars
 from swe_env.sandbox import common
 from swe_env.sandbox.base import ExecResult, SandboxError
+from swe_env.sandbox.bwrap_binds import current_interpreter, host_binds, python_binds
+from swe_env.sandbox.limits import StepCgroup, StepLimits
 from tasks.schema import Task
 
 INSTALL_HINT = "bubblewrap is not installed: apt-get install -y bubblewrap (or use --sandbox docker)"
-_SKIP_TOP = {"proc", "dev", "tmp", "sys", "lost+found"}
+STEP_SCRIPT = "/run/nexus/step.sh"  # where a command too long for an argument is handed to bash
 
 
 @dataclass
@@ -35,6 +41,7 @@ class BwrapConfig:
     python_env: bool = True  # run in the task's cached Python env (swe_env.pyenv), built in this sandbox if missing
     pyenv: PyEnvConfig | None = None  # where/how those envs are built (first build needs PyPI)
     bwrap: str = "bwrap"  # the bubblewrap executable
+    limits: StepLimits = field(default_factory=StepLimits)  # what one command may use
 
 
 class BwrapSandbox:
@@ -91,16 +98,42 @@ class BwrapSandbox:
     def execute(self, cmd: str, timeout: float = 120.0) -> ExecResult:
         if self._root is None:
             raise SandboxError("sandbox is closed")
-        return common.run_process([*self._bwrap_argv(), "bash", "-c", cmd], timeout=timeout, env={})
+        refused = common.refuse_command(cmd)
+        if refused is not None:
+            return refused
+        limits = self.config.limits
+        cgroup = StepCgroup.create(limits)
+        prelude = limits.ulimit_prelude(memory_by_rlimit=cgroup is None)
+        with tempfile.TemporaryFile() as script:
+            argv = [*self._bwrap_argv()]
+            if common.fits_in_argv(cmd):
+                argv += ["--", "/bin/bash", "-c", f'{prelude}exec /bin/bash -c "$1"', "bash", cmd]
+                fds: tuple[int, ...] = ()
+            else:  # longer than one argument may be: bash reads it from a file bound into the sandbox
+                script.write(cmd.encode("utf-8", errors="surrogateescape"))
+                script.seek(0)
+                fds = (script.fileno(),)
+                argv[1:1] = ["--ro-bind-data", str(script.fileno()), STEP_SCRIPT]
+                argv += ["--", "/bin/bash", "-c", f"{prelude}exec /bin/bash {STEP_SCRIPT}"]
+            if cgroup is not None:
+                argv = cgroup.enter_argv(argv)
+            return common.run_process(argv, timeout, env={}, limits=limits, cgroup=cgroup, pass_fds=fds)
 
     def _bwrap_argv(self, build: PyEnv | None = None) -> list[str]:
-        targets = [self.workdir, self.tools_dir]
-        argv = [self._bwrap, *_root_binds(Path("/"), targets)]
+        """The bwrap arguments of a command; `build`: build mode for that env (network, env dir writable)."""
+        env_binds = list(build.ro_binds if build is not None else self._env_binds)  # the task env + its interpreter
+        argv = [self._bwrap, *host_binds(self._root / "etc")]
         argv += ["--proc", "/proc", "--dev", "/dev", "--bind", str(self._tmp), "/tmp"]
+        argv += python_binds([current_interpreter(), *env_binds], list(self.config.extra_path))
         argv += ["--bind", str(self.repo), self.workdir, "--ro-bind", str(self._tools), self.tools_dir]
-        for path in build.ro_binds if build is not None else self._env_binds:  # visible even under a hidden dir
-            argv += ["--bind" if build is not None and path == str(build.path) else "--ro-bind", path, path]
-        argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
+        if build is not None:  # downloads need the resolver, CA bundles and pip's settings; the env is written
+            for host, inner in build_host_paths():
+                argv += ["--ro-bind", host, inner]
+            argv += ["--bind", str(build.path), str(build.path)]
+        argv += ["--remount-ro", "/"]  # the sandbox's own root (where mount points were made) is not writable
+        argv += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+        argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        argv += ["--die-with-parent", "--new-session"]
         if not self.config.network and build is None:
             argv.append("--unshare-net")
         argv += ["--clearenv", "--chdir", self.workdir]
@@ -152,25 +185,3 @@ class BwrapSandbox:
 
 def _tail(text: str, lines: int = 15) -> str:
     return "\n".join(line[:300] for line in text.splitlines()[-lines:])
-
-
-def _root_binds(top: Path, targets: list[str]) -> list[str]:
-    """Read-only binds of the host tree under `top`, opened up around the mount targets (which get fresh dirs).
-
-    Binding `/` itself would make bwrap create /testbed on the host's disk; binding entry by entry on bwrap's
-    own tmpfs root leaves the host untouched.
-    """
-    argv: list[str] = []
-    for entry in sorted(os.listdir(top)):
-        path = top / entry
-        if top == Path("/") and entry in _SKIP_TOP:
-            continue
-        if any(str(path) == t for t in targets):
-            continue
-        if path.is_symlink():
-            argv += ["--symlink", os.readlink(path), str(path)]
-        elif any(Path(t).is_relative_to(path) for t in targets) and path.is_dir():
-            argv += ["--dir", str(path), *_root_binds(path, targets)]
-        elif path.is_dir() or path.is_file():
-            argv += ["--ro-bind", str(path), str(path)]
-    return argv

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import atexit
 import os
+import select
 import shlex
 import signal
 import subprocess
-import tempfile
+import time
 import weakref
 from pathlib import Path
 
+from swe_env.safegit import SANDBOX_FLAGS
 from swe_env.sandbox.base import ExecResult, SandboxError
+from swe_env.sandbox.limits import StepCgroup, StepLimits
 from tasks.schema import Task
 
 DEFAULT_WORKDIR = "/testbed"
@@ -31,30 +34,95 @@ def _close_open_sandboxes() -> None:
         sandbox.close()
 
 
+ARG_MAX_BYTES = 100_000  # a longer command is not passed as one argv string (Linux caps one at 128 KiB)
+
+
+def fits_in_argv(cmd: str) -> bool:
+    return len(cmd.encode("utf-8", errors="surrogateescape")) <= ARG_MAX_BYTES
+
+
+def refuse_command(cmd: str) -> ExecResult | None:
+    """The answer for a command no shell can run (a NUL byte), instead of an exception; None when it can run."""
+    if "\0" in cmd:
+        return ExecResult("The command contains a NUL byte (\\0), which no shell command can hold; remove it.", 2)
+    return None
+
+
 def run_process(
-    argv: list[str], timeout: float, cwd: Path | None = None, env: dict[str, str] | None = None
+    argv: list[str],
+    timeout: float,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    limits: StepLimits | None = None,
+    cgroup: StepCgroup | None = None,
+    pass_fds: tuple[int, ...] = (),
 ) -> ExecResult:
-    """Run argv in its own process group; on timeout kill the whole group and return what it printed so far."""
-    proc = subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    """Run argv in its own process group; stop it at the timeout or once it printed `limits.output_bytes`.
+
+    The host never holds more than the output cap of a command's output: past it the group (and the step's
+    cgroup) is killed and the result says so. On a timeout the result holds what was printed so far.
+    """
+    cap = (limits or StepLimits()).output_bytes
     try:
-        out, _ = proc.communicate(timeout=timeout)
-        return ExecResult(_decode(out), proc.returncode)
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
-        out, _ = proc.communicate()
-        return ExecResult(_decode(out), -1, timed_out=True)
+        proc = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True, pass_fds=pass_fds,
+        )  # fmt: skip
+    except BaseException:
+        if cgroup is not None:
+            cgroup.destroy()
+        raise
+    try:
+        out, stopped = _read_capped(proc, time.monotonic() + timeout, cap)
+        if stopped is None:
+            try:
+                proc.wait(timeout=max(0.1, timeout))
+            except subprocess.TimeoutExpired:
+                stopped = "timeout"
+        if stopped is not None:
+            kill_group(proc)
+            proc.wait()
+        return _result(out, proc.returncode, stopped, cap, cgroup, limits)
     except BaseException:  # Ctrl-C while waiting: leave nothing running
         kill_group(proc)
         proc.wait()
         raise
+    finally:
+        proc.stdout.close()
+        if cgroup is not None:
+            cgroup.destroy()
+
+
+def _read_capped(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[bytes, str | None]:
+    """Read the process's output to its end; stop early at the deadline ("timeout") or past `cap` ("output")."""
+    fd = proc.stdout.fileno()
+    buf = bytearray()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return bytes(buf), "timeout"
+        ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return bytes(buf), None
+        buf += chunk
+        if len(buf) > cap:
+            return bytes(buf[:cap]), "output"
+
+
+def _result(out: bytes, code: int, stopped: str | None, cap: int, cgroup, limits) -> ExecResult:
+    text = _decode(out)
+    if cgroup is not None and cgroup.memory_exhausted():
+        mem = limits.memory_mb if limits is not None else None
+        text += f"\n[the command ran out of memory (limit {mem} MiB per command): a process was killed]\n"
+    if stopped == "output":
+        note = f"\n[output cut at {cap} bytes: the command printed more than that and was stopped]\n"
+        return ExecResult(text + note, -1, output_capped=True)
+    if stopped == "timeout":
+        return ExecResult(text, -1, timed_out=True)
+    return ExecResult(text, code)
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -77,7 +145,8 @@ COMMAND_ENV = {"LANG": "C.UTF-8", "TERM": "dumb", "PYTHONDONTWRITEBYTECODE": "1"
 def patch_command(base_commit: str) -> str:
     """The shell command that prints the repo's change against the base commit, new files included."""
     excludes = " ".join(shlex.quote(f":(exclude,glob){p}") for p in PATCH_EXCLUDES)
-    return f"git add -A && git diff --cached {shlex.quote(base_commit)} -- . {excludes}"
+    git = f"git {SANDBOX_FLAGS}"
+    return f"{git} add -A && {git} diff --cached --no-ext-diff --no-textconv {shlex.quote(base_commit)} -- . {excludes}"
 
 
 def install_tools(dest: Path) -> Path:
@@ -89,8 +158,11 @@ def install_tools(dest: Path) -> Path:
 
 
 def make_workspace(prefix: str) -> Path:
-    """A fresh private temp dir for one sandbox (repo copy, tools, /tmp)."""
-    return Path(tempfile.mkdtemp(prefix=f"nexus-{prefix}-"))
+    """A fresh private temp dir for one sandbox (repo copy, tools, /tmp), tagged with its owner so that a start-up
+    sweep reclaims it if this process is killed before it can remove it."""
+    from swe_env.sandbox.owners import make_owned_dir
+
+    return make_owned_dir(prefix)
 
 
 def prepare_repo(task: Task, dest: Path, repo_cache: Path | None) -> Path:

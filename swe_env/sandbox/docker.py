@@ -13,7 +13,7 @@ import shutil
 import tarfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from swe_env import images
@@ -21,11 +21,16 @@ from swe_env.dockerd import connect
 from swe_env.pyenv import PyEnvConfig
 from swe_env.sandbox import common
 from swe_env.sandbox.base import ExecResult, SandboxError
+from swe_env.sandbox.limits import StepLimits
+from swe_env.sandbox.owners import owner_tag
 from tasks.builtin import is_builtin
 from tasks.schema import Task
 
 SWEBENCH_PATH = "/opt/miniconda3/envs/testbed/bin:/opt/miniconda3/bin"
 _GRACE_S = 15.0  # how long past `timeout` an exec may hang (a background child holding stdout) before a kill
+STEP_SCRIPT = "/tmp/.nexus-step.sh"  # where a command too long for an argument is handed to bash
+# Kills every process but the container's init (1), its keeper (KEEP) and this shell: what a step left running.
+_SWEEP = 'for d in /proc/[0-9]*; do p=${d#/proc/}; case "$p" in 1|KEEP|$$) ;; *) kill -9 "$p" 2>/dev/null;; esac; done'
 
 
 @dataclass
@@ -38,9 +43,7 @@ class DockerConfig:
     install_tools: bool = True  # put the agent tools into tools_dir
     image: str | None = None  # force this image (default: derived from the task)
     copy_repo: bool | None = None  # copy the repo in at start; None: only for built-in tasks
-    mem_limit: str = "8g"  # container memory limit
-    pids_limit: int = 1024  # container process limit
-    nano_cpus: int | None = None  # CPU limit in 1e-9 CPUs (None: unlimited)
+    limits: StepLimits = field(default_factory=StepLimits)  # pids, memory, CPUs of the container; output per step
     extra_path: tuple[str, ...] = ()  # dirs put on PATH before the image's own
     python_env: bool | None = None  # no task image: run in the built-in image with the task's cached Python env
     pyenv: PyEnvConfig | None = None  # how that env is built (first build needs PyPI)
@@ -139,13 +142,22 @@ class DockerSandbox:
         return env_mounts(self.env)
 
     def _run_container(self, volumes: dict) -> None:
+        from docker.types import Ulimit
+
+        lim = self.config.limits
+        mem = f"{lim.memory_mb}m" if lim.memory_mb is not None else None
+        ulimits = [Ulimit(name="cpu", soft=lim.cpu_s, hard=lim.cpu_s)] if lim.cpu_s is not None else []
+        if lim.file_mb is not None:
+            ulimits.append(Ulimit(name="fsize", soft=lim.file_mb << 20, hard=lim.file_mb << 20))
         self.container = self.client.containers.run(
             self.image, command=["sleep", "infinity"], detach=True, tty=False, init=True,
-            network_mode="none", mem_limit=self.config.mem_limit, pids_limit=self.config.pids_limit,
-            nano_cpus=self.config.nano_cpus, labels={**images.LABEL, "nexus-agent.task": self.task.instance_id},
+            network_mode="none", mem_limit=mem, memswap_limit=mem, pids_limit=lim.pids or -1,
+            nano_cpus=int(lim.cpus * 1e9) if lim.cpus else None, ulimits=ulimits,
+            labels={**images.LABEL, "nexus-agent.task": self.task.instance_id, "nexus-agent.owner": owner_tag()},
             working_dir="/", volumes=volumes,
         )  # fmt: skip
         self._path = self._container_path()
+        self._keeper = self._keeper_pid()
 
     def _container_path(self) -> str:
         env = self.client.api.inspect_container(self.container.id)["Config"].get("Env") or []
@@ -172,31 +184,84 @@ class DockerSandbox:
     def execute(self, cmd: str, timeout: float = 120.0) -> ExecResult:
         if self.container is None:
             raise SandboxError("sandbox is closed")
+        refused = common.refuse_command(cmd)
+        if refused is not None:
+            return refused
         secs = max(1, int(round(timeout)))
-        argv = ["timeout", "-k", "5", str(secs), "bash", "-c", cmd]
+        if common.fits_in_argv(cmd):
+            inner = ["bash", "-c", cmd]
+        else:  # longer than one argument may be: bash reads it from a file
+            self.write_file(STEP_SCRIPT, cmd)
+            inner = ["bash", STEP_SCRIPT]
+        argv = ["timeout", "-k", "5", str(secs), *inner]
         env = {"PATH": self._path, "HOME": "/root", **common.COMMAND_ENV, **self._env_extra}
-        box: dict = {}
+        box: dict = {"output": bytearray()}
         worker = threading.Thread(target=self._exec, args=(argv, env, box), daemon=True)
         start = time.monotonic()
         worker.start()
         worker.join(secs + 5 + _GRACE_S)
-        if worker.is_alive():  # a child outlived the command and holds its output open: kill all but init
-            self.container.exec_run(["kill", "-9", "-1"])
-            worker.join(30)
+        self._sweep()  # nothing a step started outlives it (setsid children, a child holding the output open)
+        worker.join(30)
         if "error" in box:
             raise SandboxError(f"docker exec failed: {box['error']}")
-        code, output = box.get("code", -1), box.get("output", "")
-        # 124: `timeout` fired; 137 after the deadline: its -k follow-up kill did
-        if "code" not in box or code == 124 or (code == 137 and time.monotonic() - start >= secs):
+        return self._result(box, secs, time.monotonic() - start)
+
+    def _result(self, box: dict, secs: int, elapsed: float) -> ExecResult:
+        output, code = bytes(box["output"]).decode("utf-8", errors="replace"), box.get("code")
+        if box.get("capped"):
+            cap = self.config.limits.output_bytes
+            note = f"\n[output cut at {cap} bytes: the command printed more than that and was stopped]\n"
+            return ExecResult(output + note, -1, output_capped=True)
+        # 124: `timeout` fired (or the command itself exited 124: only past the deadline is it a timeout);
+        # 137 past the deadline: its -k follow-up kill did
+        if code is None or (code in (124, 137) and elapsed >= secs):
             return ExecResult(output, -1, timed_out=True)
         return ExecResult(output, code)
 
     def _exec(self, argv: list[str], env: dict[str, str], box: dict) -> None:
+        """Stream the exec's output into box["output"], stopping (and killing the step) past the output cap."""
+        api, cap = self.client.api, self.config.limits.output_bytes
         try:
-            res = self.container.exec_run(argv, workdir=self.workdir, environment=env, demux=False)
-            box["code"], box["output"] = res.exit_code, (res.output or b"").decode("utf-8", errors="replace")
+            exec_id = api.exec_create(self.container.id, argv, workdir=self.workdir, environment=env)["Id"]
+            stream = api.exec_start(exec_id, stream=True, demux=False)
+            try:
+                for chunk in stream:
+                    box["output"] += chunk
+                    if len(box["output"]) > cap:
+                        del box["output"][cap:]
+                        box["capped"] = True
+                        break
+            finally:
+                stream.close()
+            if box.get("capped"):
+                self._sweep()
+            else:
+                box["code"] = api.exec_inspect(exec_id).get("ExitCode")
         except Exception as exc:  # noqa: BLE001 - reported to the caller's thread
             box["error"] = str(exc)
+
+    def _sweep(self) -> None:
+        """Kill every process of the container except its init and keeper (the survivors of the last step).
+
+        When no process can even start to do that (a fork bomb holds every pid), the container restarts: its
+        processes die, its files stay."""
+        try:
+            res = self.container.exec_run(["bash", "-c", _SWEEP.replace("KEEP", self._keeper) + "; exit 0"])
+            if res.exit_code == 0:
+                return
+            self.container.restart(timeout=0)
+            self._keeper = self._keeper_pid()
+        except Exception:  # noqa: BLE001 - a dead container fails the next exec with a clear error
+            pass
+
+    def _keeper_pid(self) -> str:
+        """The pid of `sleep infinity`, the one child of the container's init that keeps it running."""
+        for _ in range(50):
+            children = self.container.exec_run(["cat", "/proc/1/task/1/children"]).output.decode().split()
+            if children:
+                return children[0]
+            time.sleep(0.1)
+        return "1"
 
     def read_file(self, path: str) -> str:
         res = self.execute(f"cat -- {shlex.quote(path)}", timeout=60)

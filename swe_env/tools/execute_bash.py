@@ -20,6 +20,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 
 BLOCKED = {
@@ -42,6 +43,7 @@ PREFIXES |= {"sudo", "env", "time", "exec", "command", "builtin", "nice", "xargs
 HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
 TIMEOUT_EXIT = 124
 KEEP_BYTES = 512 * 1024  # of each output stream, at its start and at its end
+ARG_MAX_BYTES = 100_000  # a longer command goes to bash as a script file (one argument may hold 128 KiB)
 
 
 class BashToolError(Exception):
@@ -151,8 +153,23 @@ def run(cmd: str, timeout: float) -> tuple:
 
     When bash exits (or the timeout expires) the whole group is killed: nothing the command started in the
     background outlives it, and a background process holding the pipes open cannot stall the tool."""
+    script = None
+    argv = ["bash", "-c", "--", cmd]
+    if len(cmd.encode("utf-8", errors="surrogateescape")) > ARG_MAX_BYTES:  # too long for one argument: a file
+        fd, script = tempfile.mkstemp(prefix=".nexus-cmd-", suffix=".sh")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(cmd.encode("utf-8", errors="surrogateescape"))
+        argv = ["bash", script]
+    try:
+        return _run(argv, timeout)
+    finally:
+        if script is not None:
+            os.unlink(script)
+
+
+def _run(argv: list, timeout: float) -> tuple:
     proc = subprocess.Popen(
-        ["bash", "-c", "--", cmd],
+        argv,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -186,6 +203,8 @@ def parse_cmd(argv: list | None) -> str:
     cmd = args.cmd if args.cmd is not None else args.cmd_pos
     if cmd is None or not cmd.strip():
         raise BashToolError("Parameter `cmd` is required and must not be empty.")
+    if "\0" in cmd:
+        raise BashToolError("The command contains a NUL byte (\\0), which no shell command can hold; remove it.")
     return cmd
 
 

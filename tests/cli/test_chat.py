@@ -115,9 +115,18 @@ def test_resume_errors_are_one_line(tmp_path: Path, repo: Path, tiny_model_dir: 
     (folder / cs.SESSION_FILE).write_bytes(b"\x00garbage, not a session")
     res = nexus("chat", "--session", "bad", "--resume", env=env, cwd=tmp_path)
     assert res.returncode == 2 and "is not a readable session file" in res.stderr and res.stderr.count("\n") == 1
-    (folder / cs.STATE_FILE).write_text("{not json")
+    state = json.loads((folder / cs.STATE_FILE).read_text())
+    for content in (b"{not json", b"\xff\xfe not UTF-8", json.dumps({**state, "config": "x"}).encode(), b"[]"):
+        (folder / cs.STATE_FILE).write_bytes(content)
+        res = nexus("chat", "--session", "bad", "--resume", env=env, cwd=tmp_path)
+        assert res.returncode == 2 and "chat.json is corrupt" in res.stderr and res.stderr.count("\n") == 1, content
+    (folder / cs.STATE_FILE).write_text(json.dumps(state))
+    (folder / cs.SESSION_FILE).unlink()  # the history is gone: resuming would silently lose it
     res = nexus("chat", "--session", "bad", "--resume", env=env, cwd=tmp_path)
-    assert res.returncode == 2 and "chat.json is corrupt" in res.stderr and res.stderr.count("\n") == 1
+    assert res.returncode == 2 and "cannot be restored" in res.stderr and res.stderr.count("\n") == 1
+    (folder / cs.STATE_FILE).write_text(json.dumps({**state, "repo": str(tmp_path / "vanished")}))
+    res = nexus("chat", "--session", "bad", "--resume", env=env, cwd=tmp_path)
+    assert res.returncode == 2 and "no longer a folder" in res.stderr and res.stderr.count("\n") == 1
 
 
 def test_confirm_mode_asks_before_changes_only() -> None:

@@ -15,7 +15,7 @@ from clilib import ROOT, cli_env
 
 from cli import app as cli_app
 
-LIBRARY = ("kvstore", "agent", "swe_env", "tasks", "pipeline", "benchmarks")
+LIBRARY = ("kvstore", "agent", "swe_env", "tasks", "pipeline", "benchmarks", "server")
 PROBE = (
     "import sys\n"
     "sys.argv = ['nexus-agent'] + sys.argv[1:]\n"

@@ -1,0 +1,197 @@
+"""`nexus-agent bench serve`: N concurrent agent sessions against one server, batched vs one at a time, and how many
+sessions fit under a fixed KV memory cap with nexus at 20% vs the full cache.
+
+Two servers share one loaded model in this process and run one after the other, phase by phase, so machine load
+hits both alike: `batched` (max_batch 16) and `serial` (max_batch 1: one session decodes at a time). For each N in
+the plan, N clients each replay one agent conversation (shared traces, else synthetic) for a few turns, streaming
+greedy replies; the same replies come back from both servers (checked). Reported per N: aggregate tokens/s
+(completion tokens / wall time, prefill included), the servers' pure decode tokens/s (decode tokens / time in
+decode steps), and time to first token. The fit test opens sessions one by one under a KV cap until the server
+has to park one: the sessions that were resident then are the ones that fit.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from benchmarks.common import console, table, write_json
+from benchmarks.serve_client import Timed, stream_chat
+from benchmarks.serve_workload import Conversation, conversations
+from kvstore.defaults import DEFAULT_DENSITY, DEFAULT_MODEL
+
+
+@dataclass
+class ServePlan:
+    """What `bench serve` runs."""
+
+    clients: tuple[int, ...] = (1, 4, 8, 16)  # concurrent sessions per phase
+    turns: int = 3  # requests per session (the later ones continue the session)
+    prompt_tokens: int = 1000  # tokens of each conversation's task message (cut from the trace)
+    obs_tokens: int = 150  # tokens of each tool observation
+    reply_tokens: int = 32  # max_tokens of each reply (greedy; a reply may end earlier at EOS)
+    density: float = DEFAULT_DENSITY  # nexus budget of every session (fraction of the first prompt kept)
+    fit_cap_mib: float = 128.0  # the KV memory cap of the fit test
+    fit_max: int = 40  # most sessions the fit test opens
+
+    @classmethod
+    def quick(cls) -> ServePlan:
+        return cls(
+            clients=(1, 4), turns=2, prompt_tokens=500, obs_tokens=40, reply_tokens=8, fit_cap_mib=64, fit_max=12
+        )
+
+
+def replay(url: str, conv: Conversation, plan: ServePlan) -> list[Timed]:
+    """One client: the conversation's turns, each request carrying the whole conversation so far."""
+    messages, answers = list(conv.opening), []
+    for obs in conv.observations[: plan.turns]:
+        answers.append(stream_chat(url, messages, plan.reply_tokens))
+        messages += [{"role": "assistant", "content": answers[-1].text}, {"role": "user", "content": obs}]
+    return answers
+
+
+def phase(server, convs: list[Conversation], plan: ServePlan) -> dict[str, Any]:
+    """All conversations at once against `server`; aggregate throughput and latency, then its sessions closed."""
+    before = dict(server.metrics.counters)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(len(convs)) as pool:
+        answers = list(pool.map(lambda c: replay(server.url, c, plan), convs))
+    wall = time.perf_counter() - t0
+    after = server.metrics.counters
+    delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    flat = [a for conv in answers for a in conv]
+    tokens = sum(a.completion_tokens for a in flat)
+    for sid in [e["id"] for e in server.sessions_info()]:
+        server.registry.close(sid)
+    return {
+        "clients": len(convs),
+        "wall_s": wall,
+        "completion_tokens": tokens,
+        "tokens_per_s": tokens / wall,
+        "decode_tokens_per_s": delta.get("decode_rows_total", 0) / max(delta.get("decode_seconds_total", 0), 1e-9),
+        "mean_batch": delta.get("decode_rows_total", 0) / max(delta.get("decode_steps_total", 0), 1),
+        "ttft_mean_s": statistics.mean(a.ttft_s for a in flat),
+        "ttft_p50_s": statistics.median(a.ttft_s for a in flat),
+        "ttft_max_s": max(a.ttft_s for a in flat),
+        "replies": [[a.text for a in conv] for conv in answers],
+    }
+
+
+def fit(model, tokenizer, name: str, policy: str, budget, convs: list[Conversation], plan: ServePlan) -> dict:
+    """Open sessions one by one under the KV cap until one must be parked; how many were resident then."""
+    from server.app import Server
+    from server.config import ServeConfig
+
+    cap = int(plan.fit_cap_mib * 2**20)
+    config = ServeConfig(port=0, model=name, policy=policy, budget=budget, memory_cap=cap, max_batch=1,
+                         max_sessions=plan.fit_max + 1)  # fmt: skip
+    server = Server(model, tokenizer, config).start()
+    try:
+        resident, held = 0, []
+        for conv in convs[: plan.fit_max]:
+            answer = stream_chat(server.url, conv.opening, 1)
+            if server.metrics.counters.get("sessions_parked_total", 0) > 0:
+                break
+            resident += 1
+            held.append(answer.nexus["turn"]["held_bytes"])
+        mean_held = statistics.mean(held) if held else 0.0
+        return {"policy": policy, "budget": budget, "cap_bytes": cap, "sessions": resident,
+                "mean_held_bytes": mean_held, "hit_cap": resident < plan.fit_max}  # fmt: skip
+    finally:
+        server.close()
+
+
+def run_bench(model, tokenizer, name: str, plan: ServePlan) -> dict[str, Any]:
+    """The whole benchmark on a loaded model; a JSON-able result."""
+    from server.app import Server
+    from server.config import ServeConfig
+
+    top = max(plan.clients)
+    convs, source = conversations(max(top, plan.fit_max), plan.turns, plan.prompt_tokens, plan.obs_tokens, tokenizer)
+    common = {"port": 0, "model": name, "budget": plan.density, "max_sessions": 2 * top + 2}
+    servers = {"batched": ServeConfig(**common, max_batch=16), "serial": ServeConfig(**common, max_batch=1)}
+    started = {k: Server(model, tokenizer, c).start() for k, c in servers.items()}
+    phases: list[dict[str, Any]] = []
+    try:
+        for n in plan.clients:
+            row = {mode: phase(server, convs[:n], plan) for mode, server in started.items()}
+            row["same_replies"] = row["batched"].pop("replies") == row["serial"].pop("replies")
+            row["clients"] = n
+            phases.append(row)
+            console.print(f"  {n:>2} clients: " + _line(row), highlight=False)
+    finally:
+        for server in started.values():
+            server.close()
+    fits = [fit(model, tokenizer, name, "nexus", plan.density, convs, plan),
+            fit(model, tokenizer, name, "full", None, convs, plan)]  # fmt: skip
+    return {"benchmark": "serve", "model": name, "workload": source, "plan": asdict(plan), "phases": phases,
+            "fit": fits, "fit_ratio": fits[0]["sessions"] / max(fits[1]["sessions"], 1)}  # fmt: skip
+
+
+def _line(row: dict[str, Any]) -> str:
+    b, s = row["batched"], row["serial"]
+    return (
+        f"batched {b['tokens_per_s']:.1f} tok/s (decode {b['decode_tokens_per_s']:.1f}, batch {b['mean_batch']:.1f}) "
+        f"vs serial {s['tokens_per_s']:.1f} tok/s (decode {s['decode_tokens_per_s']:.1f}); "
+        f"TTFT {b['ttft_mean_s']:.2f} s vs {s['ttft_mean_s']:.2f} s; same replies: {row['same_replies']}"
+    )
+
+
+def print_report(result: dict[str, Any]) -> None:
+    rows = []
+    for r in result["phases"]:
+        b, s = r["batched"], r["serial"]
+        rows.append([r["clients"], f"{b['tokens_per_s']:.1f} / {s['tokens_per_s']:.1f}",
+                     f"{b['tokens_per_s'] / max(s['tokens_per_s'], 1e-9):.2f}x",
+                     f"{b['decode_tokens_per_s']:.1f} / {s['decode_tokens_per_s']:.1f}",
+                     f"{b['decode_tokens_per_s'] / max(s['decode_tokens_per_s'], 1e-9):.2f}x", f"{b['mean_batch']:.1f}",
+                     f"{b['ttft_mean_s']:.2f} / {s['ttft_mean_s']:.2f}",
+                     f"{b['ttft_max_s']:.2f} / {s['ttft_max_s']:.2f}",
+                     "yes" if r["same_replies"] else "NO"])  # fmt: skip
+    cols = ["clients", "tok/s batched / serial", "ratio", "decode tok/s b / s", "ratio", "mean batch",
+            "TTFT mean s b / s", "TTFT max s b / s", "same replies"]  # fmt: skip
+    console.print(table(f"{result['model']}: bench serve ({result['workload']} workload)", cols, rows))
+    nexus, full = result["fit"]
+    console.print(
+        f"under a KV cap of {nexus['cap_bytes'] / 2**20:.0f} MiB: nexus {nexus['budget']} fits {nexus['sessions']} "
+        f"sessions ({nexus['mean_held_bytes'] / 2**20:.1f} MiB each), the full cache {full['sessions']} "
+        f"({full['mean_held_bytes'] / 2**20:.1f} MiB each): {result['fit_ratio']:.1f}x more sessions",
+        highlight=False,
+    )
+
+
+def serve_bench(
+    model: Annotated[str, typer.Option(help="Registry name, HF id or local model directory.")] = DEFAULT_MODEL,
+    quick: Annotated[bool, typer.Option("--quick", help="A small plan (CI): 1 and 4 clients, short turns.")] = False,
+    clients: Annotated[str, typer.Option(help="Comma-separated concurrent sessions per phase.")] = "1,4,8,16",
+    turns: Annotated[int, typer.Option(min=1, help="Requests per session.")] = ServePlan.turns,
+    prompt_tokens: Annotated[int, typer.Option(min=1, help="Tokens of each task message.")] = ServePlan.prompt_tokens,
+    reply_tokens: Annotated[int, typer.Option(min=1, help="max_tokens of each reply.")] = ServePlan.reply_tokens,
+    fit_cap: Annotated[float, typer.Option(help="KV cap of the fit test in MiB.")] = ServePlan.fit_cap_mib,
+    threads: Annotated[int | None, typer.Option(help="Torch CPU threads (default: all cores; 1 if busy).")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: a GPU when present).")] = None,
+    dtype: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp32 (default: bf16 where supported).")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON here.")] = None,
+) -> None:
+    """N concurrent agent sessions on one server: batched vs one at a time, TTFT, sessions that fit a KV cap."""
+    from kvstore.models import load_model
+    from pipeline.backends import set_threads
+
+    if quick:
+        plan = ServePlan.quick()
+    else:
+        sizes = tuple(int(c) for c in clients.split(","))
+        plan = ServePlan(clients=sizes, turns=turns, prompt_tokens=prompt_tokens, reply_tokens=reply_tokens,
+                         fit_cap_mib=fit_cap)  # fmt: skip
+    set_threads(threads)
+    loaded, tokenizer, info = load_model(model, device=device, dtype=dtype)
+    result = run_bench(loaded, tokenizer, model, plan)
+    result["model_info"] = asdict(info)
+    print_report(result)
+    write_json(json_path, result)

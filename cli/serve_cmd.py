@@ -1,0 +1,59 @@
+"""`nexus-agent serve`: one model, many persistent agent sessions, batched decoding, an OpenAI-compatible API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from server.config import ServeConfig
+
+_D = ServeConfig()  # the defaults, defined once in ServeConfig
+
+
+def serve_cmd(
+    host: str = typer.Option(_D.host, "--host", help="Interface to listen on (0.0.0.0: every interface)."),
+    port: int = typer.Option(_D.port, "--port", "-p", help="TCP port."),
+    model: str = typer.Option(_D.model, "--model", "-m", help="Registry name, local model dir or hub id."),
+    served_name: str = typer.Option(None, "--served-name", help="Model id clients ask for (default: --model)."),
+    policy: str = typer.Option(_D.policy, "--policy", help="KV eviction policy of every session."),
+    budget: str = typer.Option(str(_D.budget), "--budget", help="Per-session budget: tokens, a density, or 'none'."),
+    protocol: str = typer.Option(_D.protocol, "--protocol", help="true-eviction or re-prefill."),
+    max_sessions: int = typer.Option(_D.max_sessions, "--max-sessions", help="Most sessions kept (then HTTP 429)."),
+    max_batch: int = typer.Option(_D.max_batch, "--max-batch", help="Most sessions decoding in one forward."),
+    memory_cap: str = typer.Option(None, "--memory-cap", help="KV bytes of resident sessions, e.g. 2GiB (none)."),
+    park: str = typer.Option(_D.park, "--park", help="Where idle sessions go under the cap: disk or host."),
+    park_dir: Path = typer.Option(None, "--park-dir", help="Folder of parked sessions (default: a temp folder)."),
+    queue_timeout: float = typer.Option(_D.queue_timeout_s, "--queue-timeout", help="Seconds a request may wait."),
+    max_new_tokens: int = typer.Option(_D.max_new_tokens, "--max-new-tokens", help="Reply length without max_tokens."),
+    seed: int = typer.Option(_D.seed, "--seed", help="Seed of new sessions (a request's seed overrides it)."),
+    device: str = typer.Option(None, "--device", help="Torch device (default: CUDA when present, else CPU)."),
+    dtype: str = typer.Option(None, "--dtype", help="bf16, fp16 or fp32 (default: bf16 where supported)."),
+    threads: int = typer.Option(None, "--threads", help="Torch CPU threads (default: all cores; 1 if busy)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every HTTP request."),
+) -> None:
+    """Serve one model to many agent sessions at /v1/chat/completions (see docs/server.md)."""
+    from kvstore.defaults import parse_budget
+    from pipeline.backends import set_threads
+    from server.app import Server
+    from server.config import parse_size
+
+    config = ServeConfig(
+        host=host, port=port, model=model, served_name=served_name, policy=policy, budget=parse_budget(budget),
+        protocol=protocol, max_sessions=max_sessions, max_batch=max_batch, memory_cap=parse_size(memory_cap),
+        park=park, park_dir=park_dir, queue_timeout_s=queue_timeout, max_new_tokens=max_new_tokens, seed=seed,
+        device=device, dtype=dtype, threads=threads,
+    )  # fmt: skip
+    set_threads(threads)
+    server = Server.load(config, verbose=verbose)
+    cap = "none" if config.memory_cap is None else f"{config.memory_cap / 2**20:.0f} MiB"
+    print(
+        f"nexus-agent serve: {config.model_id} ({policy}, budget {config.budget}, {protocol}), max {max_sessions} "
+        f"sessions, batch {max_batch}, KV cap {cap}\n  OpenAI base URL: {server.url}  (metrics: "
+        f"{server.url.removesuffix('/v1')}/metrics)",
+        flush=True,
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,113 @@
+"""One decode step of several sessions in one batched forward, each session's cache evicting exactly as alone.
+
+The caches hold different numbers of keys (ragged). For each layer, a `BatchView` layer hands every row's new key
+and value to that row's own `EvictingLayer` (which appends them, as a solo forward would), left-pads the rows'
+held keys/values to the longest into one [B, Hkv, T_max, D] batch with a mask of the real slots, and after
+attention gives each row's queries back to its own layer, which then runs its own eviction step. So every cache
+sees the same calls, in the same order, with the same tensors (up to floating-point rounding of the batched
+kernels) as in a solo decode step. Head-masking policies (per-head budgets) are not batched: decode them alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers.cache_utils import Cache
+
+import kvstore
+from kvstore import capture
+from kvstore.cache import EvictingCache
+from kvstore.errors import KVStoreError
+
+
+def can_batch(cache: EvictingCache) -> bool:
+    """True when `cache` can join a batched decode step (its policy does not mask heads)."""
+    return not cache.policy.masks_heads
+
+
+class _BatchLayer:
+    """One layer of the batch: routes rows to their own cache layers and builds the padded keys and mask."""
+
+    def __init__(self, layer_idx: int, rows: list, sdpa: bool) -> None:
+        self.layer_idx, self.rows, self.sdpa = layer_idx, rows, sdpa
+        self.mask: torch.Tensor | None = None  # [B, 1, q, T_max]: True (or 0.0) where a row has a real key
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """key_states/value_states [B, Hkv, q, D] -> padded held keys/values [B, Hkv, T_max, D]."""
+        held = [row.update(key_states[i : i + 1], value_states[i : i + 1]) for i, row in enumerate(self.rows)]
+        capture.hand_over(self.layer_idx, self)  # the attention call of this layer comes back to the batch
+        t_max = max(k.shape[-2] for k, _ in held)
+        keys = torch.cat([_left_pad(k, t_max) for k, _ in held])  # [B, Hkv, T_max, D]
+        values = torch.cat([_left_pad(v, t_max) for _, v in held])
+        real = torch.zeros(len(held), t_max, dtype=torch.bool, device=keys.device)  # [B, T_max]
+        for i, (k, _) in enumerate(held):
+            real[i, t_max - k.shape[-2] :] = True
+        q = key_states.shape[-2]
+        j = torch.arange(t_max, device=keys.device)
+        causal = j[None, :] <= (t_max - q + torch.arange(q, device=keys.device))[:, None]  # [q, T_max]
+        allowed = real[:, None, None, :] & causal[None, None]  # [B, 1, q, T_max]
+        if self.sdpa:
+            self.mask = allowed
+        else:
+            self.mask = torch.zeros(allowed.shape, dtype=keys.dtype, device=keys.device)
+            self.mask.masked_fill_(~allowed, torch.finfo(keys.dtype).min)
+        return keys, values
+
+    def head_mask(self, mask: torch.Tensor | None, query: torch.Tensor, impl: str) -> torch.Tensor:
+        return self.mask  # the rows' padding mask replaces the model's (which knows nothing of the rows)
+
+    def after_attention(self, query: torch.Tensor, scaling: float | None = None) -> None:
+        for i, row in enumerate(self.rows):
+            row.after_attention(query[i : i + 1], scaling)  # each row observes its own queries and evicts alone
+
+
+class BatchView(Cache):
+    """A transformers Cache over B evicting caches for one forward; each row is one session's cache."""
+
+    def __init__(self, caches: Sequence[EvictingCache], sdpa: bool) -> None:
+        n_layers = {len(c.layers) for c in caches}
+        if len(n_layers) != 1:
+            raise KVStoreError("caches of different models cannot share a batch")
+        layers = [_BatchLayer(i, [c.layers[i] for c in caches], sdpa) for i in range(n_layers.pop())]
+        super().__init__(layers=layers)
+        self.caches = list(caches)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return max(c.get_seq_length(layer_idx) for c in self.caches)
+
+
+@torch.inference_mode()
+def batched_decode(model: torch.nn.Module, caches: Sequence[EvictingCache], token_ids: Sequence[int]) -> torch.Tensor:
+    """Run token_ids[i] on top of caches[i] for every i in one forward; next-token logits [B, V] (float32).
+
+    Equivalent to B solo `kvstore.forward` calls (same positions, same keys seen, same eviction per cache)."""
+    if len(caches) != len(token_ids) or not caches:
+        raise KVStoreError("batched_decode needs one token per cache and at least one cache")
+    if not all(can_batch(c) for c in caches):
+        raise KVStoreError("head-masking policies cannot be batched; decode those sessions alone")
+    impl = capture.install(model)
+    if impl.removeprefix(capture.PREFIX).startswith("flash"):
+        raise KVStoreError("batched decoding needs sdpa or eager attention (a padding mask), not flash attention")
+    device = next(model.parameters()).device
+    view = BatchView(caches, sdpa=impl.endswith("sdpa"))
+    ids = torch.tensor([[t] for t in token_ids], device=device)  # [B, 1]
+    positions = torch.tensor([[c.get_seq_length()] for c in caches], device=device)  # [B, 1]
+    out = model(
+        input_ids=ids,
+        position_ids=positions,
+        # a ready 4D mask is passed through untouched by every architecture; the batch layers replace it (head_mask)
+        attention_mask=torch.ones(len(caches), 1, 1, 1, dtype=torch.bool, device=device),
+        use_cache=True,
+        logits_to_keep=1,
+        **{kvstore.cache_kwarg(model): view},
+    )
+    return out.logits[:, -1].float()
+
+
+def _left_pad(t: torch.Tensor, length: int) -> torch.Tensor:
+    """[1, H, T, D] -> [1, H, length, D] with zeros in front."""
+    pad = length - t.shape[-2]
+    if pad == 0:
+        return t
+    return torch.cat([t.new_zeros(*t.shape[:-2], pad, t.shape[-1]), t], dim=-2)

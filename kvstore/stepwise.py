@@ -1,0 +1,148 @@
+"""A reply generated one token at a time by an outside driver (e.g. a server batching many sessions).
+
+`ReplyInProgress` has exactly the effect of `Session.generate` on the session (history, cache, messages, turn
+statistics, sampling generator), split into steps: `prefill()` runs the pending tokens and picks the first token;
+while `next_input` is not None the driver runs that token through the model (alone with `step_alone()`, or in a
+batch with kvstore.batch.batched_decode) and hands the logits to `advance()`; `finish()` closes the turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+import kvstore
+from kvstore.errors import KVStoreError
+from kvstore.sampling import TextStream, check_sampling, next_token
+from kvstore.session import Reply, Session
+
+
+class ReplyInProgress:
+    """One turn of `session` being generated; see the module docstring for the order of calls."""
+
+    def __init__(
+        self,
+        session: Session,
+        max_new_tokens: int = 1024,
+        *,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        stop: Sequence[str] = (),
+        on_token: Callable[[str], None] | None = None,
+    ) -> None:
+        check_sampling(temperature, top_p)
+        if max_new_tokens < 1:
+            raise KVStoreError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        s = self.session = session
+        prompt, closing = s.renderer.generation_prompt_ids, s.renderer.end_of_turn_ids
+        room = s.max_positions - len(s.tokens) - len(prompt) - len(closing)
+        if room < 1:
+            raise KVStoreError(
+                f"no room left to generate: {len(s.tokens)} tokens of the model's {s.max_positions} positions "
+                "are used; start a new session"
+            )
+        s._grow(prompt)
+        self.temperature, self.top_p = temperature, top_p
+        self.limit = min(max_new_tokens, room)
+        self.stream = TextStream(s.renderer.decode, stop, on_token)
+        self.prompt_tokens = len(s.tokens)  # the conversation the reply continues (generation prompt included)
+        self.finish_reason: str | None = None
+        self.next_input: int | None = None  # the chosen token the model has not seen yet (None once finished)
+        self.prefill_tokens = 0
+        self._t = [0.0, 0.0]
+
+    def prefill(self) -> None:
+        """Run the pending tokens (the whole history under re-prefill) and choose the first reply token."""
+        s = self.session
+        if s.config.protocol == "re-prefill":
+            s.cache, s.prefilled = s.new_cache(), 0
+        self._before = s.cache.stats()
+        self._t[0] = s._now()
+        self.prefill_tokens = len(s.tokens) - s.prefilled
+        with self._guard():
+            if self.prefill_tokens:
+                ids = torch.tensor([s.tokens[s.prefilled :]], device=s.device)  # [1, pending]
+                s._logits = kvstore.prefill(s.model, s.cache, ids, s.config.chunk_size)[0]  # [V]
+                s.prefilled = len(s.tokens)
+        self._t[1] = s._now()
+        self._choose(s._logits)
+
+    def step_alone(self) -> None:
+        """Run `next_input` through the model for this session only, then choose the next token."""
+        s = self.session
+        with self._guard():
+            logits = kvstore.forward(s.model, s.cache, torch.tensor([[self.next_input]], device=s.device))[0, -1]
+        self.advance(logits)
+
+    def advance(self, logits: torch.Tensor) -> None:
+        """The model has seen `next_input` (its next-token logits [V] given): choose the next token."""
+        self.session.prefilled += 1
+        self._choose(logits)
+
+    def _choose(self, logits: torch.Tensor) -> None:
+        """Session._decode's loop body: pick a token, append it, decide whether the reply is over."""
+        s, stream = self.session, self.stream
+        token = next_token(logits, self.temperature, self.top_p, s.generator)
+        s.tokens.append(token)
+        self.next_input = None
+        if token in s.eos_ids:
+            stream.ids.append(token)
+            self.finish_reason = "eos"
+        elif stream.push(token):
+            self.finish_reason = "stop"
+        elif len(stream.ids) >= self.limit:
+            self.finish_reason = "length"
+        else:
+            self.next_input = token
+            return
+        stream.flush()
+
+    def finish(self) -> Reply:
+        """Close the turn (end-of-turn tokens, the assistant message, the turn's statistics); the reply."""
+        s = self.session
+        if self.finish_reason is None:
+            raise KVStoreError("the reply is not finished (next_input is still pending)")
+        stats = s._stats(
+            self._before, s.cache.stats(), self.prefill_tokens, len(self.stream.ids), *self._durations(s._now())
+        )
+        s.turns.append(stats)
+        text = self._close()
+        return Reply(text=text, token_ids=list(self.stream.ids), finish_reason=self.finish_reason, stats=stats)
+
+    def abort(self) -> None:
+        """Give up mid-reply (a failed forward, a client gone): reset the cache, keep the history a conversation."""
+        s = self.session
+        s.cache, s.prefilled = s.new_cache(), 0
+        self.finish_reason = self.finish_reason or "abort"
+        self.next_input = None
+        self._close()
+
+    def _close(self) -> str:
+        s, ids = self.session, list(self.stream.ids)
+        text = s.renderer.decode(ids[:-1] if self.finish_reason == "eos" else ids)
+        s.tokens.extend(s.renderer.end_of_reply(ids))
+        s.messages.append({"role": "assistant", "content": text})
+        return text
+
+    def _durations(self, now: float) -> tuple[float, float]:
+        return self._t[1] - self._t[0], now - self._t[1]
+
+    def _guard(self):
+        return _ResetOnError(self)
+
+
+class _ResetOnError:
+    """A forward cut short may leave some layers ahead of others: start the cache over from the token history."""
+
+    def __init__(self, reply: ReplyInProgress) -> None:
+        self.reply = reply
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None:
+            s = self.reply.session
+            s.cache, s.prefilled = s.new_cache(), 0
+        return False

@@ -1,0 +1,94 @@
+"""The server object: one model, the session registry, the scheduler thread and the HTTP listener, wired together.
+
+server = Server(model, tokenizer, ServeConfig(port=0)).start()   # or Server.load(config) by model name
+... server.url ...                                              # http://127.0.0.1:PORT/v1
+server.close()
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from server.api import ChatRequest
+from server.batching import Job, Scheduler
+from server.config import ServeConfig
+from server.http import make_http_server
+from server.metrics import Metrics
+from server.sessions import Registry
+
+
+class Server:
+    """Serves one loaded model to many sessions over the OpenAI-compatible API."""
+
+    def __init__(self, model, tokenizer, config: ServeConfig, verbose: bool = False) -> None:
+        self.config, self.verbose = config, verbose
+        self.started = time.time()
+        self.registry = Registry(config)
+        self.metrics = Metrics()
+        self.scheduler = Scheduler(model, tokenizer, config, self.registry, self.metrics)
+        self.httpd = make_http_server(self)
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def load(cls, config: ServeConfig, verbose: bool = False) -> Server:
+        """Load `config.model` through kvstore's registry and build the server on it."""
+        from kvstore.models import load_model
+
+        model, tokenizer, _ = load_model(config.model, device=config.device, dtype=config.dtype)
+        return cls(model, tokenizer, config, verbose)
+
+    @property
+    def port(self) -> int:
+        return self.httpd.server_address[1]
+
+    @property
+    def url(self) -> str:
+        """The base URL clients use (OpenAI's base_url)."""
+        return f"http://{self.config.host}:{self.port}/v1"
+
+    def start(self) -> Server:
+        """Start the scheduler and serve HTTP in a background thread."""
+        self.scheduler.start()
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="nexus-http", daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        """Start the scheduler and serve HTTP in this thread until interrupted."""
+        self.scheduler.start()
+        try:
+            self.httpd.serve_forever()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self.httpd.shutdown()
+            self._thread = None
+        self.httpd.server_close()
+        self.scheduler.stop()
+        self.registry.shutdown()
+
+    def submit(self, req: ChatRequest) -> Job:
+        """Find or open the request's session and queue its turn (ServeError: refused, e.g. too many sessions)."""
+        entry, known = self.registry.claim(req.messages, req.session_id, req.seed)
+        job = Job(
+            entry=entry, messages=req.messages[known:], max_new_tokens=req.max_new_tokens,
+            temperature=req.temperature, top_p=req.top_p, stop=req.stop, continued=bool(entry.transcript),
+        )  # fmt: skip
+        self.scheduler.submit(job)
+        return job
+
+    def metrics_text(self) -> str:
+        return self.metrics.render(self.registry.counts(), self.config.memory_cap, self.scheduler.queued)
+
+    def sessions_info(self) -> list[dict[str, Any]]:
+        with self.registry.lock:
+            entries = list(self.registry.entries.values())
+        return [
+            {"id": e.id, "object": "session", "state": e.state, "messages": len(e.transcript),
+             "history_tokens": e.history_tokens, "held_bytes": e.held_bytes, "restores": e.restores}
+            for e in entries
+        ]  # fmt: skip

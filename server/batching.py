@@ -1,0 +1,281 @@
+"""The scheduler: the one thread that runs the model, batching the decode steps of every active session.
+
+Each loop: take new requests; admit at most one waiting request (park idle sessions if its KV peak does not fit
+under the memory cap, else it keeps waiting, and a request that can never fit is refused) and prefill it; then one
+decode step for all active sessions in one batched forward (kvstore.batch), each session evicting on its own.
+So a newcomer's prefill is interleaved between the decode steps of the others.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kvstore.errors import KVStoreError
+from server.config import ServeConfig, ServeError
+from server.memory import bytes_per_token, cache_bytes, peak_tokens
+from server.messages import Said, cut_at_stop
+from server.metrics import Metrics
+from server.parking import park, restore
+from server.sessions import Entry, Registry
+
+FINISH = {"eos": "stop", "stop": "stop", "length": "length"}  # kvstore finish reason -> OpenAI's
+
+
+@dataclass
+class Job:
+    """One chat-completion request on its way through the scheduler."""
+
+    entry: Entry
+    messages: list[dict[str, str]]  # the messages the session has not seen yet
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    stop: tuple[str, ...]
+    continued: bool  # the session had earlier turns
+    events: queue.Queue = field(default_factory=queue.Queue)  # ("text", str) | ("done", dict) | ("error", ServeError)
+    submitted: float = field(default_factory=time.monotonic)
+    reply: Any = None  # the kvstore ReplyInProgress once started
+    reserved: int = 0  # KV bytes admission set aside for this turn's peak
+    restored: bool = False
+    cancelled: bool = False  # the client went away
+    started: float = 0.0
+    batch_rows: int = 0  # sum over this reply's decode steps of the batch size
+
+
+class Scheduler(threading.Thread):
+    """Owns the model; HTTP threads `submit` jobs and read each job's events."""
+
+    def __init__(self, model, tokenizer, config: ServeConfig, registry: Registry, metrics: Metrics) -> None:
+        super().__init__(name="nexus-scheduler", daemon=True)
+        from kvstore.session import Session, SessionConfig
+
+        self.model, self.tokenizer, self.config = model, tokenizer, config
+        self.registry, self.metrics = registry, metrics
+        self.session_config = SessionConfig(
+            model=config.model, policy=config.policy, budget=config.budget, protocol=config.protocol,
+            seed=config.seed, chunk_size=config.chunk_size, device=config.device, dtype=config.dtype,
+        )  # fmt: skip
+        self.reference = Session(model, tokenizer, self.session_config)  # renders and sizes turns, never runs
+        self.per_token = bytes_per_token(model)
+        # a padding mask needs sdpa or eager attention: flash-attention models decode one session at a time
+        self.batch_ok = config.max_batch > 1 and "flash" not in model.config._attn_implementation
+        self.inbox: queue.Queue[Job] = queue.Queue()
+        self.waiting: list[Job] = []
+        self.active: list[Job] = []
+        self._stop = threading.Event()
+
+    def submit(self, job: Job) -> None:
+        self.inbox.put(job)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.inbox.put(None)  # wake the loop
+
+    @property
+    def queued(self) -> int:
+        return len(self.waiting) + self.inbox.qsize()
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            self._take(block=not self.active and not self.waiting)
+            self._admit()
+            self._expire_waiting()
+            if self.active:
+                self._step()
+            elif self.waiting:
+                time.sleep(0.005)
+
+    # --- intake and admission ---------------------------------------------------------------------------------------
+    def _take(self, block: bool) -> None:
+        try:
+            job = self.inbox.get(timeout=0.5) if block else self.inbox.get_nowait()
+            while True:
+                if job is not None:
+                    self.waiting.append(job)
+                job = self.inbox.get_nowait()
+        except queue.Empty:
+            return
+
+    def _expire_waiting(self) -> None:
+        now = time.monotonic()
+        for job in [j for j in self.waiting if j.cancelled or now - j.submitted > self.config.queue_timeout_s]:
+            self.waiting.remove(job)
+            self._fail(job, ServeError(
+                f"server busy: waited {now - job.submitted:.0f} s for KV memory or a batch slot "
+                f"({len(self.active)} sessions decoding); retry later", 503, "server_busy",
+            ))  # fmt: skip
+
+    def _admit(self) -> None:
+        """Start the first waiting job if a batch slot and its KV memory are free (FIFO, so no one starves)."""
+        if not self.waiting or len(self.active) >= self.config.max_batch:
+            return
+        job = self.waiting.pop(0)
+        try:
+            if not self._make_room(job):
+                self.waiting.insert(0, job)
+                return
+            self._start(job)
+        except ServeError as exc:
+            self._fail(job, exc)
+        except KVStoreError as exc:  # a conversation the model cannot take (too long, unrenderable)
+            self._fail(job, ServeError(str(exc), 400))
+        except Exception as exc:  # noqa: BLE001 - a request must never take the scheduler down
+            self._fail(job, _internal(exc))
+
+    def _make_room(self, job: Job) -> bool:
+        """Reserve the job's KV peak under the cap, parking idle sessions (least recently used first)."""
+        cap = self.config.memory_cap
+        job.reserved = self._peak_bytes(job)
+        if cap is None:
+            return True
+        if job.reserved > cap:
+            raise ServeError(
+                f"this request needs up to {job.reserved / 2**20:.1f} MiB of KV cache, more than the server's whole "
+                f"memory cap of {cap / 2**20:.1f} MiB; send a shorter conversation or fewer max_tokens", 503,
+                "kv_memory_exceeded",
+            )  # fmt: skip
+        idle = [e for e in self.registry.idle_resident() if e is not job.entry]
+        in_use = sum(j.reserved for j in self.active) + sum(e.held_bytes for e in idle)
+        while in_use + job.reserved > cap and idle:
+            victim = idle.pop(0)
+            in_use -= victim.held_bytes
+            park(victim, self.config.park, self.registry.park_dir)
+            self.metrics.add("sessions_parked_total")
+        return in_use + job.reserved <= cap
+
+    def _peak_bytes(self, job: Job) -> int:
+        entry, ref = job.entry, self.reference
+        session = entry.session
+        history = len(session.tokens) if session is not None else entry.history_tokens
+        new = len(ref.renderer.encode_messages(job.messages, first=history == 0)) + len(
+            ref.renderer.generation_prompt_ids
+        )
+        if self.config.protocol == "re-prefill":
+            new, history = new + history, 0
+        cache = session.cache if session is not None and session.cache is not None else ref.cache
+        tokens = peak_tokens(cache, history, new, job.max_new_tokens, self.config.chunk_size)
+        return tokens * self.per_token
+
+    # --- turns ------------------------------------------------------------------------------------------------------
+    def _start(self, job: Job) -> None:
+        from kvstore.session import Session
+        from kvstore.stepwise import ReplyInProgress
+
+        entry = job.entry
+        job.started = time.monotonic()
+        if entry.parked is not None:
+            restore(entry, self.model, self.tokenizer, self._config_of(entry))
+            job.restored = True
+            self.metrics.add("sessions_restored_total")
+        if entry.session is None:
+            entry.session = Session(self.model, self.tokenizer, self._config_of(entry))
+        self.active.append(job)
+        entry.session.append(job.messages)
+        job.reply = ReplyInProgress(
+            entry.session, job.max_new_tokens, temperature=job.temperature, top_p=job.top_p, stop=job.stop,
+            on_token=lambda piece: job.events.put(("text", piece)),
+        )  # fmt: skip
+        t0 = time.perf_counter()
+        job.reply.prefill()
+        self.metrics.add("prefill_seconds_total", time.perf_counter() - t0)
+        self.metrics.add("tokens_prefilled_total", job.reply.prefill_tokens)
+        self.metrics.add("tokens_generated_total", 1)
+        if job.reply.next_input is None:
+            self._finish(job)
+
+    def _config_of(self, entry: Entry):
+        return replace(self.session_config, seed=entry.seed)
+
+    def _step(self) -> None:
+        """One decode step of every active reply: batched where the caches allow, else one by one."""
+        from kvstore.batch import batched_decode, can_batch
+
+        t0 = time.perf_counter()
+        rows = [j for j in self.active if j.reply.next_input is not None and not j.cancelled]
+        batch = [j for j in rows if self.batch_ok and can_batch(j.entry.session.cache)]
+        alone = [j for j in rows if j not in batch or len(batch) == 1]
+        batch = [j for j in batch if j not in alone]
+        try:
+            if batch:
+                logits = batched_decode(
+                    self.model, [j.entry.session.cache for j in batch], [j.reply.next_input for j in batch]
+                )
+                for j, row in zip(batch, logits, strict=True):
+                    j.reply.advance(row)
+            for j in alone:
+                j.reply.step_alone()
+        except Exception as exc:  # noqa: BLE001 - every reply of the failed step is lost, the server lives on
+            for j in rows:
+                self._abort(j, _internal(exc))
+            return
+        for j in rows:
+            j.batch_rows += len(rows)
+        self.metrics.decoded(len(rows), len(rows))
+        self.metrics.add("decode_seconds_total", time.perf_counter() - t0)
+        for j in list(self.active):
+            if j.cancelled:
+                self._abort(j, None)
+            elif j.reply.next_input is None:
+                self._finish(j)
+
+    def _finish(self, job: Job) -> None:
+        entry, session = job.entry, job.entry.session
+        try:
+            reply = job.reply.finish()
+        except KVStoreError as exc:
+            self._abort(job, ServeError(str(exc), 500, "internal_error"))
+            return
+        self.active.remove(job)
+        entry.held_bytes = cache_bytes(session.cache)
+        entry.history_tokens = len(session.tokens)
+        text = cut_at_stop(reply.text, job.stop) if reply.finish_reason == "stop" else reply.text
+        said = [Said(m["role"], m["content"]) for m in job.messages] + [Said("assistant", text, job.stop)]
+        self.registry.release(entry, said)
+        self.metrics.add("turns_total")
+        job.events.put(("done", self._result(job, reply, text)))
+
+    def _result(self, job: Job, reply, text: str) -> dict[str, Any]:
+        completion = len(reply.token_ids)
+        steps = max(1, completion - 1)
+        return {
+            "text": text,
+            "finish_reason": FINISH[reply.finish_reason],
+            "prompt_tokens": job.reply.prompt_tokens,
+            "completion_tokens": completion,
+            "cached_tokens": job.reply.prompt_tokens - reply.stats.prefill_tokens,
+            "nexus": {
+                "session_id": job.entry.id,
+                "continued": job.continued,
+                "restored": job.restored,
+                "queue_s": round(job.started - job.submitted, 4),
+                "mean_batch": round(job.batch_rows / steps, 2) if completion > 1 else 1.0,
+                "turn": reply.stats.to_dict(),
+            },
+        }
+
+    def _abort(self, job: Job, error: ServeError | None) -> None:
+        """A reply cut short: its session is closed (its history no longer matches what the client saw)."""
+        if job in self.active:
+            self.active.remove(job)
+        if job.reply is not None and job.reply.finish_reason is None:
+            job.reply.abort()
+        self.registry.release(job.entry, None)
+        if error is not None:
+            job.events.put(("error", error))
+
+    def _fail(self, job: Job, error: ServeError) -> None:
+        if job in self.active:
+            self._abort(job, error)
+            return
+        self.registry.release(job.entry, None if job.reply is not None or not job.entry.transcript else [])
+        job.events.put(("error", error))
+
+
+def _internal(exc: Exception) -> ServeError:
+    traceback.print_exc()
+    return ServeError(f"internal error: {type(exc).__name__}: {exc}", 500, "internal_error")

@@ -1,0 +1,75 @@
+"""The configuration of `nexus-agent serve`, every default defined once, and the parsing of its size flags."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from kvstore.defaults import DEFAULT_MODEL, DEFAULT_POLICY, DEFAULT_PROTOCOL, DEFAULT_SESSION_BUDGET
+from kvstore.errors import KVStoreError
+
+_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20}
+_UNITS |= {"g": 2**30, "gb": 2**30, "gib": 2**30}
+PARK_MODES = ("disk", "host")
+
+
+class ServeError(KVStoreError):
+    """The server cannot start as asked (a bad flag) or a request cannot be served (an HTTP error with a message)."""
+
+    def __init__(self, message: str, status: int = 400, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.kind = status, kind
+
+
+@dataclass
+class ServeConfig:
+    """What one server process holds and how it shares it among sessions."""
+
+    host: str = "127.0.0.1"  # interface to listen on
+    port: int = 8000  # TCP port (0: any free port)
+    model: str = DEFAULT_MODEL  # registry name, local model directory or hub id (one model per server)
+    served_name: str | None = None  # the model id clients ask for (None: the --model value)
+    policy: str = DEFAULT_POLICY  # KV eviction policy of every session (kvstore.POLICIES)
+    budget: int | float | None = DEFAULT_SESSION_BUDGET  # per session: tokens per layer, a density, None = never evict
+    protocol: str = DEFAULT_PROTOCOL  # "true-eviction" (one cache per session) or "re-prefill"
+    seed: int = 0  # seed of each new session's cache and sampling (a request's "seed" overrides it for new sessions)
+    chunk_size: int = 512  # prefill chunk in tokens
+    device: str | None = None  # torch device (None: CUDA when present, else CPU)
+    dtype: str | None = None  # "bf16" | "fp16" | "fp32" (None: bf16 where supported, else fp32)
+    threads: int | None = None  # torch CPU threads (None: all cores, 1 on a busy machine)
+    max_sessions: int = 64  # most sessions kept (resident + parked); more is refused with HTTP 429
+    max_batch: int = 16  # most sessions decoding in one batched forward; more wait their turn
+    memory_cap: int | None = None  # bytes of KV all resident sessions may hold (None: no cap); idle ones are parked
+    park: str = "disk"  # where idle sessions go under memory pressure: "disk" (session files) or "host" (CPU RAM)
+    park_dir: Path | None = None  # folder of parked session files (None: a temporary folder)
+    queue_timeout_s: float = 120.0  # seconds a request may wait for memory or a batch slot before HTTP 503
+    session_ttl_s: float = 3600.0  # idle sessions older than this are closed (their memory and files freed)
+    max_new_tokens: int = 1024  # reply length when a request gives no max_tokens
+
+    def __post_init__(self) -> None:
+        if self.park not in PARK_MODES:
+            raise ServeError(f"--park {self.park!r}: use one of {', '.join(PARK_MODES)}")
+        for name in ("max_sessions", "max_batch", "max_new_tokens", "chunk_size"):
+            if getattr(self, name) < 1:
+                raise ServeError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.memory_cap is not None and self.memory_cap < 1:
+            raise ServeError(f"memory cap must be positive, got {self.memory_cap}")
+
+    @property
+    def model_id(self) -> str:
+        return self.served_name or self.model
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+
+
+def parse_size(text: str | None) -> int | None:
+    """A byte size: "none", a number of bytes, or a number with a unit (512MiB, 2G, 300k)."""
+    if text is None or text.strip().lower() in ("", "none"):
+        return None
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ServeError(f"size {text!r}: give bytes or a number with a unit, e.g. 512MiB, 2GiB, 300k")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])

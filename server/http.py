@@ -1,0 +1,160 @@
+"""The HTTP side (stdlib, one thread per connection): /v1/chat/completions (JSON or SSE), /v1/models, /metrics,
+/health, /v1/sessions (list, DELETE one). Each request is parsed here, matched to its session by the registry and
+handed to the scheduler, whose events (text pieces, the result, an error) this thread turns into the answer."""
+
+from __future__ import annotations
+
+import json
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+from server import api
+from server.batching import Job
+from server.config import ServeError
+
+if TYPE_CHECKING:
+    from server.app import Server
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _HTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the http.server signature
+        if self.server.app.verbose:
+            super().log_message(format, *args)
+
+    # --- routes ---------------------------------------------------------------------------------------------------
+    def do_GET(self) -> None:  # noqa: N802 - the http.server API
+        app = self.server.app
+        path = self.path.split("?")[0].rstrip("/")
+        if path in ("/v1/models", "/models"):
+            self._json(200, api.models(app.config, app.started))
+        elif path == "/metrics":
+            self._send(200, app.metrics_text().encode(), "text/plain; version=0.0.4")
+        elif path == "/health":
+            self._json(200, {"status": "ok", "model": app.config.model_id})
+        elif path == "/v1/sessions":
+            self._json(200, {"object": "list", "data": app.sessions_info()})
+        else:
+            self._error(ServeError(f"no route GET {path}", 404, "not_found"))
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        path = self.path.rstrip("/")
+        if not path.startswith("/v1/sessions/"):
+            self._error(ServeError(f"no route DELETE {path}", 404, "not_found"))
+            return
+        sid = path.rsplit("/", 1)[1]
+        try:
+            found = self.server.app.registry.close(sid)
+        except ServeError as exc:
+            self._error(exc)
+            return
+        if found:
+            self._json(200, {"id": sid, "object": "session", "deleted": True})
+        else:
+            self._error(ServeError(f"no session {sid}", 404, "not_found"))
+
+    def do_POST(self) -> None:  # noqa: N802
+        path = self.path.split("?")[0].rstrip("/")
+        if path not in ("/v1/chat/completions", "/chat/completions"):
+            self._error(ServeError(f"no route POST {path}", 404, "not_found"))
+            return
+        app = self.server.app
+        try:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
+            req = api.parse_request(body, self.headers.get(api.SESSION_HEADER), app.config)
+            job = app.submit(req)
+        except json.JSONDecodeError:
+            self._error(ServeError("the request body is not valid JSON"))
+            return
+        except ServeError as exc:
+            self._error(exc)
+            return
+        (self._stream if req.stream else self._complete)(job, req)
+
+    # --- chat completions ---------------------------------------------------------------------------------------
+    def _complete(self, job: Job, req: api.ChatRequest) -> None:
+        while True:
+            kind, value = job.events.get()
+            if kind == "done":
+                self._count(200)
+                headers = {api.SESSION_HEADER: job.entry.id}
+                self._json(200, api.completion(api.new_id(), self.server.app.config.model_id, value), headers)
+                return
+            if kind == "error":
+                self._error(value)
+                return
+
+    def _stream(self, job: Job, req: api.ChatRequest) -> None:
+        cid, model = api.new_id(), self.server.app.config.model_id
+        trim = api.StopTrimmer(req.stop)
+        kind, value = job.events.get()
+        if kind == "error":
+            self._error(value)
+            return
+        self._count(200)
+        self.send_response(200)
+        for name, val in (("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"),
+                          ("Connection", "close"), (api.SESSION_HEADER, job.entry.id)):  # fmt: skip
+            self.send_header(name, val)
+        self.end_headers()
+        self.close_connection = True
+        try:
+            self._event(api.chunk(cid, model, {"role": "assistant", "content": ""}))
+            while kind == "text":
+                if piece := trim.feed(value):
+                    self._event(api.chunk(cid, model, {"content": piece}))
+                kind, value = job.events.get()
+            if kind == "error":
+                self._event(api.error_body(value))
+                return
+            if piece := trim.rest():
+                self._event(api.chunk(cid, model, {"content": piece}))
+            self._event(api.chunk(cid, model, {}, value["finish_reason"], nexus=value["nexus"]))
+            if req.include_usage:
+                self._event(api.chunk(cid, model, None, usage=api.usage(value)))
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            job.cancelled = True  # the scheduler drops the reply and the session
+
+    def _event(self, data: dict[str, Any]) -> None:
+        self.wfile.write(b"data: " + json.dumps(data).encode() + b"\n\n")
+        self.wfile.flush()
+
+    # --- plumbing -------------------------------------------------------------------------------------------------
+    def _json(self, status: int, data: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        self._send(status, json.dumps(data).encode(), "application/json", headers)
+
+    def _error(self, exc: ServeError) -> None:
+        self._count(exc.status)
+        headers = {"Retry-After": "5"} if exc.status in (429, 503) else None
+        self._json(exc.status, api.error_body(exc), headers)
+
+    def _count(self, status: int) -> None:
+        if self.command == "POST":
+            self.server.app.metrics.request(status)
+
+    def _send(self, status: int, data: bytes, ctype: str, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    app: Server
+
+
+def make_http_server(app: Server) -> _HTTPServer:
+    try:
+        httpd = _HTTPServer((app.config.host, app.config.port), Handler)
+    except OSError as exc:
+        raise ServeError(f"cannot listen on {app.config.host}:{app.config.port}: {exc.strerror or exc}") from None
+    httpd.app = app
+    return httpd

@@ -1,0 +1,200 @@
+"""Per-step resource limits: what one sandbox command may use, and the cgroup that enforces it on the host.
+
+Every isolating backend takes a `StepLimits`: docker maps it onto the container (pids, memory, CPUs) and the
+host-side output reader; bubblewrap puts each command into a fresh cgroup when the caller may create one (root,
+cgroup v2 or v1 with the pids and memory controllers) and always sets rlimits inside the sandbox. A process
+limit by rlimit does not bind processes of host root (the kernel exempts uid 0), so as root the cgroup is what
+stops a fork bomb; `StepCgroup.create` returns None where no cgroup can be made and the sandbox says so.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+_PARENT = "nexus-agent"  # the cgroup (per hierarchy) holding every step's cgroup
+
+
+@dataclass
+class StepLimits:
+    """What one command in a sandbox may use; every field None means unlimited."""
+
+    pids: int | None = 1024  # processes and threads alive at once
+    memory_mb: int | None = 8192  # memory of the whole step (cgroup), else of each process (RLIMIT_AS)
+    cpus: float | None = None  # CPU share (1.0 = one core) where a cgroup or docker enforces it
+    cpu_s: int | None = 3600  # CPU seconds of each process (RLIMIT_CPU)
+    file_mb: int | None = 4096  # largest file a process may write (RLIMIT_FSIZE)
+    output_bytes: int = 32 << 20  # most output the host reads from one command; past it the command is killed
+
+    def ulimit_prelude(self, memory_by_rlimit: bool) -> str:
+        """bash `ulimit` commands run before a sandboxed command (hard and soft limits: it cannot raise them)."""
+        parts = []
+        if self.pids is not None:
+            parts.append(f"-u {int(self.pids)}")
+        if self.memory_mb is not None and memory_by_rlimit:
+            parts.append(f"-v {int(self.memory_mb) * 1024}")
+        if self.cpu_s is not None:
+            parts.append(f"-t {int(self.cpu_s)}")
+        if self.file_mb is not None:
+            parts.append(f"-f {int(self.file_mb) * 2048}")  # 512-byte blocks
+        return "".join(f"ulimit {p} || exit 126; " for p in parts)
+
+
+class StepCgroup:
+    """A fresh cgroup for one command: processes and memory capped, everything in it killed at the end."""
+
+    def __init__(self, dirs: list[Path], v2: bool) -> None:
+        self.dirs = dirs  # one per hierarchy (v2: one; v1: pids, memory, cpu)
+        self.v2 = v2
+
+    @classmethod
+    def create(cls, limits: StepLimits) -> StepCgroup | None:
+        """A new step cgroup with `limits`, or None when this process cannot make one (not root, not mounted)."""
+        if os.geteuid() != 0:
+            return None
+        name = f"step-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        _sweep_once()
+        try:
+            if (CGROUP_ROOT / "cgroup.controllers").is_file():
+                return _create_v2(name, limits)
+            return _create_v1(name, limits)
+        except OSError:
+            return None
+
+    def enter_argv(self, argv: list[str]) -> list[str]:
+        """argv run inside this cgroup: a shell moves itself in, then execs argv (so nothing escapes the move)."""
+        moves = " && ".join(f"echo $$ > {shlex.quote(str(d / 'cgroup.procs'))}" for d in self.dirs)
+        return ["/bin/sh", "-c", f'{moves} && exec "$@"', "nexus-step", *argv]
+
+    def memory_exhausted(self) -> bool:
+        """Whether the kernel OOM-killed something in this cgroup."""
+        for d in self.dirs:
+            for name, key in (("memory.events", "oom_kill"), ("memory.oom_control", "oom_kill")):
+                try:
+                    lines = (d / name).read_text().splitlines()
+                except OSError:
+                    continue
+                counts = dict(line.split()[:2] for line in lines if len(line.split()) >= 2)
+                if int(counts.get(key, "0")) > 0:
+                    return True
+        return False
+
+    def destroy(self) -> None:
+        """Kill every process left in the cgroup, then remove it."""
+        deadline = time.monotonic() + 10
+        for d in self.dirs:
+            if self.v2:
+                _write(d / "cgroup.kill", "1")
+            while time.monotonic() < deadline:
+                pids = _procs(d)
+                if not pids:
+                    break
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                time.sleep(0.02)
+        for d in self.dirs:
+            while True:
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # busy for a moment after the last process died
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.02)
+
+
+def _create_v2(name: str, limits: StepLimits) -> StepCgroup:
+    """Under /sys/fs/cgroup/nexus-agent. The root must hand pids and memory down: enabling them there works on a
+    host; inside a container whose cgroup holds processes it only works if they are enabled already."""
+    wanted = {"pids", "memory"} | ({"cpu"} if limits.cpus else set())
+    available = set((CGROUP_ROOT / "cgroup.controllers").read_text().split())
+    _write(CGROUP_ROOT / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted & available))
+    parent = CGROUP_ROOT / _PARENT
+    parent.mkdir(exist_ok=True)
+    handed_down = set((parent / "cgroup.controllers").read_text().split())
+    if not {"pids", "memory"} <= handed_down:
+        raise OSError("the pids and memory controllers are not available to child cgroups")
+    _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted & handed_down), check=True)
+    step = parent / name
+    step.mkdir()
+    group = StepCgroup([step], v2=True)
+    try:
+        if limits.pids is not None:
+            _write(step / "pids.max", str(limits.pids), check=True)
+        if limits.memory_mb is not None:
+            _write(step / "memory.max", str(limits.memory_mb << 20), check=True)
+            _write(step / "memory.swap.max", "0")
+        if limits.cpus:
+            _write(step / "cpu.max", f"{int(limits.cpus * 100000)} 100000")
+    except OSError:
+        group.destroy()
+        raise
+    return group
+
+
+def _create_v1(name: str, limits: StepLimits) -> StepCgroup:
+    if not (CGROUP_ROOT / "pids" / "cgroup.procs").is_file() or not (CGROUP_ROOT / "memory" / "cgroup.procs").is_file():
+        raise OSError("no cgroup v1 pids and memory hierarchies")
+    controllers = ["pids", "memory"] + (["cpu"] if limits.cpus and (CGROUP_ROOT / "cpu").is_dir() else [])
+    dirs = []
+    for c in controllers:
+        (CGROUP_ROOT / c / _PARENT).mkdir(exist_ok=True)
+        (CGROUP_ROOT / c / _PARENT / name).mkdir()
+        dirs.append(CGROUP_ROOT / c / _PARENT / name)
+    group = StepCgroup(dirs, v2=False)
+    try:
+        pids, memory = dirs[0], dirs[1]
+        if limits.pids is not None:
+            _write(pids / "pids.max", str(limits.pids), check=True)
+        if limits.memory_mb is not None:
+            _write(memory / "memory.limit_in_bytes", str(limits.memory_mb << 20), check=True)
+            _write(memory / "memory.memsw.limit_in_bytes", str(limits.memory_mb << 20))
+        if limits.cpus and len(dirs) > 2:
+            _write(dirs[2] / "cpu.cfs_period_us", "100000")
+            _write(dirs[2] / "cpu.cfs_quota_us", str(int(limits.cpus * 100000)))
+    except OSError:
+        group.destroy()
+        raise
+    return group
+
+
+_swept = False
+
+
+def _sweep_once() -> None:
+    """Remove the step cgroups of processes killed before they could (empty once their processes are gone)."""
+    global _swept
+    if _swept:
+        return
+    _swept = True
+    for parent in (CGROUP_ROOT / _PARENT, *(CGROUP_ROOT / c / _PARENT for c in ("pids", "memory", "cpu"))):
+        for step in parent.glob("step-*-*") if parent.is_dir() else ():
+            pid = step.name.split("-")[1]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                StepCgroup([step], v2=parent.parent == CGROUP_ROOT).destroy()
+
+
+def _write(path: Path, value: str, check: bool = False) -> None:
+    try:
+        path.write_text(value)
+    except OSError:
+        if check:
+            raise
+
+
+def _procs(d: Path) -> list[int]:
+    try:
+        return [int(p) for p in (d / "cgroup.procs").read_text().split()]
+    except OSError:
+        return []

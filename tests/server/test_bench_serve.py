@@ -1,0 +1,28 @@
+"""`bench serve` on the tiny model (fp32, so batched and serial replies must agree): every phase measured side by
+side, batches formed, and nexus at 20% fits more sessions under the KV cap than the full cache."""
+
+from __future__ import annotations
+
+import torch
+from sessionlib import qwen_tokenizer, tiny_chat_model
+
+from benchmarks.serve import ServePlan, print_report, run_bench
+
+
+def test_bench_serve_quick_plan_on_the_tiny_model() -> None:
+    torch.set_num_threads(1)
+    plan = ServePlan(clients=(1, 4), turns=2, prompt_tokens=500, obs_tokens=30, reply_tokens=8, fit_cap_mib=1.5,
+                     fit_max=10)  # fmt: skip
+    result = run_bench(tiny_chat_model(), qwen_tokenizer(), "tiny-qwen3", plan)
+    print_report(result)
+    assert [p["clients"] for p in result["phases"]] == [1, 4]
+    for p in result["phases"]:
+        assert p["same_replies"]  # greedy, fp32: batching changes no token
+        assert p["batched"]["completion_tokens"] == p["serial"]["completion_tokens"] > 0
+        assert p["serial"]["mean_batch"] == 1.0
+        assert 0 < p["batched"]["ttft_mean_s"] <= p["batched"]["ttft_max_s"]
+    assert result["phases"][1]["batched"]["mean_batch"] > 1.5  # four sessions decoded together
+    nexus, full = result["fit"]
+    assert full["hit_cap"] and 1 <= full["sessions"] < nexus["sessions"]
+    assert nexus["mean_held_bytes"] < 0.5 * full["mean_held_bytes"]
+    assert result["fit_ratio"] == nexus["sessions"] / full["sessions"]

@@ -1,0 +1,33 @@
+"""`nexus-agent eval --server URL`: two workers share one served model; each task is one server session."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TASKS = ("nexus-demo__semver-lite-1", "nexus-demo__iniconf-1")
+
+
+def test_eval_workers_share_one_server(make_server, tmp_path: Path) -> None:
+    server = make_server()
+    out = tmp_path / "run"
+    args = ["eval", "--server", server.url, "--out", str(out), "--instances", ",".join(TASKS), "--workers", "2"]
+    args += ["--sandbox", "local", "--max-steps", "2", "--temperature", "0", "--max-new-tokens", "16"]
+    env = {**os.environ, "NEXUS_AGENT_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1", "NO_COLOR": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", "from cli.app import main; main()", *args],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["finished"] == 2
+    sessions = set()
+    for task in TASKS:
+        steps = [json.loads(line) for line in (out / task / "trajectory.jsonl").read_text().splitlines()]
+        stats = [s["stats"] for s in steps if s["type"] == "step"]
+        assert [s["turn"] for s in stats] == [1, 2]  # the second turn continued the task's server session
+        sessions |= {s["session_id"] for s in stats}
+    assert len(sessions) == 2 and len(server.registry.entries) == 2  # one session per task, both on this server

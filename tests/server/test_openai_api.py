@@ -1,0 +1,105 @@
+"""The OpenAI-compatible API through the real `openai` client on 127.0.0.1: models, completions, streaming,
+session continuation (only new tokens prefilled), explicit session ids, usage, the nexus field and clear errors."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import openai
+import pytest
+from sessionlib import words
+
+from server.api import SESSION_HEADER
+
+SYSTEM = {"role": "system", "content": "You are a terse coding agent."}
+
+
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+
+
+def ask(c: openai.OpenAI, messages: list[dict], **kw):
+    options = {"max_tokens": 12, "temperature": 0} | kw
+    return c.chat.completions.create(model="tiny-qwen3", messages=messages, **options)
+
+
+def test_models_and_a_conversation_that_continues_its_session(make_server) -> None:
+    server = make_server()
+    c = client(server)
+    assert [m.id for m in c.models.list().data] == ["tiny-qwen3"]
+    messages = [SYSTEM, {"role": "user", "content": words(300)}]
+    r1 = ask(c, messages)
+    n1 = r1.model_extra["nexus"]
+    assert not n1["continued"] and n1["turn"]["prefill_tokens"] == r1.usage.prompt_tokens > 150
+    assert r1.usage.completion_tokens == 12 and r1.choices[0].finish_reason == "length"
+    assert r1.usage.prompt_tokens_details.cached_tokens == 0
+    messages += [{"role": "assistant", "content": r1.choices[0].message.content}, {"role": "user", "content": "ok"}]
+    r2 = ask(c, messages)
+    n2 = r2.model_extra["nexus"]
+    assert n2["continued"] and n2["session_id"] == n1["session_id"] and n2["turn"]["turn"] == 2
+    # only the new user message (and the generation prompt) were prefilled; the rest came from the session's cache
+    assert n2["turn"]["prefill_tokens"] < 20
+    cached = r2.usage.prompt_tokens_details.cached_tokens
+    assert cached == r2.usage.prompt_tokens - n2["turn"]["prefill_tokens"]
+    # everything of turn 1 but its last reply token and the end-of-turn tokens (never run through the model)
+    assert n1["turn"]["history_tokens"] - 3 <= cached < n1["turn"]["history_tokens"]
+    assert n2["turn"]["evicted_tokens"] >= 0 and n1["turn"]["evicted_tokens"] > 0  # budget 128 < prompt: evicted
+    # the same opening again is another conversation: a new session, prefilled from scratch
+    r3 = ask(c, messages[:2])
+    assert r3.model_extra["nexus"]["session_id"] != n1["session_id"]
+    assert r3.choices[0].message.content == r1.choices[0].message.content  # same seed, greedy: the same reply
+
+
+def test_streaming_equals_the_plain_answer_and_trims_the_stop_string(make_server) -> None:
+    server = make_server()
+    c = client(server)
+    messages = [SYSTEM, {"role": "user", "content": words(120)}]
+    plain = ask(c, messages, max_tokens=30).choices[0].message.content
+    stop = plain[10:14]  # a stop string the greedy reply is known to contain
+    cut = ask(c, messages, max_tokens=30, stop=[stop])
+    assert cut.choices[0].finish_reason == "stop" and cut.choices[0].message.content == plain[: plain.index(stop)]
+    chunks = list(ask(c, messages, max_tokens=30, stop=[stop], stream=True, stream_options={"include_usage": True}))
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert text == cut.choices[0].message.content
+    finals = [ch for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    assert finals[0].choices[0].finish_reason == "stop" and "turn" in finals[0].model_extra["nexus"]
+    assert chunks[-1].usage.completion_tokens == cut.usage.completion_tokens
+
+
+def test_explicit_session_id_takes_only_new_messages(make_server) -> None:
+    server = make_server()
+    c = client(server)
+    headers = {SESSION_HEADER: "agent-7"}
+    r1 = ask(c, [SYSTEM, {"role": "user", "content": "first"}], extra_headers=headers)
+    assert r1.model_extra["nexus"]["session_id"] == "agent-7"
+    r2 = ask(c, [{"role": "user", "content": "second"}], extra_headers=headers)  # only the new message
+    n2 = r2.model_extra["nexus"]
+    assert n2["continued"] and n2["turn"]["turn"] == 2 and n2["turn"]["prefill_tokens"] < 15
+    r3 = ask(c, [{"role": "user", "content": "third"}], extra_body={"session_id": "agent-7"})  # the body field
+    assert r3.model_extra["nexus"]["turn"]["turn"] == 3
+    sessions = json.load(urllib.request.urlopen(server.url + "/sessions"))["data"]
+    assert [(s["id"], s["messages"]) for s in sessions] == [("agent-7", 7)]
+    req = urllib.request.Request(server.url + "/sessions/agent-7", method="DELETE")
+    assert json.load(urllib.request.urlopen(req))["deleted"]
+    r4 = ask(c, [{"role": "user", "content": "again"}], extra_headers=headers)
+    assert not r4.model_extra["nexus"]["continued"]
+
+
+def test_errors_are_clear_http_errors(make_server) -> None:
+    server = make_server(max_sessions=1)
+    c = client(server)
+    with pytest.raises(openai.NotFoundError, match="not served here"):
+        c.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.BadRequestError, match="unsupported role"):
+        ask(c, [{"role": "robot", "content": "x"}])
+    with pytest.raises(openai.BadRequestError, match="max_tokens must be"):
+        ask(c, [{"role": "user", "content": "x"}], max_completion_tokens=-3)
+    with pytest.raises(openai.BadRequestError, match="past the model's maximum"):  # 4096 positions
+        ask(c, [{"role": "user", "content": words(9000)}], extra_headers={SESSION_HEADER: "x"})
+    ask(c, [{"role": "user", "content": "one"}])  # the failed turn closed its session: room for this one
+    with pytest.raises(openai.RateLimitError, match="maximum of 1 sessions"):
+        ask(c, [{"role": "user", "content": "another conversation"}])
+    with pytest.raises(urllib.error.HTTPError, match="404"):
+        urllib.request.urlopen(server.url + "/nothing")

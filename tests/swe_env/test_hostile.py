@@ -1,0 +1,240 @@
+"""Hostile commands, run as an agent would run them, against every isolating backend: each test fails if its
+attack works. Escapes (remount, open_by_handle_at), host secrets (directly, through a symlink, through the tools),
+host sockets, fork and memory bombs, the output-cap bypass and setsid survivors.
+
+The sandboxes get tight limits of their own, so the bombs stay small whatever the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from swe_env.sandbox.limits import StepLimits
+from tasks import get_task
+
+TASK_ID = "nexus-demo__semver-lite-1"
+LIMITS = StepLimits(pids=64, memory_mb=256, cpu_s=60, file_mb=64, output_bytes=1 << 20)
+MARK = uuid.uuid4().hex[:10]  # names this run's probes on the host
+
+# Tries to open the root directory of the filesystem behind /usr by a forged handle (the "shocker" escape):
+# needs CAP_DAC_READ_SEARCH on the host, which no sandbox may have.
+HANDLE_PROBE = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+class Handle(ctypes.Structure):
+    _fields_ = [("handle_bytes", ctypes.c_uint), ("handle_type", ctypes.c_int), ("f_handle", ctypes.c_ubyte * 8)]
+h = Handle(8, 1)
+h.f_handle[0] = 2  # inode 2, generation 0: the root of an ext4 filesystem
+fd = os.open("/usr", os.O_RDONLY)
+r = libc.open_by_handle_at(fd, ctypes.byref(h), os.O_RDONLY)
+if r >= 0:
+    print("OPENED", sorted(os.listdir("/proc/self/fd/%d" % r))[:20])
+else:
+    print("DENIED errno", ctypes.get_errno())
+"""
+FORK_BOMB = f"""python3 -c '
+import os, time  # bomb-{MARK}
+while True:
+    try:
+        os.fork()
+    except OSError:
+        time.sleep(0.01)
+'"""
+MEMORY_BOMB = """python3 -c '
+chunks = []
+while True:
+    chunks.append(bytearray(32 << 20))
+    print("held", 32 * len(chunks), "MiB", flush=True)
+'"""
+
+
+def _open(backend: str, request):
+    task = get_task(TASK_ID)
+    if backend == "bwrap":
+        request.getfixturevalue("bwrap_installed")
+        from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
+
+        return BwrapSandbox(task, BwrapConfig(limits=LIMITS))
+    client = request.getfixturevalue("docker_client")
+    request.getfixturevalue("builtin_image")
+    from swe_env.sandbox.docker import DockerConfig, DockerSandbox
+
+    return DockerSandbox(task, DockerConfig(limits=LIMITS), client=client)
+
+
+@pytest.fixture(scope="module", params=["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
+def sandbox(request):
+    sb = _open(request.param, request)
+    sb.backend = request.param
+    yield sb
+    sb.close()
+
+
+def host_processes(marker: str) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines() if marker in line and not line.startswith("ps ")]
+
+
+@pytest.fixture
+def host_secret():
+    """A secret file in the host user's home (where the sandbox must not reach)."""
+    path = Path.home() / f".nexus-hostile-{MARK}"
+    token = f"SECRET-{uuid.uuid4().hex}"
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    yield path, token
+    path.unlink(missing_ok=True)
+
+
+def test_no_capability_that_escapes(sandbox):
+    cap_eff = int(sandbox.execute("grep CapEff /proc/self/status").output.split()[1], 16)
+    for bit, name in ((2, "CAP_DAC_READ_SEARCH"), (21, "CAP_SYS_ADMIN"), (16, "CAP_SYS_MODULE"), (17, "CAP_SYS_RAWIO")):
+        assert not cap_eff & (1 << bit), f"{name} is held inside the sandbox"
+
+
+def test_remount_rw_does_not_reach_the_host(sandbox):
+    probe = Path(f"/usr/nexus-escape-{MARK}")
+    res = sandbox.execute(f"mount -o remount,bind,rw /usr; mount -o remount,rw /; touch {probe}; echo done")
+    assert "done" in res.output
+    assert not probe.exists(), "a remount inside the sandbox wrote to the host's /usr"
+    if sandbox.backend == "bwrap":
+        assert "Read-only file system" in res.output and "permission denied" in res.output.lower()
+
+
+def test_open_by_handle_at_is_denied(sandbox):
+    sandbox.write_file("/tmp/handle_probe.py", HANDLE_PROBE)
+    res = sandbox.execute("python3 /tmp/handle_probe.py")
+    assert "OPENED" not in res.output, res.output
+    assert "DENIED errno" in res.output, res.output  # the probe itself ran
+
+
+def test_host_secrets_are_unreadable(sandbox, host_secret):
+    path, token = host_secret
+    shadow = Path("/etc/shadow").read_text().splitlines()[0] if Path("/etc/shadow").exists() else MARK
+    checkout = Path(__file__).resolve()
+    attempts = [
+        f"cat /etc/shadow {path} {checkout}",
+        f"ln -sf {path} /testbed/leak && cat /testbed/leak; ln -sf /etc/shadow /testbed/leak2 && cat /testbed/leak2",
+        f"file_editor --command=view --path=/testbed/../..{path}",
+        "file_editor --command=view --path=/testbed/../../etc/shadow",
+        "file_editor --command=view --path=/testbed/leak",
+        f"search --search_term={token[:12]} --path={path.parent}",
+        f"search --search_term={token[:12]} --path=/etc",
+        f"ls -la {path.parent} /root /run /var /home 2>&1; cat /proc/1/root{path} 2>&1",
+    ]
+    for cmd in attempts:
+        out = sandbox.execute(cmd, timeout=60).output
+        assert token not in out, f"{cmd!r} read the host secret"
+        assert shadow not in out, f"{cmd!r} read the host's /etc/shadow"
+        assert '"shocker" escape' not in out, f"{cmd!r} read the checkout"
+    sandbox.execute("rm -f /testbed/leak /testbed/leak2")
+
+
+def test_host_sockets_are_unreachable(sandbox, tmp_path):
+    folder = Path.home() / f".nexus-sock-{MARK}"
+    folder.mkdir()
+    server = socket.socket(socket.AF_UNIX)
+    abstract = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(str(folder / "s.sock"))
+        server.listen(1)
+        abstract.bind(f"\0nexus-{MARK}")
+        abstract.listen(1)
+        probe = (
+            "import socket, sys\n"
+            "for target in sys.argv[1:]:\n"
+            "    s = socket.socket(socket.AF_UNIX)\n"
+            "    try:\n"
+            "        s.connect(target.replace('@', chr(0)))\n"
+            "        print('CONNECTED', repr(target))\n"
+            "    except OSError as e:\n"
+            "        print('refused', repr(target), e)\n"
+        )
+        sandbox.write_file("/tmp/sock_probe.py", probe)
+        docker_sock = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock").removeprefix("unix://")
+        targets = [str(folder / "s.sock"), f"@nexus-{MARK}", docker_sock, "/var/run/docker.sock", "/run/docker.sock"]
+        res = sandbox.execute("python3 /tmp/sock_probe.py " + " ".join(targets))
+        assert "CONNECTED" not in res.output, res.output
+        assert sum(line.startswith("refused ") for line in res.output.splitlines()) == len(targets), res.output
+    finally:
+        server.close()
+        abstract.close()
+        (folder / "s.sock").unlink(missing_ok=True)
+        folder.rmdir()
+
+
+def test_fork_bomb_is_contained_and_leaves_nothing(sandbox):
+    if sandbox.backend == "bwrap" and os.geteuid() == 0:
+        from swe_env.sandbox.limits import StepCgroup
+
+        group = StepCgroup.create(LIMITS)
+        if group is None:  # rlimits do not bind host root: the bomb would reach the whole machine, so not run
+            pytest.fail("running as root without a usable cgroup (v2 or v1 pids+memory): fork bombs are not contained")
+        group.destroy()
+    box: dict = {}
+    worker = threading.Thread(target=lambda: box.update(res=sandbox.execute(FORK_BOMB, timeout=6)))
+    worker.start()
+    peak = 0
+    while worker.is_alive():
+        peak = max(peak, len(host_processes(f"bomb-{MARK}")))
+        time.sleep(0.3)
+    worker.join()
+    assert box["res"].timed_out
+    assert 0 < peak <= LIMITS.pids, f"{peak} bomb processes at once (limit {LIMITS.pids})"
+    time.sleep(0.5)
+    assert host_processes(f"bomb-{MARK}") == []
+    assert sandbox.execute("echo alive").output.strip() == "alive"  # the sandbox is usable after the bomb
+
+
+def test_memory_bomb_is_stopped_at_the_limit(sandbox):
+    start = time.monotonic()
+    res = sandbox.execute(MEMORY_BOMB, timeout=60)
+    held = [int(line.split()[1]) for line in res.output.splitlines() if line.startswith("held ")]
+    assert res.returncode != 0 and not res.timed_out and time.monotonic() - start < 30
+    assert held and max(held) <= LIMITS.memory_mb, f"held {max(held)} MiB, limit {LIMITS.memory_mb} MiB"
+
+
+@pytest.mark.parametrize("cmd", ["cat /dev/zero > /proc/$PPID/fd/1", "yes nexus-flood", "head -c 50000000 /dev/zero"])
+def test_output_is_capped_where_it_is_produced(sandbox, cmd):
+    start = time.monotonic()
+    res = sandbox.execute(cmd, timeout=60)
+    assert res.output_capped and not res.timed_out
+    assert len(res.output) <= LIMITS.output_bytes + 200
+    assert time.monotonic() - start < 30
+
+
+def test_output_bypass_through_the_tool(sandbox):
+    from agent.environment import SandboxEnvironment
+    from agent.protocols import ToolCall
+
+    env = SandboxEnvironment(sandbox)
+    result = env.execute(ToolCall("execute_bash", {"cmd": "cat /dev/zero > /proc/$PPID/fd/1"}), timeout=20)
+    assert len(result.output) <= LIMITS.output_bytes + 200
+
+
+def test_setsid_children_die_with_the_step(sandbox):
+    res = sandbox.execute(f"setsid -f sleep 3131.{MARK[:4]}1; (setsid sleep 3131.{MARK[:4]}2 &); echo started")
+    assert "started" in res.output
+    time.sleep(0.5)
+    assert host_processes(f"sleep 3131.{MARK[:4]}") == []
+    assert f"3131.{MARK[:4]}" not in sandbox.execute("ps -eo args").output
+
+
+def test_nothing_secret_is_mounted(sandbox):
+    if sandbox.backend != "bwrap":
+        pytest.skip("docker shows its image's own filesystem")
+    top = set(sandbox.execute("ls -A /").output.split())
+    assert top <= {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "proc", "dev", "tmp", "testbed",
+                   "opt", "run", "root", "work", "home"}  # fmt: skip
+    etc = set(sandbox.execute("ls -A /etc").output.split())
+    assert not etc & {"shadow", "gshadow", "sudoers", "ssh", "docker", "pip.conf", "npmrc"}
+    nested = sandbox.execute("unshare -U -r true")
+    assert nested.returncode != 0 and "unshare failed" in nested.output  # no nested user namespace

@@ -1,0 +1,83 @@
+"""Host-side git on an agent-written repo runs none of the repo's own commands (fsmonitor, hooks, filters, ...)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipeline.chat import changed_files
+from swe_env.safegit import run_git
+
+ATTACKS = {
+    "fsmonitor": ["core.fsmonitor", "touch {m}/fsmonitor; false"],
+    "filter": ["filter.evil.clean", "touch {m}/filter; cat"],
+    "process-filter": ["filter.evil.process", "touch {m}/process-filter"],
+    "textconv": ["diff.evil.textconv", "touch {m}/textconv; cat"],
+    "external-diff": ["diff.external", "touch {m}/external-diff"],
+    "pager": ["core.pager", "touch {m}/pager; cat"],
+    "hooks-path": ["core.hooksPath", "{m}/hooks"],
+}
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+@pytest.fixture
+def hostile_repo(tmp_path: Path) -> tuple[Path, Path]:
+    """A repo whose .git/config, hooks, attributes and an included file each try to touch a marker file."""
+    repo, markers = tmp_path / "repo", tmp_path / "markers"
+    repo.mkdir()
+    markers.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "a.txt").write_text("one\n")
+    _git(repo, "add", "a.txt")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    (repo / "a.txt").write_text("two\n")
+    (repo / ".gitattributes").write_text("* filter=evil diff=evil\n")
+    for key, value in ATTACKS.values():
+        _git(repo, "config", key, value.format(m=markers))
+    (markers / "hooks").mkdir()
+    for hook in ("post-index-change", "pre-commit", "reference-transaction"):
+        for folder in (markers / "hooks", repo / ".git" / "hooks"):
+            script = folder / hook
+            script.write_text(f"#!/bin/sh\ntouch {markers}/hook-{hook}\n")
+            script.chmod(0o755)
+    included = tmp_path / "included.cfg"
+    included.write_text(f"[core]\n\tfsmonitor = touch {markers}/include; false\n")
+    _git(repo, "config", "include.path", str(included))
+    return repo, markers
+
+
+def test_plain_git_would_run_the_planted_commands(hostile_repo):
+    """The fixture is hostile for real: an ordinary `git status` / `git diff` runs its commands."""
+    repo, markers = hostile_repo
+    subprocess.run(["git", "status", "--short"], cwd=repo, capture_output=True)
+    subprocess.run(["git", "diff"], cwd=repo, capture_output=True)
+    assert sorted(p.name for p in markers.iterdir() if p.name != "hooks")
+
+
+def test_safe_git_runs_none_of_them_and_still_answers(hostile_repo):
+    repo, markers = hostile_repo
+    assert changed_files(repo).splitlines() == ["M a.txt", "?? .gitattributes"]
+    diff = run_git(repo, "diff").stdout
+    assert "-one" in diff and "+two" in diff
+    run_git(repo, "add", "-A")
+    assert run_git(repo, "log", "--oneline", "-p").returncode == 0
+    assert [p.name for p in markers.iterdir()] == ["hooks"]  # no marker file: nothing ran
+
+
+def test_a_linked_worktree_and_a_non_repo(tmp_path: Path, hostile_repo):
+    repo, markers = hostile_repo
+    _git(repo, "worktree", "add", "-q", str(tmp_path / "wt"))  # plain git: runs the planted hooks
+    for marker in markers.iterdir():
+        if marker.name != "hooks":
+            marker.unlink()
+    assert (
+        run_git(tmp_path / "wt", "rev-parse", "HEAD").stdout.strip()
+        == run_git(repo, "rev-parse", "HEAD").stdout.strip()
+    )
+    assert [p.name for p in markers.iterdir()] == ["hooks"]
+    assert changed_files(tmp_path / "markers") == ""
