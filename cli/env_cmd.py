@@ -41,7 +41,7 @@ def build(
 @env_app.command("prune")
 def prune(
     images: bool = typer.Option(False, "--images", help="Also remove the nexus-agent/* images."),
-    envs: bool = typer.Option(False, "--envs", help="Also remove the cached per-repo Python env volumes."),
+    envs: bool = typer.Option(False, "--envs", help="Also remove the cached task Python envs."),
 ) -> None:
     """Remove every container labelled nexus-agent=1 (leftovers of interrupted runs)."""
     from swe_env.dockerd import connect
@@ -52,10 +52,15 @@ def prune(
         container.remove(force=True)
     typer.echo(f"removed {len(containers)} container(s)")
     if envs:
-        volumes = client.volumes.list(filters={"label": "nexus-agent=1"})
+        from swe_env.pyenv import default_cache_dir
+
+        cached = [p for p in default_cache_dir().glob("*") if p.is_dir()] if default_cache_dir().is_dir() else []
+        for path in cached:
+            shutil.rmtree(path, ignore_errors=True)
+        volumes = client.volumes.list(filters={"label": "nexus-agent=1"})  # env volumes of earlier versions
         for volume in volumes:
             volume.remove(force=True)
-        typer.echo(f"removed {len(volumes)} env volume(s)")
+        typer.echo(f"removed {len(cached)} cached env(s) from {default_cache_dir()} and {len(volumes)} volume(s)")
     if images:
         removed = 0
         for image in client.images.list(filters={"reference": "nexus-agent/*"}):
@@ -63,6 +68,41 @@ def prune(
                 client.images.remove(tag, force=True)
                 removed += 1
         typer.echo(f"removed {removed} image tag(s)")
+
+
+@env_app.command("recipe")
+def recipe(
+    instance_id: str = typer.Argument(..., help="The task's instance_id."),
+    dataset: str = typer.Option(None, "--dataset", "-d", help="Task source (default: built-in tasks)."),
+) -> None:
+    """The task's environment: its recipe (and source), the interpreter found for it, its cache key, built or not."""
+    from swe_env.pyenv import READY, plan_env
+    from swe_env.testspec import test_command
+    from tasks import get_task
+
+    task = get_task(instance_id, dataset)
+    env = plan_env(task, Path("/nonexistent"))  # requirement files are read from the working copy at build time
+    r = env.recipe
+    built = sorted(env.path.parent.glob(env.key.rsplit("__", 1)[0] + f"__*/{READY}"))
+    rows = {
+        "recipe": r.source,
+        "python": f"{r.python}: {env.interpreter.describe()}",
+        "packages": " ".join([*r.packages, *(["+ the repo's requirements file"] if _from_file(task) else [])]) or "-",
+        "pre-install": "; ".join(r.pre_install) or "-",
+        "install": r.install or "- (the working copy is imported)",
+        "test command": test_command(task),
+        "cached": "\n".join(str(p.parent) for p in built) or f"none (first use builds it under {env.path.parent})",
+    }
+    table = Table(show_header=False)
+    for key, value in rows.items():
+        table.add_row(key, value)
+    Console().print(table, markup=False, highlight=False)
+
+
+def _from_file(task) -> bool:
+    from swe_env.envs.recipes import swebench_specs
+
+    return (swebench_specs(task.repo, task.version) or {}).get("packages") == "requirements.txt"
 
 
 @env_app.command("status")

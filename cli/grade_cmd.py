@@ -6,19 +6,22 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from cli.live import STATUS_STYLE
+from cli.options import raw_options
 
 
+@raw_options("repo_cache")
 def grade_cmd(
     instance_id: str = typer.Argument(..., help="The task's instance_id."),
     patch: str = typer.Option(..., "--patch", "-p", help="A diff file, 'gold' (the task's patch) or 'empty'."),
     dataset: str = typer.Option(None, "--dataset", "-d", help="Task source (default: built-in tasks)."),
     sandbox: str = typer.Option("auto", "--sandbox", "-s", help="auto, docker, bwrap, or local (no isolation)."),
     json_path: Path = typer.Option(None, "--json", help="Also write the report as JSON here."),
-    repo_cache: Path = typer.Option(None, "--repo-cache", help="Dir of local git mirrors (owner__name)."),
     timeout: float = typer.Option(1800.0, "--timeout", help="Seconds the tests may run."),
+    **given: Path | None,
 ) -> None:
     """Apply the patch and the task's test patch in a fresh sandbox, run the tests, report per test."""
     from swe_env.grading import GradeConfig, grade
@@ -27,16 +30,19 @@ def grade_cmd(
 
     task = get_task(instance_id, dataset)
     cfg = GradeConfig(
-        backend=sandbox, sandbox=SandboxConfig(repo_cache=repo_cache, install_tools=False), test_timeout=timeout
+        backend=sandbox,
+        sandbox=SandboxConfig(repo_cache=given["repo_cache"], install_tools=False),
+        test_timeout=timeout,
     )
     console = Console()
     with console.status(f"grading {instance_id} ({sandbox})"):
         report = grade(task, _patch_text(patch, task), config=cfg)
-    _print(console, report)
-    if json_path is not None:
+    if json_path is not None:  # first: the report is on disk whatever the display does
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(report.to_json() + "\n")
-        console.print(f"report written to {json_path}")
+    _print(console, report)
+    if json_path is not None:
+        console.print(f"report written to {escape(str(json_path))}")
     if report.status == "error":
         raise typer.Exit(1)
 
@@ -59,12 +65,12 @@ def _print(console: Console, report) -> None:
         f"(backend {report.backend}, patch applied with {report.apply_method or '-'}, {report.duration_s:.1f} s)"
     )
     if report.error:
-        console.print(f"[red]{report.error}[/red]", highlight=False)
+        console.print(f"[red]{escape(report.error)}[/red]", highlight=False)
     table = Table("kind", "test", "result")
     for kind, results in (("FAIL_TO_PASS", report.fail_to_pass), ("PASS_TO_PASS", report.pass_to_pass)):
         for test, result in results.items():
             color = "green" if result in ("PASSED", "XFAIL") else "red" if result != "NOT_RUN" else "dim"
-            table.add_row(kind, test, f"[{color}]{result}[/{color}]")
+            table.add_row(kind, escape(test), f"[{color}]{escape(result)}[/{color}]")
     console.print(table)
     if report.status in ("patch_failed", "error") and report.log_excerpt:
         console.print(report.log_excerpt[-2000:], markup=False, highlight=False)

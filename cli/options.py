@@ -40,6 +40,12 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
     "device": (str | None, typer.Option("--device", help="Torch device (default: CUDA when present, else CPU).")),
     "threads": (int | None, typer.Option("--threads", help="Torch CPU threads (default: cores/workers; 1 if busy).")),
     "workers": (int, typer.Option("--workers", "-w", help="Tasks run at once (one model per worker).")),
+    "repo_cache": (
+        Path | None,
+        typer.Option(
+            "--repo-cache", help="Dir of repo mirrors (owner__name) or git bundles (default: $NEXUS_REPO_CACHE)."
+        ),
+    ),
     "server": (str | None, typer.Option("--server", help="URL of a `nexus-agent serve` (…/v1) all workers share.")),
 }
 

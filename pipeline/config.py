@@ -48,6 +48,7 @@ class RunConfig:
     device: str | None = None  # torch device for the model (None: CUDA when present, else CPU)
     threads: int | None = None  # torch CPU threads (None: cores / workers, 1 when the machine is already busy)
     workers: int = 1  # processes sharing this machine's cores (eval --workers)
+    repo_cache: Path | None = None  # dir of repo mirrors (owner__name) or git bundles; None: $NEXUS_REPO_CACHE
     server: str | None = None  # base URL (…/v1) of a running `nexus-agent serve`: the model runs there, shared by
     # every worker (its policy, budget and protocol are the server's); None: load the model in this process
 

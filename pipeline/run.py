@@ -49,13 +49,14 @@ def run_task(
     from agent.prompts import initial_messages
     from agent.trajectory import TrajectoryWriter
     from pipeline.backends import make_backend
-    from swe_env.sandbox.factory import open_sandbox
+    from swe_env.sandbox.factory import SandboxConfig, open_sandbox
 
     start = time.monotonic()
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in (REPORT, PATCH, TRAJECTORY):  # a run killed earlier left these behind; they are redone
         (out_dir / stale).unlink(missing_ok=True)
-    with open_sandbox(task, cfg.sandbox) as sandbox:  # first: a missing sandbox fails before a model loads
+    box = SandboxConfig(repo_cache=cfg.repo_cache)
+    with open_sandbox(task, cfg.sandbox, box) as sandbox:  # first: a missing sandbox fails before a model loads
         backend, recorded = make_backend(cfg, task.instance_id, on_token)
         acfg = agent_config(cfg, recorded)
         writer = TrajectoryWriter(out_dir / TRAJECTORY)
@@ -73,5 +74,7 @@ def run_task(
 
 def _grade(task: Task, patch: str, cfg: RunConfig):
     from swe_env.grading import GradeConfig, grade
+    from swe_env.sandbox.factory import SandboxConfig
 
-    return grade(task, patch, config=GradeConfig(backend=cfg.sandbox, test_timeout=cfg.test_timeout))
+    sandbox = SandboxConfig(repo_cache=cfg.repo_cache, install_tools=False)
+    return grade(task, patch, config=GradeConfig(backend=cfg.sandbox, sandbox=sandbox, test_timeout=cfg.test_timeout))

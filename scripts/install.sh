@@ -5,6 +5,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
+# What the main job (`nexus-agent solve`) needs from the system: bubblewrap (the sandbox) and venv support for the
+# system Python (task environments are virtualenvs). Installed when this runs as root with apt-get; else named.
+sys_need=()
+command -v bwrap >/dev/null || sys_need+=(bubblewrap)
+python3 -c "import ensurepip" 2>/dev/null || sys_need+=(python3-venv)
+if ((${#sys_need[@]})); then
+  if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    echo "apt-get install ${sys_need[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${sys_need[@]}" >/dev/null
+  else
+    echo "note: install ${sys_need[*]} (e.g. sudo apt-get install -y ${sys_need[*]}) for the bubblewrap sandbox" >&2
+  fi
+fi
 # torch first, pinned: on a CPU machine 2.13.0 is the CPU wheel; a looser spec would pull a multi-GB CUDA build.
 "$PY" -m pip install -q "torch==2.13.0"
 extras=""

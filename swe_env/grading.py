@@ -1,7 +1,8 @@
 """Grade a patch like SWE-bench: fresh sandbox, apply model patch + test patch, run the tests, parse the log.
 
-Resolved means every FAIL_TO_PASS test passes and every PASS_TO_PASS test still passes (swebench's own
-`test_passed` / `test_maintained` decide, so truncated parametrised ids and skips count as they do there).
+Resolved means every FAIL_TO_PASS test passes and every PASS_TO_PASS test still passes, decided by swebench's own
+`get_eval_tests_report` / `get_resolution_status` (so a skipped test counts as it does there: neither a success
+nor a failure).
 """
 
 from __future__ import annotations
@@ -118,12 +119,11 @@ def _judge(task: Task, log: str, exit_code: int, report: GradeReport) -> None:
         # swebench's guard: a log that reports no failure from a run that failed is not describing that run
         report.status, report.error = "error", f"test command exited {exit_code} but its log shows no failure"
         return
-    maintained = getattr(sg, "test_maintained", sg.test_passed)  # older swebench: P2P must pass outright
     report.fail_to_pass = {t: _status_of(t, status_map) for t in task.fail_to_pass}
     report.pass_to_pass = {t: _status_of(t, status_map) for t in task.pass_to_pass}
-    f2p_ok = all(sg.test_passed(t, status_map) for t in task.fail_to_pass)
-    p2p_ok = all(maintained(t, status_map) for t in task.pass_to_pass)
-    report.resolved = f2p_ok and p2p_ok
+    gold = {sg.FAIL_TO_PASS: task.fail_to_pass, sg.PASS_TO_PASS: task.pass_to_pass}
+    tests_report = sg.get_eval_tests_report(status_map, gold)
+    report.resolved = sg.get_resolution_status(tests_report) == sg.ResolvedStatus.FULL.value
     report.status = "resolved" if report.resolved else "unresolved"
 
 

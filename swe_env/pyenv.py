@@ -1,29 +1,36 @@
-"""Per-repo Python environments for tasks that have no prebuilt image (bwrap, or docker without the eval image).
+"""A task's Python environment: a virtualenv made from the recipe's interpreter, built inside the sandbox, cached.
 
-One virtualenv per (repo, version), cached, holding the repo's dependencies but not the repo itself: the sandbox
-puts the env first on PATH and the task's own working copy on PYTHONPATH, so the second task of a repo starts
-at once. The packages come from swebench's per-repo install specs when the installed swebench has them
-(`MAP_REPO_VERSION_TO_SPECS`, swebench < 5), else from the repo's own metadata (`pip install .`, then the repo's
-own distribution is removed again). Building an env needs PyPI; reusing one does not.
+The recipe (swe_env.envs.recipes) names the Python version, packages, pre-install and install commands; the
+interpreter is found on the host (swe_env.envs.interpreters). The build script runs INSIDE the task's sandbox,
+in the task's working copy at the sandbox's workdir (/testbed), with network for package downloads only during
+the build: the repo's install code never runs on the host. The repo is installed the way the recipe says
+(`pip install -e .` for SWE-bench's Python repos), so a repo that is its own test runner (pytest) and files the
+install generates (setuptools_scm's `_version.py`, egg-info) work. Those generated files are saved with the env
+(`overlay.tar`) and restored into every later working copy of the same instance.
+
+The cache key holds the repo, version, the base commit (when the repo itself is installed), the interpreter's
+version and a hash of interpreter path + recipe: a changed recipe or interpreter builds a new env.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 import shutil
-import subprocess
-import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from filelock import FileLock
 
-from swe_env.sandbox.base import SandboxError
-from swe_env.testspec import swebench_spec
+from swe_env.envs.interpreters import Interpreter, find_interpreter
+from swe_env.envs.recipes import Recipe, as_of, recipe_for
 from tasks.schema import Task
 
 READY = ".nexus-ready"
+OVERLAY = "overlay.tar"
 
 
 def default_cache_dir() -> Path:
@@ -32,83 +39,131 @@ def default_cache_dir() -> Path:
 
 @dataclass
 class PyEnvConfig:
-    """Where and how per-repo Python environments are built."""
+    """Where and how task environments are built."""
 
-    cache_dir: Path = field(default_factory=default_cache_dir)  # one subdir per (repo, version)
-    python: str = sys.executable  # interpreter the virtualenvs are made from
-    test_packages: tuple[str, ...] = ("pytest",)  # installed into every env (the test runner)
-    pip_args: tuple[str, ...] = ()  # extra arguments for every pip install (e.g. an index URL)
-    timeout: float = 3600.0  # seconds one pip install may take
+    cache_dir: Path = field(default_factory=default_cache_dir)  # one subdir per env key
+    test_packages: tuple[str, ...] = ("pytest",)  # installed when the recipe leaves the env without them
+    pip_args: tuple[str, ...] = ()  # extra arguments for every pip install (e.g. an index URL, --no-index)
+    timeout: float = 3600.0  # seconds the whole build may take
 
 
 @dataclass(frozen=True)
 class PyEnv:
-    """A ready environment and how a sandbox uses it."""
+    """An environment (built or to build) and what a sandbox needs to use it."""
 
-    path: Path  # the virtualenv
-    packages: tuple[str, ...]  # what was installed besides the repo's own requirements
+    path: Path  # the virtualenv (same path inside the sandbox as on the host)
+    key: str  # its cache key (the dir name)
+    recipe: Recipe
+    interpreter: Interpreter
+    created_at: str = ""  # the task's date (unpinned test runners resolve as of then)
 
     @property
     def bin_dir(self) -> str:
         return str(self.path / "bin")
 
+    @property
+    def ro_binds(self) -> tuple[str, ...]:
+        """Host dirs the sandbox must see (read-only) for the env to run: the env and its interpreter's prefix."""
+        return (str(self.path), self.interpreter.prefix)
 
-def env_key(task: Task) -> str:
-    return f"{task.repo.replace('/', '__')}__{task.version or task.environment_setup_commit[:12] or 'default'}"
+    @property
+    def overlay(self) -> Path:
+        return self.path / OVERLAY
+
+    def restore_command(self, workdir: str) -> str | None:
+        """The command that puts the build's generated files into a fresh working copy, when there are any."""
+        if not self.overlay.is_file():
+            return None
+        return f"tar -xf {shlex.quote(str(self.overlay))} -C {shlex.quote(workdir)}"
+
+    def info(self) -> dict:
+        marker = self.path / READY
+        return json.loads(marker.read_text()) if marker.is_file() else {}
 
 
-def ensure_env(task: Task, repo: Path, cfg: PyEnvConfig | None = None) -> PyEnv:
-    """The cached env for the task's (repo, version), built from the working copy `repo` the first time."""
+# Runs the build script inside the sandbox (network on, env path writable); raises SandboxError when it fails.
+Builder = Callable[[str, "PyEnv"], None]
+
+
+def plan_env(task: Task, repo: Path, cfg: PyEnvConfig | None = None) -> PyEnv:
+    """The env the task uses (recipe, interpreter, cache path), whether built yet or not."""
     cfg = cfg or PyEnvConfig()
+    recipe = recipe_for(task, repo)
+    interp = find_interpreter(recipe.python)
+    key = env_key(task, recipe, interp)
+    created = task.created_at if recipe.install else ""  # a shared env serves tasks of any date
+    return PyEnv(cfg.cache_dir / key, key, recipe, interp, created)
+
+
+def env_key(task: Task, recipe: Recipe, interp: Interpreter) -> str:
+    """Cache key: repo, version, base commit (when the repo is installed), interpreter and a recipe hash."""
+    digest = hashlib.sha256(f"{interp.executable}\0{interp.version}\0{recipe.digest()}".encode()).hexdigest()[:12]
+    parts = [task.repo.replace("/", "__") if recipe.install else "shared", task.version or "any"]
+    if recipe.install:
+        parts.append(task.base_commit[:12])
+    return "__".join([*parts, f"py{interp.version}", digest])
+
+
+def ensure_env(task: Task, repo: Path, cfg: PyEnvConfig | None, build: Builder) -> PyEnv:
+    """The task's env, built the first time by `build` (which runs the script in the sandbox)."""
+    cfg = cfg or PyEnvConfig()
+    env = plan_env(task, repo, cfg)
     cfg.cache_dir.mkdir(parents=True, exist_ok=True)
-    path = cfg.cache_dir / env_key(task)
-    with FileLock(str(path) + ".lock"):
-        marker = path / READY
-        if not marker.exists():
-            shutil.rmtree(path, ignore_errors=True)  # a half-built env from an interrupted run
-            _run(build_script(task, repo, str(path), cfg.python, cfg), cfg)
-        return PyEnv(path, tuple(json.loads(marker.read_text())["packages"]))
+    with FileLock(str(env.path) + ".lock"):
+        if not (env.path / READY).exists():
+            shutil.rmtree(env.path, ignore_errors=True)  # a half-built env from an interrupted run
+            env.path.mkdir(parents=True)
+            start = time.monotonic()
+            try:
+                build(build_script(env, cfg, time.time()), env)
+            except BaseException:
+                shutil.rmtree(env.path, ignore_errors=True)
+                raise
+            _stamp(env, time.monotonic() - start)
+    return env
 
 
-def packages_for(task: Task, cfg: PyEnvConfig) -> list[str]:
-    """What to install besides the repo's own requirements: swebench's spec packages, then the test runner."""
-    spec = swebench_spec(task) or {}
-    packages = [*spec.get("packages", "").split(), *spec.get("pip_packages", []), *cfg.test_packages]
-    return [p for p in packages if p and not p.endswith(".txt") and p != "environment.yml"]
+def _stamp(env: PyEnv, seconds: float) -> None:
+    info = json.loads((env.path / READY).read_text())
+    info["build_s"] = round(seconds, 1)
+    (env.path / READY).write_text(json.dumps(info, indent=1))
 
 
-def build_script(task: Task, repo: Path, env: str, python: str, cfg: PyEnvConfig, repo_at: str | None = None) -> str:
-    """A bash script that builds the env at `env` (a host path, or one inside a container).
-
-    `repo` is the host working copy (read to see whether it is a package); `repo_at` is where the script sees it.
-    """
-    q = shlex.quote
-    where = repo_at or str(repo)
-    py = f"{q(env)}/bin/python"
-    pip = " ".join([py, "-m pip install --disable-pip-version-check", *map(q, cfg.pip_args)])
-    packages = packages_for(task, cfg)
-    lines = ["set -eu", f"{q(python)} -m venv {q(env)}"]
-    if packages:
-        lines.append(f"{pip} {' '.join(map(q, packages))}")
-    if any((repo / f).exists() for f in ("setup.py", "pyproject.toml", "setup.cfg")):
-        report = f"{q(env)}/install-report.json"
-        lines.append(f"{pip} --report {report} {q(where)}")
-        # the sandbox imports the task's working copy instead (PYTHONPATH), so the repo itself goes again
-        lines.append(f"own=$({py} -c {q(_OWN_DIST)} {report} {q(where)})")
-        lines.append(f'if [ -n "$own" ]; then {py} -m pip uninstall -y "$own"; fi')
-    info = json.dumps({"repo": task.repo, "version": task.version, "packages": packages})
-    lines.append(f"printf '%s' {q(info)} > {q(env)}/{READY}")
+def build_script(env: PyEnv, cfg: PyEnvConfig, now: float = 0.0) -> str:
+    """The bash script that builds `env`; it runs in the sandbox, in the task's working copy (its cwd)."""
+    q, r = shlex.quote, env.recipe
+    pip = " ".join(["python -m pip install --disable-pip-version-check", *map(q, cfg.pip_args)])
+    lines = ["set -eu", f"echo {q('nexus env: ' + env.interpreter.describe() + ', recipe: ' + r.source)}"]
+    lines += [f"{q(env.interpreter.executable)} -m venv {q(str(env.path))}", f". {q(env.bin_dir)}/activate"]
+    if r.requirements:
+        lines += ["cat > /tmp/nexus-requirements.txt <<'NEXUS_EOF'\n" + "\n".join(r.requirements) + "\nNEXUS_EOF"]
+        lines.append(f"{pip} -r /tmp/nexus-requirements.txt")
+    if r.packages:
+        lines.append(f"{pip} {' '.join(map(q, r.packages))}")
+    for cmd in r.pre_install:
+        lines.append(f"echo 'skipped (needs system packages): {cmd}'" if _is_system(cmd) else cmd)
+    if r.install:
+        lines.append(r.install)
+    for pkg in cfg.test_packages:  # the test runner, unless the recipe brought it
+        spec = as_of([pkg], env.created_at)[0]
+        lines.append(f"python -c 'import {pkg}' 2>/dev/null || {pip} {q(spec)}")
+    if r.install:  # a shared env (repo not installed) has no generated files of one working copy
+        lines.append(_SAVE_OVERLAY.format(overlay=q(str(env.overlay))))
+    info = {"key": env.key, "recipe": r.source, "python": env.interpreter.describe(), "built_at": round(now)}
+    lines.append(f"printf '%s' {q(json.dumps(info))} > {q(str(env.path / READY))}")
     return "\n".join(lines) + "\n"
 
 
-# Prints the name pip installed the local repo (argv[2]) under, read from pip's report (argv[1]).
-_OWN_DIST = """import json, pathlib, sys
-repo = pathlib.Path(sys.argv[2]).resolve()
-for item in json.load(open(sys.argv[1])).get("install", []):
-    url = item.get("download_info", {}).get("url", "")
-    if url.startswith("file://") and pathlib.Path(url[7:]).resolve() == repo:
-        print(item["metadata"]["name"])
-"""
+# Files the build generated in the working copy (untracked or ignored), saved to be restored in later copies.
+_SAVE_OVERLAY = (
+    "if git rev-parse --git-dir >/dev/null 2>&1; then git ls-files --others -z | grep -zv '__pycache__/' "
+    "| tar --null -T - -cf {overlay}; fi"
+)
+
+
+def _is_system(cmd: str) -> bool:
+    """apt-get and friends cannot run in a sandbox over a read-only host root."""
+    return cmd.lstrip().startswith(("apt-get", "apt ", "yum", "conda"))
 
 
 def import_root(workdir: str, repo: Path) -> str:
@@ -119,16 +174,43 @@ def import_root(workdir: str, repo: Path) -> str:
     return workdir
 
 
-def _run(script: str, cfg: PyEnvConfig) -> None:
-    try:
-        proc = subprocess.run(
-            ["bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=cfg.timeout
-        )
-    except subprocess.TimeoutExpired:
-        raise SandboxError(f"Python env: not built within {cfg.timeout:.0f} s") from None
-    if proc.returncode != 0:
-        raise SandboxError(f"Python env: build failed (it needs PyPI the first time):\n{tail(proc.stdout)}")
-
-
-def tail(text: str, lines: int = 12) -> str:
+def tail(text: str, lines: int = 15) -> str:
     return "\n".join(text.splitlines()[-lines:])
+
+
+def sandbox_vars(env: PyEnv, workdir: str, repo: Path) -> dict[str, str]:
+    """Environment variables a sandbox command gets: the env first on PATH (key "PATH": the dir to prepend)."""
+    out = {"PATH": env.bin_dir, "VIRTUAL_ENV": str(env.path)}
+    if not env.recipe.install:  # the repo is not installed: import its working copy
+        out["PYTHONPATH"] = import_root(workdir, repo)
+    return out
+
+
+# Host files a build needs to download packages (a sandbox otherwise sees no /etc/ssl, resolv.conf or pip.conf).
+BUILD_HOST_FILES = ("/etc/resolv.conf", "/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/pip.conf", "/etc/hosts")
+
+
+def build_host_paths(environ: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """(host path, path inside) pairs to bind read-only during a build: BUILD_HOST_FILES and the CA/cert files the
+    passed-through variables name, where they exist (a symlinked file is bound as its target)."""
+    import os
+
+    named = [v for v in build_vars(environ).values() if v.startswith("/") and os.pathsep not in v]
+    pairs = []
+    for path in dict.fromkeys([*BUILD_HOST_FILES, *named]):
+        if os.path.exists(path):
+            pairs.append((os.path.realpath(path), path))
+    return pairs
+
+
+_BUILD_PASSTHROUGH = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NO_PROXY", "no_proxy")
+
+
+def build_vars(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Host variables the build needs to download packages (pip settings, proxies, CA bundles); nothing else."""
+    import os
+
+    environ = os.environ if environ is None else environ
+    keep = {k: v for k, v in environ.items() if k.startswith("PIP_") or k.lower().endswith("_proxy")}
+    keep.update({k: environ[k] for k in _BUILD_PASSTHROUGH if k in environ})
+    return keep

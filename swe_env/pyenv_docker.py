@@ -1,79 +1,60 @@
-"""Per-repo Python envs for the docker backend when a task has no image of its own (docker offline).
+"""Task environments for the docker backend when the task's official image is not at hand (offline).
 
-The env lives in a docker volume per (repo, version), built once by a set-up container that may reach PyPI
-(`network_mode="host"`) and then mounted read-only into each task container, which has no network.
+The same env as bwrap's (swe_env.pyenv: recipe, interpreter, cache key, cached on the host) is built by a build
+container: the built-in image with the task's working copy at /testbed, network on (package downloads), the env
+dir bind-mounted read-write and the interpreter's prefix read-only, both at their host paths. Task containers
+then mount both read-only and run with no network. The docker daemon must share this machine's filesystem (a
+local daemon); the host interpreters (pyenv builds for Debian 12) run in the Debian 12 based built-in image.
 """
 
 from __future__ import annotations
 
 import io
-import re
 import tarfile
 from pathlib import Path
 
-from filelock import FileLock
-
 from swe_env import images
-from swe_env.pyenv import READY, PyEnvConfig, build_script, env_key, tail
+from swe_env.pyenv import PyEnv, build_vars, tail
 from swe_env.sandbox.base import SandboxError
-from tasks.schema import Task
 
-MOUNT = "/opt/nexus-pyenv"
-_SETUP_REPO = "/tmp/nexus-setup-repo"
+_IMAGE_OWN_PREFIXES = ("/usr", "/usr/local")  # the image has its own tree there: never shadow it with the host's
 
 
-def volume_name(task: Task) -> str:
-    return "nexus-pyenv-" + re.sub(r"[^a-zA-Z0-9_.-]", "-", env_key(task)).lower()
+def env_mounts(env: PyEnv, writable: bool = False) -> dict:
+    """docker `volumes=` for using (or, writable, building) `env`: the env dir and its interpreter's prefix."""
+    mounts = {str(env.path): {"bind": str(env.path), "mode": "rw" if writable else "ro"}}
+    if env.interpreter.prefix not in _IMAGE_OWN_PREFIXES:
+        mounts[env.interpreter.prefix] = {"bind": env.interpreter.prefix, "mode": "ro"}
+    return mounts
 
 
-def ensure_volume(
-    client, task: Task, repo: Path, cfg: PyEnvConfig | None = None, image: str = images.BUILTIN_IMAGE
-) -> str:
-    """The volume holding the task's (repo, version) env, built from the host working copy `repo` the first time."""
-    import docker.errors
+def container_builder(client, repo: Path, workdir: str, image: str = images.BUILTIN_IMAGE, timeout: float = 3600.0):
+    """A swe_env.pyenv Builder that runs the build script in a one-off container holding a copy of `repo`."""
 
-    cfg = cfg or PyEnvConfig()
-    name = volume_name(task)
-    cfg.cache_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(cfg.cache_dir / f"{name}.lock")):
+    def build(script: str, env: PyEnv) -> None:
+        container = client.containers.create(
+            image, ["bash", "-c", script], network_mode="host", labels=images.LABEL, working_dir=workdir,
+            volumes=env_mounts(env, writable=True), environment={**build_vars(), "HOME": "/tmp"},
+        )  # fmt: skip
         try:
-            client.volumes.get(name)
-        except docker.errors.NotFound:
-            client.volumes.create(name, labels=images.LABEL)
-        if not _ready(client, name, image):
-            _build(client, task, repo, cfg, name, image)
-    return name
+            if not container.put_archive(workdir, repo_tar(repo)):
+                raise SandboxError(f"could not copy {repo} into the build container")
+            container.start()
+            code = container.wait(timeout=timeout).get("StatusCode", -1)
+            if code != 0:
+                log = container.logs().decode(errors="replace")
+                raise SandboxError(f"Python env {env.key} in docker: build failed (needs PyPI):\n{tail(log)}")
+        finally:
+            container.remove(force=True)
+
+    return build
 
 
-def _ready(client, volume: str, image: str) -> bool:
-    out = client.containers.run(
-        image, ["bash", "-c", f"test -f {MOUNT}/{READY} && echo yes || echo no"], remove=True,
-        network_mode="none", volumes={volume: {"bind": MOUNT, "mode": "ro"}}, labels=images.LABEL,
-    )  # fmt: skip
-    return out.decode().strip() == "yes"
-
-
-def _build(client, task: Task, repo: Path, cfg: PyEnvConfig, volume: str, image: str) -> None:
-    script = f"find {MOUNT} -mindepth 1 -delete\n" + build_script(task, repo, MOUNT, "python3", cfg, _SETUP_REPO)
-    container = client.containers.create(
-        image, ["bash", "-c", script], network_mode="host", labels=images.LABEL,
-        volumes={volume: {"bind": MOUNT, "mode": "rw"}},
-    )  # fmt: skip
-    try:
-        container.put_archive("/tmp", _repo_tar(repo))
-        container.start()
-        code = container.wait(timeout=cfg.timeout).get("StatusCode", -1)
-        if code != 0:
-            log = container.logs().decode(errors="replace")
-            raise SandboxError(f"Python env for {task.repo} in docker: build failed (needs PyPI):\n{tail(log)}")
-    finally:
-        container.remove(force=True)
-
-
-def _repo_tar(repo: Path) -> bytes:
+def repo_tar(repo: Path) -> bytes:
+    """The working copy as a tar archive (contents at the top, owned by root)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        tar.add(str(repo), arcname=Path(_SETUP_REPO).name, filter=_root_owned)
+        tar.add(str(repo), arcname=".", filter=_root_owned)
     return buf.getvalue()
 
 

@@ -1,8 +1,8 @@
 """A git working copy of a task's repository at its base commit (gitpython).
 
 Built-in tasks are recreated from package data with a fixed author, committer and date, so their base commit is
-the same SHA everywhere. Other repos come from a local mirror `repo_cache/owner__name` (bare or not) when there is
-one, else from GitHub.
+the same SHA everywhere. Other repos come from the repo cache (`--repo-cache DIR` or $NEXUS_REPO_CACHE: mirrors
+`owner__name[.git]` or git bundles `owner__name[-*].bundle`, see tasks.mirrors) when it has them, else GitHub.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 import git
 
 from tasks.builtin import builtin_repo_files, is_builtin
+from tasks.mirrors import find_source, repo_cache_dir, unpack_bundle
 from tasks.schema import Task, TaskError
 
 GITHUB_URL = "https://github.com/{repo}.git"
@@ -29,6 +30,7 @@ _DETERMINISTIC_ENV = {
     "GIT_TERMINAL_PROMPT": "0",
 }
 BUILTIN_COMMIT_MESSAGE = "Initial commit"
+_CACHE_HINT = "put a mirror owner__name or a bundle owner__name.bundle into --repo-cache DIR or $NEXUS_REPO_CACHE"
 
 
 def prepare_repo(task: Task, dest: Path, repo_cache: Path | None = None) -> Path:
@@ -44,8 +46,12 @@ def prepare_repo(task: Task, dest: Path, repo_cache: Path | None = None) -> Path
                 f"{task.base_commit} (the package data was changed)"
             )
         return dest
-    source = _mirror_for(task.repo, repo_cache) or GITHUB_URL.format(repo=task.repo)
-    _clone(task, source, dest)
+    local = find_source(task.repo, repo_cache_dir(repo_cache), task.base_commit)
+    source = str(local) if local is not None else GITHUB_URL.format(repo=task.repo)
+    if local is not None and local.suffix == ".bundle":
+        _unbundle(task, local, dest)
+    else:
+        _clone(task, source, dest)
     _checkout(task, dest, source)
     return dest
 
@@ -66,22 +72,18 @@ def create_builtin_repo(instance_id: str, dest: Path) -> str:
         return repo.head.commit.hexsha
 
 
-def _mirror_for(repo: str, repo_cache: Path | None) -> str | None:
-    """The local mirror of `owner/name` in repo_cache (`owner__name` or `owner__name.git`), if there is one."""
-    if repo_cache is None:
-        return None
-    name = repo.replace("/", "__")
-    for candidate in (Path(repo_cache) / name, Path(repo_cache) / f"{name}.git"):
-        if candidate.is_dir():
-            return str(candidate.resolve())
-    return None
+def _unbundle(task: Task, bundle: Path, dest: Path) -> None:
+    try:
+        unpack_bundle(bundle, dest)
+    except OSError as exc:
+        raise TaskError(f"cannot unpack {bundle} for {task.instance_id}: {exc}") from None
 
 
 def _clone(task: Task, source: str, dest: Path) -> None:
     try:
         git.Repo.clone_from(source, dest, no_checkout=True, env={"GIT_TERMINAL_PROMPT": "0"}).close()
     except git.GitCommandError as exc:
-        hint = "" if source.startswith("/") else " (offline? mirror it into a --repo-cache DIR as owner__name)"
+        hint = "" if source.startswith("/") else f" (offline? {_CACHE_HINT})"
         reason = _git_error(exc)
         raise TaskError(f"cannot clone {task.repo} for {task.instance_id} from {source}{hint}: {reason}") from None
 

@@ -12,17 +12,15 @@ cgroup when the caller may make one, rlimits always) and the host reads at most 
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from swe_env.pyenv import PyEnvConfig, ensure_env, import_root
+from swe_env.pyenv import PyEnv, PyEnvConfig, build_host_paths, build_vars, ensure_env, sandbox_vars
 from swe_env.sandbox import common
 from swe_env.sandbox.base import ExecResult, SandboxError
 from swe_env.sandbox.bwrap_binds import current_interpreter, host_binds, python_binds
 from swe_env.sandbox.limits import StepCgroup, StepLimits
-from tasks.builtin import is_builtin
 from tasks.schema import Task
 
 INSTALL_HINT = "bubblewrap is not installed: apt-get install -y bubblewrap (or use --sandbox docker)"
@@ -40,7 +38,7 @@ class BwrapConfig:
     extra_path: tuple[str, ...] = ()  # dirs put on PATH before the system dirs (e.g. a Python env's bin)
     extra_env: tuple[tuple[str, str], ...] = ()  # extra environment variables (the rest is cleared)
     network: bool = False  # keep the host network (only for environment set-up, never for the agent)
-    python_env: bool | None = None  # use a cached per-repo Python env (swe_env.pyenv); None: for non-built-in tasks
+    python_env: bool = True  # run in the task's cached Python env (swe_env.pyenv), built in this sandbox if missing
     pyenv: PyEnvConfig | None = None  # where/how those envs are built (first build needs PyPI)
     bwrap: str = "bwrap"  # the bubblewrap executable
     limits: StepLimits = field(default_factory=StepLimits)  # what one command may use
@@ -67,22 +65,35 @@ class BwrapSandbox:
                 common.install_tools(self._tools)
             else:
                 self._tools.mkdir()
-            self._env_extra = self._python_env()
             self._mounts = {self.workdir: self.repo, "/tmp": self._tmp, self.tools_dir: self._tools}
+            self._env_extra: dict[str, str] = {}
+            self._env_binds: tuple[str, ...] = ()
+            self.python_env = self._python_env() if self.config.python_env else None
             common.track(self)
         except BaseException:
             self.close()
             raise
 
-    def _python_env(self) -> dict[str, str]:
-        """PATH / PYTHONPATH additions for the repo's cached Python env, when this task uses one."""
-        wanted = self.config.python_env
-        if wanted is None:
-            wanted = not is_builtin(self.task)
-        if not wanted:
-            return {}
-        env = ensure_env(self.task, self.repo, self.config.pyenv)
-        return {"PATH": env.bin_dir, "PYTHONPATH": import_root(self.workdir, self.repo), "VIRTUAL_ENV": str(env.path)}
+    def _python_env(self) -> PyEnv:
+        """The task's Python env (built here, in build mode, the first time), first on PATH from now on."""
+        env = ensure_env(self.task, self.repo, self.config.pyenv, self._build_env)
+        self._env_binds = env.ro_binds
+        self._env_extra = sandbox_vars(env, self.workdir, self.repo)
+        restore = env.restore_command(self.workdir)
+        if restore is not None:
+            res = self.execute(restore, timeout=300)
+            if res.returncode != 0:
+                raise SandboxError(f"restoring the env's generated files failed: {res.output.strip()[-500:]}")
+        return env
+
+    def _build_env(self, script: str, env: PyEnv) -> None:
+        """Build mode: network on, the env dir writable, the host's pip/proxy/CA settings passed in."""
+        timeout = (self.config.pyenv or PyEnvConfig()).timeout
+        argv = self._bwrap_argv(build=env)
+        res = common.run_process([*argv, "bash", "-c", script], timeout=timeout, env={})
+        if res.timed_out or res.returncode != 0:
+            why = f"not done within {timeout:.0f} s" if res.timed_out else f"exit {res.returncode}"
+            raise SandboxError(f"Python env {env.key}: build failed ({why}; it needs PyPI):\n{_tail(res.output)}")
 
     def execute(self, cmd: str, timeout: float = 120.0) -> ExecResult:
         if self._root is None:
@@ -108,28 +119,32 @@ class BwrapSandbox:
                 argv = cgroup.enter_argv(argv)
             return common.run_process(argv, timeout, env={}, limits=limits, cgroup=cgroup, pass_fds=fds)
 
-    def _bwrap_argv(self) -> list[str]:
-        env = self._env_extra.get("VIRTUAL_ENV")
-        pythons = [current_interpreter(), *([env] if env else [])]
+    def _bwrap_argv(self, build: PyEnv | None = None) -> list[str]:
+        """The bwrap arguments of a command; `build`: build mode for that env (network, env dir writable)."""
+        env_binds = list(build.ro_binds if build is not None else self._env_binds)  # the task env + its interpreter
         argv = [self._bwrap, *host_binds(self._root / "etc")]
         argv += ["--proc", "/proc", "--dev", "/dev", "--bind", str(self._tmp), "/tmp"]
-        argv += python_binds(pythons, list(self.config.extra_path))
+        argv += python_binds([current_interpreter(), *env_binds], list(self.config.extra_path))
         argv += ["--bind", str(self.repo), self.workdir, "--ro-bind", str(self._tools), self.tools_dir]
+        if build is not None:  # downloads need the resolver, CA bundles and pip's settings; the env is written
+            for host, inner in build_host_paths():
+                argv += ["--ro-bind", host, inner]
+            argv += ["--bind", str(build.path), str(build.path)]
         argv += ["--remount-ro", "/"]  # the sandbox's own root (where mount points were made) is not writable
         argv += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
         argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         argv += ["--die-with-parent", "--new-session"]
-        if not self.config.network:
+        if not self.config.network and build is None:
             argv.append("--unshare-net")
         argv += ["--clearenv", "--chdir", self.workdir]
-        for key, value in self._env().items():
+        for key, value in {**self._env(), **(build_vars() if build is not None else {})}.items():
             argv += ["--setenv", key, value]
         return argv
 
     def _env(self) -> dict[str, str]:
-        # the interpreter running nexus-agent (with pytest) comes first after the tools, whatever the host layout
+        # the task's env (with its test runner) right after the tools; never the host's interpreter by accident
         env_bin = [self._env_extra["PATH"]] if "PATH" in self._env_extra else []
-        path = [self.tools_dir, *self.config.extra_path, *env_bin, str(Path(sys.executable).parent), common.SYSTEM_PATH]
+        path = [self.tools_dir, *self.config.extra_path, *env_bin, common.SYSTEM_PATH]
         env = {"PATH": ":".join(path), "HOME": "/tmp", **common.COMMAND_ENV}
         env.update({k: v for k, v in self._env_extra.items() if k != "PATH"})
         env.update(dict(self.config.extra_env))
@@ -166,3 +181,7 @@ class BwrapSandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    return "\n".join(line[:300] for line in text.splitlines()[-lines:])

@@ -7,6 +7,7 @@ at start, so one image serves them all), else the SWE-bench eval image, whose /t
 from __future__ import annotations
 
 import io
+import platform
 import shlex
 import shutil
 import tarfile
@@ -44,8 +45,9 @@ class DockerConfig:
     copy_repo: bool | None = None  # copy the repo in at start; None: only for built-in tasks
     limits: StepLimits = field(default_factory=StepLimits)  # pids, memory, CPUs of the container; output per step
     extra_path: tuple[str, ...] = ()  # dirs put on PATH before the image's own
-    python_env: bool | None = None  # no task image: run in the built-in image with a cached per-repo env volume
+    python_env: bool | None = None  # no task image: run in the built-in image with the task's cached Python env
     pyenv: PyEnvConfig | None = None  # how that env is built (first build needs PyPI)
+    pull: bool = True  # try to pull the task's official image when the daemon lacks it (needs a registry)
 
 
 def image_for(task: Task, config: DockerConfig | None = None) -> str:
@@ -59,8 +61,16 @@ def image_for(task: Task, config: DockerConfig | None = None) -> str:
     return swebench_image(task.instance_id)
 
 
-def swebench_image(instance_id: str) -> str:
-    return f"swebench/sweb.eval.x86_64.{instance_id.replace('__', '_1776_')}:latest".lower()
+def swebench_image(instance_id: str, namespace: str = "swebench", arch: str | None = None, tag: str = "latest") -> str:
+    """The official per-instance SWE-bench eval image, named as swebench's TestSpec.instance_image_key does."""
+    key = f"{namespace}/sweb.eval.{arch or swebench_arch()}.{instance_id.lower()}:{tag}"
+    return key.replace("__", "_1776_")
+
+
+def swebench_arch(machine: str | None = None) -> str:
+    """swebench's architecture name: arm64 on ARM machines, else x86_64."""
+    machine = (machine or platform.machine()).lower()
+    return "arm64" if machine in ("arm64", "aarch64") else "x86_64"
 
 
 class DockerSandbox:
@@ -74,6 +84,7 @@ class DockerSandbox:
         self.container = None
         self._env_extra: dict[str, str] = {}  # PYTHONPATH / VIRTUAL_ENV of a cached Python env
         self._env_bin: list[str] = []
+        self.env = None  # the task's Python env (swe_env.pyenv.PyEnv) when it runs in the built-in image
         self.client = client or connect()
         self.image, self.python_env = self._choose_image()
         try:
@@ -86,7 +97,7 @@ class DockerSandbox:
     def _choose_image(self) -> tuple[str, bool]:
         """The task's image; without one (docker offline), the built-in image plus a cached Python env."""
         image = image_for(self.task, self.config)
-        if images.image_exists(self.client, image):
+        if images.image_exists(self.client, image) or (self.config.pull and _pulled(self.client, image)):
             return image, False
         own_image = self.config.image or self.task.docker_image or is_builtin(self.task)
         if own_image or self.config.python_env is False:
@@ -109,20 +120,26 @@ class DockerSandbox:
             if repo is not None:
                 self._put_dir(repo, self.workdir)
                 self._check("git config --global --add safe.directory '*'")
+            restore = self.env.restore_command(self.workdir) if self.env is not None else None
+            if restore is not None:
+                self._check(restore)
             if self.config.install_tools:
                 self._put_dir(common.install_tools(ws / "tools"), self.tools_dir)
         finally:
             shutil.rmtree(ws, ignore_errors=True)
 
     def _env_volume(self, repo: Path) -> dict:
-        """Mount the task's cached Python env (built on first use) and put it first on PATH."""
-        from swe_env.pyenv import import_root
-        from swe_env.pyenv_docker import MOUNT, ensure_volume
+        """Mount the task's cached Python env (built in a build container on first use), first on PATH."""
+        from swe_env.pyenv import ensure_env, sandbox_vars
+        from swe_env.pyenv_docker import container_builder, env_mounts
 
-        volume = ensure_volume(self.client, self.task, repo, self.config.pyenv, self.image)
-        self._env_extra = {"PYTHONPATH": import_root(self.workdir, repo), "VIRTUAL_ENV": MOUNT}
-        self._env_bin = [f"{MOUNT}/bin"]
-        return {volume: {"bind": MOUNT, "mode": "ro"}}
+        cfg = self.config.pyenv or PyEnvConfig()
+        build = container_builder(self.client, repo, self.workdir, self.image, cfg.timeout)
+        self.env = ensure_env(self.task, repo, cfg, build)
+        extra = sandbox_vars(self.env, self.workdir, repo)
+        self._env_bin = [extra.pop("PATH")]
+        self._env_extra = extra
+        return env_mounts(self.env)
 
     def _run_container(self, volumes: dict) -> None:
         from docker.types import Ulimit
@@ -289,6 +306,24 @@ def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
     info.uid = info.gid = 0
     info.uname = info.gname = "root"
     return info
+
+
+_PULL_FAILED: set[str] = set()  # images this process could not pull (no registry): not tried again
+
+
+def _pulled(client, image: str) -> bool:
+    """Pull `image` from its registry; False (quickly, when no registry answers) if that fails."""
+    import docker.errors
+
+    if image.startswith("nexus-agent/") or image in _PULL_FAILED:
+        return False
+    repo, _, tag = image.rpartition(":")
+    try:
+        client.images.pull(repo, tag=tag or "latest")
+        return True
+    except (docker.errors.APIError, docker.errors.ImageNotFound):
+        _PULL_FAILED.add(image)
+        return False
 
 
 def _image_hint(image: str) -> str:

@@ -14,7 +14,8 @@ tests/test_a.py ..F.
 =========================== short test summary info ============================
 PASSED tests/test_a.py::test_fixed
 PASSED tests/test_a.py::test_kept
-PASSED tests/test_a.py::test_param[a-b]
+PASSED tests/test_a.py::test_param[a b]
+SKIPPED tests/test_a.py::test_optional
 FAILED tests/test_a.py::test_broken - AssertionError: boom
 ========================= 1 failed, 3 passed in 0.10s ==========================
 """
@@ -45,10 +46,19 @@ def _verdict(task: Task, log: str, code: int) -> GradeReport:
 
 
 def test_all_pass_is_resolved():
-    task = _task(["tests/test_a.py::test_fixed"], ["tests/test_a.py::test_kept", "tests/test_a.py::test_param[a-"])
+    # SWE-bench's ids of parametrised tests with spaces are cut at the space, as its parser cuts them
+    task = _task(["tests/test_a.py::test_fixed"], ["tests/test_a.py::test_kept", "tests/test_a.py::test_param[a"])
     report = _verdict(task, PYTEST_LOG, 1)
     assert report.status == "resolved" and report.resolved
-    assert report.pass_to_pass["tests/test_a.py::test_param[a-"] == "PASSED"  # SWE-bench's truncated ids match
+    assert report.pass_to_pass["tests/test_a.py::test_param[a"] == "PASSED"
+
+
+def test_a_skipped_test_is_neither_success_nor_failure():
+    # swebench: a skipped PASS_TO_PASS test does not unresolve; a skipped FAIL_TO_PASS test alone resolves nothing
+    kept = _verdict(_task(["tests/test_a.py::test_fixed"], ["tests/test_a.py::test_optional"]), PYTEST_LOG, 1)
+    assert kept.status == "resolved" and kept.pass_to_pass == {"tests/test_a.py::test_optional": "SKIPPED"}
+    skipped_fix = _verdict(_task(["tests/test_a.py::test_optional", "tests/test_a.py::test_broken"], []), PYTEST_LOG, 1)
+    assert skipped_fix.status == "unresolved"
 
 
 def test_a_failing_or_missing_test_is_unresolved():
