@@ -21,7 +21,6 @@ import kvstore
 from benchmarks.common import console, median_time, table, tiny_qwen3, write_json
 from benchmarks.memtrack import peak_extra_bytes
 from kvstore.defaults import DEFAULT_MODEL
-from kvstore.eviction import plan_eviction
 
 PREFILL_CHUNK = 512
 MIB = 1 << 20
@@ -41,8 +40,7 @@ def eviction_step(cache) -> None:
     for layer in cache.layers:
         t = layer.held()
         budget = max(cache.policy.forced_max(t // 5) + cache.config.block, t // 5)
-        scores = cache.policy.score(layer._context())
-        plan_eviction(scores, t, budget, layer.keys.shape[1], cache.config, cache.policy, cache.generator)
+        layer.plan(budget)
 
 
 def observe_step(cache, q_len: int) -> None:
@@ -50,7 +48,7 @@ def observe_step(cache, q_len: int) -> None:
     if not cache.policy.token_state:
         return
     for layer in cache.layers:
-        ctx = layer._context()
+        ctx = layer.score_context()
         ctx.state = {k: v.clone() for k, v in ctx.state.items()}
         b, hq, _, d = layer.window_q.shape
         q = torch.randn(b, hq, q_len, d, device=layer.keys.device, dtype=layer.window_q.dtype)
@@ -60,12 +58,8 @@ def observe_step(cache, q_len: int) -> None:
 def _decode_timer(model, full):
     tok = torch.tensor([[1]], device=next(model.parameters()).device)
 
-    def decode_one():  # one decode step at this context, then drop the token again to keep the context fixed
+    def decode_one():  # one decode step; the context grows by one token per repetition (well under 1%)
         kvstore.forward(model, full, tok)
-        for layer in full.layers:
-            layer.keys, layer.values = layer.keys[..., :-1, :], layer.values[..., :-1, :]
-            layer.positions = layer.positions[..., :-1]
-            layer.seen -= 1
 
     return decode_one
 

@@ -62,13 +62,11 @@ def prompt(context: int, vocab: int, device) -> torch.Tensor:
 def track_peak(cache) -> list[int]:
     """Sample the cache's total held bytes at every layer's attention, before that layer may evict."""
     peak = [0]
-    should_evict = cache.should_evict
 
     def probe(layer):
         peak[0] = max(peak[0], sum(lay.nbytes() for lay in cache.layers))
-        return should_evict(layer)
 
-    cache.should_evict = probe
+    cache.add_observer(probe)
     return peak
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -38,6 +39,9 @@ class EvictingCache(Cache):
         self.prefill_end: int | None = None  # tokens seen at the end of the latest prefill() (compress_once)
         self._cuda = identity.get("device", "cpu").startswith("cuda")
         self.protected: list[tuple[int, int]] = []  # [start, end) token positions never evicted (see protect)
+        # called with each layer right after attention used the new tokens, before its eviction decision
+        # (benchmarks sample memory here); see add_observer
+        self.observers: list[Callable[[EvictingLayer], None]] = []
         if isinstance(config.budget, int) and self.policy.evicts:
             self._set_budget(config.budget)
 
@@ -78,6 +82,8 @@ class EvictingCache(Cache):
     def should_evict(self, layer: EvictingLayer) -> bool:
         """Multi-token forwards are brought back to the budget exactly; decode steps once past budget + slack.
         Prefill-only policies never evict in decode; with compress_once only at the end of the first prefill."""
+        for observe in self.observers:
+            observe(layer)
         multi = layer.last_q_len > 1
         if self.config.budget is None or not self.policy.evicts or (self.policy.prefill_only and not multi):
             return False
@@ -88,6 +94,10 @@ class EvictingCache(Cache):
             self.resolve_budget(layer.seen)  # no prefill() told us the prompt: the first forward is the prompt
         limit = self.layer_budget_tokens(layer.layer_idx) + (0 if multi else self.decode_slack())
         return layer.effective_held() > limit
+
+    def add_observer(self, observe: Callable[[EvictingLayer], None]) -> None:
+        """Call `observe(layer)` after every attention call, before the layer may evict (it must not change it)."""
+        self.observers.append(observe)
 
     # --- protected spans ------------------------------------------------------------------------------------------
     def protect(self, start: int, end: int) -> None:

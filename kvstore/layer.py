@@ -95,13 +95,14 @@ class EvictingLayer(DynamicLayer):
         policy = self.owner.policy
         if policy.token_state:
             t0 = self.owner.timer()
-            policy.observe(self._context(), query.detach())
+            policy.observe(self.score_context(), query.detach())
             self.stats.score_s += self.owner.timer() - t0
         if self.owner.should_evict(self):
             self.evict()
 
     # --- eviction ---------------------------------------------------------------------------------------------
-    def _context(self) -> ScoreContext:
+    def score_context(self) -> ScoreContext:
+        """What a policy scores: the held keys, the window of recent queries, positions and per-token state."""
         return ScoreContext(
             self.keys,
             self.window_q,
@@ -121,24 +122,24 @@ class EvictingLayer(DynamicLayer):
             return None
         return mask if self.owner.policy.per_head else mask[:, :1]
 
+    def plan(self, budget_tokens: int | None = None):
+        """Score and select down to `budget_tokens` (default: this layer's budget) without changing anything: the
+        eviction plan (kvstore.eviction.Plan), or None when nothing needs to go. Also what benchmarks time."""
+        cache = self.owner
+        budget = cache.layer_budget_tokens(self.layer_idx) if budget_tokens is None else budget_tokens
+        scores = cache.policy.score(self.score_context())
+        args = (self.keys.shape[1], cache.config, cache.policy, cache.generator, self.valid, self.pinned())
+        return plan_eviction(scores, self.held(), budget, *args)
+
     def evict(self) -> None:
         """Score, select and gather: brings the layer back to its budget (docs/algorithm.md, "Setting")."""
         cache, t = self.owner, self.held()
         timer = cache.timer
         t0 = timer()
-        scores = cache.policy.score(self._context())
+        scores = cache.policy.score(self.score_context())
         t1 = timer()
-        plan = plan_eviction(
-            scores,
-            t,
-            cache.layer_budget_tokens(self.layer_idx),
-            self.keys.shape[1],
-            cache.config,
-            cache.policy,
-            cache.generator,
-            self.valid,
-            self.pinned(),
-        )
+        args = (self.keys.shape[1], cache.config, cache.policy, cache.generator, self.valid, self.pinned())
+        plan = plan_eviction(scores, t, cache.layer_budget_tokens(self.layer_idx), *args)
         if plan is not None:
             self._apply(plan.keep, plan.valid, t)
         self.stats.score_s += t1 - t0

@@ -1,7 +1,7 @@
 """Nexus Sampling: the Nexus score (direct window score + bridge walk) per layer, shared across heads, fed to the
 n-averaged weighted reservoir. Based on "Nexus Sampling" (seeds/nexus-sampling-paper.txt, section 2).
 
-Defaults and their sources (the paper, section 5.1; nexus-spec.md): blocks of b = 32 tokens, W = 16, H = 3,
+Defaults and their sources (the paper, section 5.1; docs/algorithm.md): blocks of b = 32 tokens, W = 16, H = 3,
 lambda = 0.5, n = 5; forced: the attention-sink block (sink = one block), `recent_blocks` = 1 most recent complete
 block and the incomplete tail block (counted by its real size)."""
 
