@@ -45,7 +45,7 @@ def test_h2o_accumulates_the_models_own_attention():
     for layer, attn in zip(cache.layers, attentions, strict=True):
         ref = attn[0].sum(1).view(hkv, -1, 300).mean(1)  # [Hkv, T]: summed over queries, mean over each group
         torch.testing.assert_close(layer.state["h2o_acc"][0], ref, atol=1e-4, rtol=1e-4)
-        normalized = cache.policy.score(layer._context())[0]
+        normalized = cache.policy.score(layer.score_context())[0]
         torch.testing.assert_close(normalized, ref / (300 - torch.arange(300)), atol=1e-4, rtol=1e-4)
 
 
