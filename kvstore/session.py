@@ -236,6 +236,22 @@ class Session:
         after = self._all_logits[self._all_logits.shape[0] - n : -1]  # [n - 1, V] (re-prefill ran the whole history)
         return torch.cat([before[None].to(after.device), after]), self.tokens[start:]
 
+    def begin_reply(self, max_new_tokens: int, temperature: float, top_p: float) -> int:
+        """Check the sampling settings and the positions left, then append the generation prompt; the most tokens
+        the reply may have. The first step of every reply (`generate`, and the server's stepwise replies)."""
+        check_sampling(temperature, top_p)
+        if max_new_tokens < 1:
+            raise KVStoreError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        prompt, closing = self.renderer.generation_prompt_ids, self.renderer.end_of_turn_ids
+        room = self.max_positions - len(self.tokens) - len(prompt) - len(closing)
+        if room < 1:
+            raise KVStoreError(
+                f"no room left to generate: {len(self.tokens)} tokens of the model's {self.max_positions} positions "
+                "are used; start a new session"
+            )
+        self._grow(prompt)
+        return min(max_new_tokens, room)
+
     def generate(
         self,
         max_new_tokens: int = 1024,
@@ -251,22 +267,12 @@ class Session:
         follow them, so the history stays a valid conversation. Decoding stops at an end-of-turn token, a stop
         string, `max_new_tokens`, or the model's last position.
         """
-        check_sampling(temperature, top_p)
-        if max_new_tokens < 1:
-            raise KVStoreError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        prompt, closing = self.renderer.generation_prompt_ids, self.renderer.end_of_turn_ids
-        room = self.max_positions - len(self.tokens) - len(prompt) - len(closing)
-        if room < 1:
-            raise KVStoreError(
-                f"no room left to generate: {len(self.tokens)} tokens of the model's {self.max_positions} positions "
-                "are used; start a new session"
-            )
-        self._grow(prompt)
+        limit = self.begin_reply(max_new_tokens, temperature, top_p)
         stream = TextStream(self.renderer.decode, stop, on_token)
         reply: dict[str, Any] = {}
 
         def decode() -> int:
-            reply["finish"] = self._decode(stream, min(max_new_tokens, room), temperature, top_p)
+            reply["finish"] = self._decode(stream, limit, temperature, top_p)
             return len(stream.ids)
 
         try:

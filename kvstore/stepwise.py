@@ -14,7 +14,7 @@ import torch
 
 import kvstore
 from kvstore.errors import KVStoreError
-from kvstore.sampling import TextStream, check_sampling, next_token
+from kvstore.sampling import TextStream, next_token
 from kvstore.session import Reply, Session
 
 
@@ -31,20 +31,9 @@ class ReplyInProgress:
         stop: Sequence[str] = (),
         on_token: Callable[[str], None] | None = None,
     ) -> None:
-        check_sampling(temperature, top_p)
-        if max_new_tokens < 1:
-            raise KVStoreError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         s = self.session = session
-        prompt, closing = s.renderer.generation_prompt_ids, s.renderer.end_of_turn_ids
-        room = s.max_positions - len(s.tokens) - len(prompt) - len(closing)
-        if room < 1:
-            raise KVStoreError(
-                f"no room left to generate: {len(s.tokens)} tokens of the model's {s.max_positions} positions "
-                "are used; start a new session"
-            )
-        s._grow(prompt)
+        self.limit = s.begin_reply(max_new_tokens, temperature, top_p)
         self.temperature, self.top_p = temperature, top_p
-        self.limit = min(max_new_tokens, room)
         self.stream = TextStream(s.renderer.decode, stop, on_token)
         self.prompt_tokens = len(s.tokens)  # the conversation the reply continues (generation prompt included)
         self.finish_reason: str | None = None
