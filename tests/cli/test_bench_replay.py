@@ -58,6 +58,7 @@ def test_every_recorded_call_of_a_real_trace_parses() -> None:
         assert parse_call(reply["content"]).params["cmd"] == command.strip()
 
 
+@pytest.mark.slow  # end to end (subprocesses, a pty or a timeout): ~8-23 s
 def test_bench_replay_compares_each_memory_with_the_full_cache(tmp_path: Path) -> None:
     model = save_tiny_chat_model(tmp_path / "model")
     out, png, txt = tmp_path / "replay.json", tmp_path / "replay.png", tmp_path / "replay.txt"

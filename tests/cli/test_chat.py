@@ -51,6 +51,7 @@ def _user_texts(doc: dict) -> str:
     return "\n".join(m["content"] for m in doc["messages"] if m["role"] == "user")
 
 
+@pytest.mark.slow  # end to end (subprocesses, a pty or a timeout): ~8-23 s
 def test_two_requests_quit_resume_third_sees_the_history(tmp_path: Path, repo: Path, tiny_model_dir: Path) -> None:
     chat = _chat(tmp_path, tiny_model_dir, "--repo", str(repo))
     chat.expect("you> ")
@@ -85,6 +86,7 @@ def test_two_requests_quit_resume_third_sees_the_history(tmp_path: Path, repo: P
     assert doc["messages"][0]["role"] == "system" and sum(m["role"] == "system" for m in doc["messages"]) == 1
 
 
+@pytest.mark.slow  # end to end (subprocesses, a pty or a timeout): ~8-23 s
 def test_ctrl_c_stops_the_turn_and_keeps_the_session(tmp_path: Path, repo: Path, tiny_model_dir: Path) -> None:
     chat = Pty(["chat", "--session", "s", "--model", str(tiny_model_dir), "--max-steps", "30", "--max-new-tokens", "4",
                 "--yolo", "--repo", str(repo)], cli_env(tmp_path / "home"), tmp_path)  # fmt: skip
@@ -103,6 +105,7 @@ def test_ctrl_c_stops_the_turn_and_keeps_the_session(tmp_path: Path, repo: Path,
     assert chat.close() == 0
 
 
+@pytest.mark.slow  # end to end (subprocesses, a pty or a timeout): ~8-23 s
 def test_resume_errors_are_one_line(tmp_path: Path, repo: Path, tiny_model_dir: Path) -> None:
     from clilib import nexus
 
@@ -162,6 +165,7 @@ def test_confirm_answers(tmp_path: Path, repo: Path, tiny_model_dir: Path, monke
         chat.writer.close()
 
 
+@pytest.mark.slow  # end to end (subprocesses, a pty or a timeout): ~8-23 s
 def test_second_ctrl_c_rolls_back_to_the_last_step(tmp_path: Path, repo: Path, tiny_model_dir: Path) -> None:
     args = ["chat", "--session", "s", "--model", str(tiny_model_dir), "--max-steps", "30", "--max-new-tokens", "400",
             "--temperature", "0", "--yolo", "--repo", str(repo)]  # fmt: skip

@@ -55,6 +55,7 @@ def _check_outputs(out: Path, expect: set[str]) -> list[dict]:
     return preds
 
 
+@pytest.mark.slow  # end to end (subprocesses, a pty or a timeout): ~8-23 s
 def test_resume_after_kill_redoes_nothing_and_loses_nothing(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = _start(out, tmp_path)

@@ -98,6 +98,7 @@ def _processes_with(tag: str) -> list[str]:
     return found
 
 
+@pytest.mark.slow  # end to end (subprocesses, a pty or a timeout): ~8-23 s
 def test_kill_9_of_the_parent_leaves_no_orphans_and_the_next_run_sweeps(tmp_path: Path) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()

@@ -155,6 +155,7 @@ def test_hub_unreachable_fails_fast(monkeypatch):
     assert time.monotonic() - start < 10
 
 
+@pytest.mark.slow  # end to end (subprocesses, a pty or a timeout): ~8-23 s
 def test_hub_offline_mode_without_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
