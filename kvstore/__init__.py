@@ -63,11 +63,6 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'kvstore' has no attribute {name!r}")
-    source = _EXPORTS[name]
-    module = importlib.import_module(source)
-    # bind every export of that module now: importing kvstore.prefill binds the *module* as kvstore.prefill, which
-    # would shadow the function of the same name if it were resolved later (e.g. kvstore.forward used first)
-    for export, where in _EXPORTS.items():
-        if where == source:
-            globals()[export] = getattr(module, export)
-    return globals()[name]
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # resolved once; no export shares a submodule's name (tests/kvstore/test_exports.py)
+    return value
