@@ -35,6 +35,7 @@ class CacheConfig:
     score_chunk: int = 1 << 24  # attention statistics: at most this many fp32 probabilities live at once
     chunk_size: int = 512  # prefill chunk (tokens) for kvstore.prefill()
     selector: str | None = None  # "reservoir" | "topk"; None: the policy's own default
+    score_memory: str = "none"  # Nexus: "none" (spec) | "mean" | "max" of each block's score over the steps it was held
     renorm_candidates: bool = False  # renormalize weights over the candidate blocks only (ablation; spec: over all)
     reservoir_mean: float | None = None  # rescale candidate weights to this mean before selection (None: as scored)
     pool_kernel: int = 5  # SnapKV / PyramidKV average-pooling kernel over token scores
@@ -71,6 +72,8 @@ class CacheConfig:
             raise KVStoreError(
                 f"pool must be 'avg' or 'max' and morph_agg 'sum' or 'max', got {self.pool!r}, {self.morph_agg!r}"
             )
+        if self.score_memory not in ("none", "mean", "max"):
+            raise KVStoreError(f"score_memory must be 'none', 'mean' or 'max', got {self.score_memory!r}")
         if self.selector not in (None, "reservoir", "topk"):
             raise KVStoreError(f"unknown selector {self.selector!r}; use 'reservoir' or 'topk'")
 

@@ -101,8 +101,9 @@ class EvictingLayer(DynamicLayer):
             self.evict()
 
     # --- eviction ---------------------------------------------------------------------------------------------
-    def score_context(self) -> ScoreContext:
-        """What a policy scores: the held keys, the window of recent queries, positions and per-token state."""
+    def score_context(self, commit: bool = False) -> ScoreContext:
+        """What a policy scores: the held keys, the window of recent queries, positions and per-token state
+        (commit: this is a real eviction step, the policy may update its state; dry runs and benchmarks: False)."""
         return ScoreContext(
             self.keys,
             self.window_q,
@@ -113,6 +114,7 @@ class EvictingLayer(DynamicLayer):
             self.valid,
             self.seen,
             self.owner.config.score_chunk,
+            commit,
         )
 
     def pinned(self) -> torch.Tensor | None:
@@ -136,7 +138,7 @@ class EvictingLayer(DynamicLayer):
         cache, t = self.owner, self.held()
         timer = cache.timer
         t0 = timer()
-        scores = cache.policy.score(self.score_context())
+        scores = cache.policy.score(self.score_context(commit=True))
         t1 = timer()
         args = (self.keys.shape[1], cache.config, cache.policy, cache.generator, self.valid, self.pinned())
         plan = plan_eviction(scores, t, cache.layer_budget_tokens(self.layer_idx), *args)

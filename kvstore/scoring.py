@@ -61,6 +61,17 @@ def window_block_scores(
     return rownorm(block_sum(p, block))
 
 
+def kv_head_block_scores(
+    q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: float | None = None
+) -> torch.Tensor:
+    """S-hat per kv head: the query heads of each kv head's group averaged, not all heads:
+    [Hq, W, D] x [Hkv, T, D] -> [Hkv, W, N_k], each row summing to 1."""
+    p = window_attention(q_win, keys, scale)  # [Hq, W, T]
+    hq, w, t = p.shape
+    p = p.view(keys.shape[0], hq // keys.shape[0], w, t).mean(1)  # [Hkv, W, T]
+    return rownorm(block_sum(p, block))
+
+
 def direct_score(s_hat: torch.Tensor) -> torch.Tensor:
     """a = mean of the W rows of S-hat (Eq. 1/3): [W, N_k] -> [N_k], summing to 1."""
     return s_hat.mean(0)

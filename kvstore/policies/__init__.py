@@ -13,7 +13,7 @@ from kvstore.policies.base import Policy, ScoreContext
 from kvstore.policies.full import FullPolicy
 from kvstore.policies.h2o import H2OPolicy
 from kvstore.policies.morphkv import MorphKVPolicy
-from kvstore.policies.nexus import NexusPolicy
+from kvstore.policies.nexus import NexusHeadPolicy, NexusPolicy
 from kvstore.policies.pyramidkv import PyramidKVPolicy
 from kvstore.policies.snapkv import SnapKVPolicy
 from kvstore.policies.streaming import StreamingPolicy
@@ -31,6 +31,10 @@ POLICIES: dict[str, tuple[type[Policy], dict[str, Any]]] = {
     "nexus": (NexusPolicy, {}),
     "nexus-topk": (NexusPolicy, {"selector": "topk"}),  # ablation: Nexus score, deterministic top-K
     "direct-reservoir": (NexusPolicy, {"lam": 0.0}),  # ablation: direct score only (lambda = 0), reservoir
+    "nexus-head": (NexusHeadPolicy, {"selector": "topk"}),  # variant: the Nexus score per kv head, top-K
+    "nexus-agent-head": (NexusHeadPolicy, {"selector": "topk", "recent_share": 0.5}),
+    "nexus-agent-mean": (NexusPolicy, {"selector": "topk", "recent_share": 0.5, "score_memory": "mean"}),
+    "nexus-agent-max": (NexusPolicy, {"selector": "topk", "recent_share": 0.5, "score_memory": "max"}),
     # the product's default memory (docs/memory.md, measured with bench replay): the Nexus score, top-K, and half
     # of the budget always on the most recent tokens
     "nexus-agent": (NexusPolicy, {"selector": "topk", "recent_share": 0.5}),

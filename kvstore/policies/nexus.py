@@ -9,13 +9,22 @@ import torch
 
 from kvstore.kernels import window_block_scores_auto
 from kvstore.policies.base import Policy, ScoreContext
-from kvstore.scoring import nexus_weights, window_block_scores
+from kvstore.scoring import block_sum, kv_head_block_scores, nexus_weights, window_block_scores
 
 
 class NexusPolicy(Policy):
+    """`score_memory` (this project's option, docs/memory.md; "none" = the paper): "mean" or "max" combines each
+    token's score over every eviction step it was held in (a block's score is then the mean or max of its Nexus
+    weights so far, not only the current window's), kept as per-token state that survives eviction and saving."""
+
     name = "nexus"
     default_selector = "reservoir"
     default_sink = None  # one block
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        if config.score_memory != "none":
+            self.token_state = ("nexus_score", "nexus_steps")
 
     def score(self, ctx: ScoreContext) -> torch.Tensor:
         cfg = self.config
@@ -24,4 +33,39 @@ class NexusPolicy(Policy):
         for i in range(ctx.keys.shape[0]):
             s_hat = block_scores(ctx.queries[i], ctx.keys[i], cfg.block, ctx.scaling)  # [W, N_k]
             rows.append(nexus_weights(s_hat, cfg.walk_steps, cfg.lam, cfg.eps_tie))  # [N_k]
-        return torch.stack(rows)[:, None, :]  # [B, 1, N_k]
+        current = torch.stack(rows)[:, None, :]  # [B, 1, N_k]
+        return current if cfg.score_memory == "none" else self.remember(ctx, current)
+
+    def remember(self, ctx: ScoreContext, current: torch.Tensor) -> torch.Tensor:
+        """Combine the current block weights [B, 1, N_k] with the held tokens' past ones: [B, 1, N_k]. Each token
+        carries its block's weight; a block's score is the mean over its tokens of their combined weights."""
+        b, t = self.config.block, ctx.keys.shape[-2]
+        now = current.repeat_interleave(b, -1)[..., :t]  # [B, 1, T]
+        past, steps = ctx.state["nexus_score"][:, :1], ctx.state["nexus_steps"][:, :1]  # [B, 1, T]
+        if self.config.score_memory == "max":
+            combined = torch.maximum(past, now)
+            value = combined
+        else:
+            combined = past + now
+            value = combined / (steps + 1)
+        if ctx.commit:
+            ctx.state["nexus_score"].copy_(combined.expand_as(ctx.state["nexus_score"]))
+            ctx.state["nexus_steps"].add_(1)
+        return block_sum(value, b) / b
+
+
+class NexusHeadPolicy(NexusPolicy):
+    """The Nexus score per kv head: each kv head scores the blocks with its own group of query heads and keeps its
+    own blocks (the paper scores once per layer, averaged over all heads; this variant is this project's, measured
+    with `bench replay`, docs/memory.md)."""
+
+    name = "nexus-head"
+    per_head = True
+
+    def score(self, ctx: ScoreContext) -> torch.Tensor:
+        cfg = self.config
+        out = []
+        for i in range(ctx.keys.shape[0]):
+            s_hat = kv_head_block_scores(ctx.queries[i], ctx.keys[i], cfg.block, ctx.scaling)  # [Hkv, W, N_k]
+            out.append(torch.stack([nexus_weights(s, cfg.walk_steps, cfg.lam, cfg.eps_tie) for s in s_hat]))
+        return torch.stack(out)  # [B, Hkv, N_k]
