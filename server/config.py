@@ -61,6 +61,13 @@ class ServeConfig:
     def model_id(self) -> str:
         return self.served_name or self.model
 
+    def cache_settings(self) -> dict[str, Any]:
+        """What every session of this server runs with (reported in /v1/models, so clients label runs by it)."""
+        return {
+            "model": self.model, "policy": self.policy, "budget": self.budget, "protocol": self.protocol,
+            "chunk_size": self.chunk_size, "seed": self.seed,
+        }  # fmt: skip
+
     def to_dict(self) -> dict[str, Any]:
         return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
 

@@ -16,6 +16,7 @@ def test_eval_workers_share_one_server(make_server, tmp_path: Path) -> None:
     out = tmp_path / "run"
     args = ["eval", "--server", server.url, "--out", str(out), "--instances", ",".join(TASKS), "--workers", "2"]
     args += ["--sandbox", "local", "--max-steps", "2", "--temperature", "0", "--max-new-tokens", "16"]
+    args += ["--policy", "snapkv", "--budget", "64"]  # the client's settings, which the server does not use
     env = {**os.environ, "NEXUS_AGENT_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1", "NO_COLOR": "1"}
     proc = subprocess.run(
         [sys.executable, "-c", "from cli.app import main; main()", *args],
@@ -31,3 +32,10 @@ def test_eval_workers_share_one_server(make_server, tmp_path: Path) -> None:
         assert [s["turn"] for s in stats] == [1, 2]  # the second turn continued the task's server session
         sessions |= {s["session_id"] for s in stats}
     assert len(sessions) == 2 and len(server.registry.entries) == 2  # one session per task, both on this server
+    # the run is labelled by what the server runs (nexus-agent, 128 tokens), not by the client's ignored flags
+    label = "nexus-agent__tiny-qwen3__nexus-agent-128-true-eviction"
+    predictions = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert [p["model_name_or_path"] for p in predictions] == [label, label]
+    report = json.loads((out / TASKS[0] / "report.json").read_text())
+    assert report["server"] | {"id": "tiny-qwen3"} == server.config.cache_settings() | {"id": "tiny-qwen3"}
+    assert report["server"]["policy"] == "nexus-agent" and report["config"]["policy"] == "snapkv"
