@@ -168,9 +168,11 @@ class ServedConversation:
             held = found.get("held_bytes", 0) / 2**20
             return f"re-attached to server session {sid} ({n} messages, {found.get('state')}, {held:.1f} MiB held)"
         self.record.rebuild = True
-        self._close_on_server()
-        return (f"the server's session {sid} has {found.get('messages')} messages, the saved chat {n}: it was "
-                f"closed, and the next request prefills the saved conversation once")  # fmt: skip
+        closed = self._close_on_server()
+        why = ("was busy with a reply (cut short, or another chat on this session)" if found.get("state") == "active"
+               else f"has {found.get('messages')} messages, the saved chat {n}")  # fmt: skip
+        what = "it was closed" if closed else "it is closed before the next request"
+        return f"the server's session {sid} {why}: {what}, and the next request prefills the saved conversation once"
 
     def stats_lines(self) -> list[str]:
         from kvstore.session import TurnStats
