@@ -10,6 +10,7 @@ import json
 import re
 import socket
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -40,8 +41,8 @@ def serve(tmp_path: Path):
     torch.set_num_threads(1)
     started: list[Server] = []
 
-    def start(port: int = 0) -> Server:
-        config = ServeConfig(port=port, model="tiny-qwen3", budget=128, park_dir=tmp_path / "park")
+    def start(port: int = 0, **overrides) -> Server:
+        config = ServeConfig(port=port, model="tiny-qwen3", budget=128, park_dir=tmp_path / "park", **overrides)
         started.append(Server(tiny_chat_model(), qwen_tokenizer(), config).start())
         return started[-1]
 
@@ -200,3 +201,24 @@ def test_ctrl_c_mid_reply_rolls_back_and_the_server_session_follows(tmp_path: Pa
     assert len(record["turns"]) == steps + 1
     _in_step(server, record)
     assert len(server.registry.entries[record["session_id"]].transcript) == len(record["messages"])
+
+
+@pytest.mark.slow  # end to end: a pty chat refused by a full server, then admitted
+def test_a_full_server_refuses_with_one_line_and_the_chat_retries(tmp_path: Path, repo: Path, serve) -> None:
+    server = serve(max_sessions=1)
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    req = urllib.request.Request(server.url + "/chat/completions", data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        other = json.loads(resp.read())["nexus"]["session_id"]  # another client holds the only slot
+    chat = _chat(tmp_path, "--server", server.url, "--repo", str(repo))
+    chat.expect("you> ")
+    out = _ask(chat, "first request: alpha")
+    assert "HTTP 429: the server holds its maximum of 1 sessions" in out and "send the request again" in out
+    assert "Traceback" not in out and _saved(tmp_path)[0]["messages"] == []
+    assert server.registry.close(other)
+    assert "turn 1: prefill" in _ask(chat, "first request: alpha")
+    _quit(chat)
+    record, state = _saved(tmp_path)
+    assert state["requests"] == ["first request: alpha"] and len(record["messages"]) == 3
+    _in_step(server, record)
