@@ -8,6 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from pipeline.backends import server_settings
+from pipeline.config import RunConfig, RunError
+from pipeline.eval_files import claim_out_dir
+
 TASKS = ("nexus-demo__semver-lite-1", "nexus-demo__iniconf-1")
 
 
@@ -39,3 +45,10 @@ def test_eval_workers_share_one_server(make_server, tmp_path: Path) -> None:
     report = json.loads((out / TASKS[0] / "report.json").read_text())
     assert report["server"] | {"id": "tiny-qwen3"} == server.config.cache_settings() | {"id": "tiny-qwen3"}
     assert report["server"]["policy"] == "nexus-agent" and report["config"]["policy"] == "snapkv"
+    run = json.loads((out / "run.json").read_text())  # a resume must find the server running the same settings
+    assert run["server"] == {"id": "tiny-qwen3", "model": "tiny-qwen3", "policy": "nexus-agent", "budget": 128,
+                             "protocol": "true-eviction"}  # fmt: skip
+    cfg = RunConfig(server=server.url, policy="snapkv", budget=64, max_steps=2, temperature=0, max_new_tokens=16)
+    claim_out_dir(out, cfg, server_settings(server.url))  # the same server: resumable
+    with pytest.raises(RunError, match="holds a run with other settings"):
+        claim_out_dir(out, cfg, {**server_settings(server.url), "policy": "snapkv"})
