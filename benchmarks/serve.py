@@ -7,7 +7,9 @@ the plan, N clients each replay one agent conversation (shared traces, else synt
 greedy replies; the same replies come back from both servers (checked). Reported per N: aggregate tokens/s
 (completion tokens / wall time, prefill included), the servers' pure decode tokens/s (decode tokens / time in
 decode steps), and time to first token. The fit test opens sessions one by one under a KV cap until the server
-has to park one: the sessions that were resident then are the ones that fit.
+has to park one: the sessions that were resident then are the ones that fit. The stall test
+(benchmarks/serve_stall.py) measures what a long newcomer's prefill costs the sessions already decoding, with the
+prefill interleaved chunk by chunk vs run whole.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import typer
 
 from benchmarks.common import console, table, write_json
 from benchmarks.serve_client import Timed, stream_chat
+from benchmarks.serve_stall import StallPlan, measure_stall, stall_line
 from benchmarks.serve_workload import Conversation, conversations
 from kvstore.defaults import DEFAULT_DENSITY, DEFAULT_MODEL
 
@@ -107,8 +110,8 @@ def fit(model, tokenizer, name: str, policy: str, budget, convs: list[Conversati
         server.close()
 
 
-def run_bench(model, tokenizer, name: str, plan: ServePlan) -> dict[str, Any]:
-    """The whole benchmark on a loaded model; a JSON-able result."""
+def run_bench(model, tokenizer, name: str, plan: ServePlan, stall: StallPlan | None = None) -> dict[str, Any]:
+    """The whole benchmark on a loaded model; a JSON-able result (`stall`: also the newcomer-stall measurement)."""
     from server.app import Server
     from server.config import ServeConfig
 
@@ -130,8 +133,12 @@ def run_bench(model, tokenizer, name: str, plan: ServePlan) -> dict[str, Any]:
             server.close()
     fits = [fit(model, tokenizer, name, "nexus", plan.density, convs, plan),
             fit(model, tokenizer, name, "full", None, convs, plan)]  # fmt: skip
-    return {"benchmark": "serve", "model": name, "workload": source, "plan": asdict(plan), "phases": phases,
-            "fit": fits, "fit_ratio": fits[0]["sessions"] / max(fits[1]["sessions"], 1)}  # fmt: skip
+    result = {"benchmark": "serve", "model": name, "workload": source, "plan": asdict(plan), "phases": phases,
+              "fit": fits, "fit_ratio": fits[0]["sessions"] / max(fits[1]["sessions"], 1)}  # fmt: skip
+    if stall is not None:
+        result["stall"] = measure_stall(model, tokenizer, name, stall, plan.prompt_tokens)
+        console.print("  " + stall_line(result["stall"]), highlight=False)
+    return result
 
 
 def _line(row: dict[str, Any]) -> str:
@@ -164,6 +171,8 @@ def print_report(result: dict[str, Any]) -> None:
         f"({full['mean_held_bytes'] / 2**20:.1f} MiB each): {result['fit_ratio']:.1f}x more sessions",
         highlight=False,
     )
+    if "stall" in result:
+        console.print(stall_line(result["stall"]), highlight=False)
 
 
 def serve_bench(
@@ -174,6 +183,10 @@ def serve_bench(
     prompt_tokens: Annotated[int, typer.Option(min=1, help="Tokens of each task message.")] = ServePlan.prompt_tokens,
     reply_tokens: Annotated[int, typer.Option(min=1, help="max_tokens of each reply.")] = ServePlan.reply_tokens,
     fit_cap: Annotated[float, typer.Option(help="KV cap of the fit test in MiB.")] = ServePlan.fit_cap_mib,
+    stall_tokens: Annotated[
+        int, typer.Option(min=0, help="Newcomer prompt of the stall test, interleaved vs whole prefill (0: skip).")
+    ] = StallPlan.newcomer_tokens,
+    prefill_chunk: Annotated[int, typer.Option(min=1, help="Prefill chunk of the stall test.")] = StallPlan.chunk,
     threads: Annotated[int | None, typer.Option(help="Torch CPU threads (default: all cores; 1 if busy).")] = None,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: a GPU when present).")] = None,
     dtype: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp32 (default: bf16 where supported).")] = None,
@@ -183,15 +196,19 @@ def serve_bench(
     from kvstore.models import load_model
     from pipeline.backends import set_threads
 
+    stall = StallPlan(newcomer_tokens=stall_tokens, chunk=prefill_chunk) if stall_tokens else None
     if quick:
         plan = ServePlan.quick()
+        stall = stall and StallPlan(
+            newcomer_tokens=min(stall_tokens, 1200), chunk=prefill_chunk, active_reply_tokens=48
+        )
     else:
         sizes = tuple(int(c) for c in clients.split(","))
         plan = ServePlan(clients=sizes, turns=turns, prompt_tokens=prompt_tokens, reply_tokens=reply_tokens,
                          fit_cap_mib=fit_cap)  # fmt: skip
     set_threads(threads)
     loaded, tokenizer, info = load_model(model, device=device, dtype=dtype)
-    result = run_bench(loaded, tokenizer, model, plan)
+    result = run_bench(loaded, tokenizer, model, plan, stall)
     result["model_info"] = asdict(info)
     print_report(result)
     write_json(json_path, result)

@@ -6,6 +6,7 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +22,14 @@ class Timed:
     nexus: dict[str, Any]  # the server's session and turn statistics
 
 
-def stream_chat(base_url: str, messages: list[dict[str, str]], max_tokens: int, timeout: float = 600.0) -> Timed:
-    """POST a streaming greedy request and read its server-sent events to the end."""
+def stream_chat(
+    base_url: str,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    timeout: float = 600.0,
+    on_piece: Callable[[str], None] | None = None,
+) -> Timed:
+    """POST a streaming greedy request and read its server-sent events to the end (`on_piece`: each text piece)."""
     body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True}
     body["stream_options"] = {"include_usage": True}
     req = urllib.request.Request(
@@ -49,6 +56,8 @@ def stream_chat(base_url: str, messages: list[dict[str, str]], max_tokens: int, 
                 if piece := choice["delta"].get("content"):
                     ttft = ttft if ttft is not None else time.perf_counter() - t0
                     parts.append(piece)
+                    if on_piece is not None:
+                        on_piece(piece)
             usage = event.get("usage") or usage
             nexus = event.get("nexus") or nexus
     total = time.perf_counter() - t0

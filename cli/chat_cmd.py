@@ -14,7 +14,9 @@ from pipeline import chat as cs
 from pipeline.config import RunError
 
 
-@raw_options("model", "policy", "budget", "protocol", "device", model=None, policy=None, budget=None, protocol=None)
+@raw_options(
+    "model", "policy", "budget", "protocol", "device", "server", model=None, policy=None, budget=None, protocol=None
+)
 def chat_cmd(
     repo: Path = typer.Option(None, "--repo", "-r", help="The repository to work on (default: the current dir)."),
     session: str = typer.Option(None, "--session", "-S", help="Session name (default: the repo's folder name)."),
@@ -29,42 +31,40 @@ def chat_cmd(
     """Talk to the agent about a repo; it works in a bubblewrap sandbox bound to the repo (edits land there).
 
     A new session takes the session defaults (model, policy, budget, protocol) for options not given; a resumed one
-    keeps its saved settings and refuses options that differ from them.
+    keeps its saved settings and refuses options that differ from them. With --server URL the model runs in that
+    `nexus-agent serve` (its model and cache settings apply) and the chat continues one server session.
     """
     from agent.loop import AgentConfig
     from kvstore.defaults import parse_budget
+    from pipeline.backends import set_threads
 
-    if given["budget"] is None:
-        del given["budget"]
-    else:
-        given["budget"] = parse_budget(given["budget"])
     name = session or (repo or Path.cwd()).resolve().name
     folder = cs.session_dir(name)
     console = Console(highlight=False)
-    from pipeline.backends import set_threads
-
-    set_threads(None)
-    state, kv = _resume(folder, repo, given) if resume else _start(folder, repo, given, seed)
     agent_cfg = AgentConfig(
         max_steps=max_steps, max_steps_absolute=max_steps, max_new_tokens=max_new_tokens, temperature=temperature
     )
-    repo_path = Path(state.repo)
-    with cs.open_repo_sandbox(repo_path, name) as sandbox:
+    server = given.pop("server")
+    if server is not None or (resume and cs.ChatState.load(folder).server):
+        from pipeline.chat_served import open_served
+
+        state, conversation = open_served(folder, repo, server, resume, seed, given)
+    else:
+        given["budget"] = None if given["budget"] is None else parse_budget(given["budget"])
+        if given["budget"] is None:
+            del given["budget"]
+        set_threads(None)
+        state, conversation = _resume(folder, repo, given) if resume else _start(folder, repo, given, seed)
+    with cs.open_repo_sandbox(Path(state.repo), name) as sandbox:
         from cli.chat_loop import Chat
 
-        Chat(console, folder, name, state, kv, sandbox, agent_cfg, yolo).run()
+        Chat(console, folder, name, state, conversation, sandbox, agent_cfg, yolo).run()
 
 
 def _start(folder: Path, repo: Path | None, given: dict[str, Any], seed: int):
     from kvstore.session import Session, SessionConfig
 
-    if (folder / cs.STATE_FILE).exists():
-        raise RunError(
-            f"session {folder.name!r} already exists ({folder}); continue it with --resume, or pick another --session"
-        )
-    repo = (repo or Path.cwd()).resolve()
-    if not repo.is_dir():
-        raise FileNotFoundError(f"--repo {repo} is not a directory")
+    repo = cs.new_chat_repo(folder, repo)
     config = SessionConfig(**{k: v for k, v in given.items() if v is not None or k == "budget"}, seed=seed)
     session = Session.open(config)
     folder.mkdir(parents=True, exist_ok=True)
@@ -77,9 +77,9 @@ def _resume(folder: Path, repo: Path | None, given: dict[str, Any]):
     from kvstore.session import Session, SessionConfig
 
     state = cs.ChatState.load(folder)
-    state.check_resumable(folder)
-    if repo is not None and repo.resolve() != Path(state.repo):
-        raise RunError(f"session {folder.name!r} works on {state.repo}, not {repo.resolve()}; drop --repo to resume it")
+    state.check_resumable(folder, repo)
+    if state.server:
+        raise RunError(f"session {folder.name!r} runs its model in a server; resume it with --server URL")
     saved = SessionConfig.from_dict(state.config)
     differ = [f"--{k} {v} (saved: {getattr(saved, k)})" for k, v in given.items() if k != "device" and v is not None
               and v != getattr(saved, k)]  # fmt: skip

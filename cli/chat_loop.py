@@ -16,25 +16,31 @@ HELP = "commands: /stats (cache stats per turn), /history (your requests), /yolo
 
 
 class Chat:
-    """Reads requests, runs the agent on each, saves the session after every step."""
+    """Reads requests, runs the agent on each, saves the conversation after every step.
 
-    def __init__(self, console: Console, folder: Path, name: str, state, session, sandbox, agent_cfg, yolo: bool):
-        from agent.backends.local import LocalModel
+    `conversation`: where the model and its memory live: a kvstore Session here (wrapped in a LocalConversation),
+    or a ServedConversation (pipeline/chat_served.py) for a model in a `nexus-agent serve`."""
+
+    def __init__(self, console: Console, folder: Path, name: str, state, conversation, sandbox, agent_cfg, yolo: bool):
         from agent.loop import Agent
         from agent.prompts import system_prompt
         from agent.trajectory import TrajectoryWriter
+        from pipeline.chat_local import LocalConversation
+        from pipeline.chat_served import ServedConversation
 
         self.console, self.folder, self.name, self.state = console, folder, name, state
         self.sandbox, self.yolo, self.system = sandbox, yolo, system_prompt()
-        self.model = LocalModel(session, on_token=self._stream)
+        if not isinstance(conversation, ServedConversation | LocalConversation):  # a kvstore Session
+            conversation = LocalConversation(folder, conversation, state.config)
+        self.conv = conversation
+        self.conv.set_output(self._stream, self._note)
         self.writer = TrajectoryWriter(folder / cs.TRAJECTORY_FILE)
-        self.agent = Agent(self.model, cs.ChatEnvironment(sandbox), agent_cfg, self.writer, f"chat:{name}",
+        self.agent = Agent(self.conv.model, cs.ChatEnvironment(sandbox), agent_cfg, self.writer, f"chat:{name}",
                            on_step=self._on_step, before_execute=self._confirm)  # fmt: skip
-        self.interrupt = cs.TurnInterrupt(lambda msg: self.console.print(f"\n[yellow]{msg}[/yellow]"))
+        self.interrupt = cs.TurnInterrupt(self._note)
 
-    @property
-    def session(self):
-        return self.model.session
+    def _note(self, msg: str) -> None:
+        self.console.print(f"\n[yellow]{msg}[/yellow]", markup=True, highlight=False)
 
     def run(self) -> None:
         self._banner()
@@ -64,9 +70,8 @@ class Chat:
         if cmd in ("/quit", "/exit", "/q"):
             return False
         if cmd == "/stats":
-            for t in self.session.turns:
-                self.console.print(t.summary())
-            self.console.print(f"{len(self.session.turns)} turns, {self.session.num_tokens} tokens in the history")
+            for line in self.conv.stats_lines():
+                self.console.print(line, markup=False)
         elif cmd == "/history":
             for n, req in enumerate(self.state.requests, 1):
                 self.console.print(f"{n}. {req}")
@@ -78,8 +83,11 @@ class Chat:
         return True
 
     def request(self, text: str) -> None:
-        """One request: an agent episode; Ctrl-C ends it (at a step boundary, or now with a rollback)."""
-        first = not self.session.messages
+        """One request: an agent episode; Ctrl-C ends it (at a step boundary, or now with a rollback); a model error
+        (server down, HTTP error) is one line and a rollback to the last complete step."""
+        from agent.errors import AgentError
+
+        first = not self.conv.has_history
         msg = cs.request_message(text, first, self.state.unseen, self.sandbox.workdir)
         self.state.requests.append(text)
         self.state.unseen = ""
@@ -93,6 +101,14 @@ class Chat:
             return
         except KeyboardInterrupt:
             self._rollback()
+            self.console.print("[yellow]turn stopped; the session is back at its last complete step[/yellow]")
+            return
+        except AgentError as exc:
+            self._rollback()
+            self.console.print(
+                f"\nerror: {exc} (the session is back at its last complete step; send the request again)",
+                style="red", markup=False, highlight=False,
+            )  # fmt: skip
             return
         self._save()
         self._report(result)
@@ -105,6 +121,7 @@ class Chat:
         from kvstore.session import TurnStats
 
         self.state.unseen = "" if rec["submitted"] else rec["observation"]
+        self.conv.on_step(rec)
         self._save()
         obs = rec["observation"].splitlines()
         shown = "\n".join(obs[:8]) + (f"\n... ({len(obs) - 8} more lines)" if len(obs) > 8 else "")
@@ -130,22 +147,13 @@ class Chat:
         return "The user declined to run this call. Ask for or try something else."
 
     def _save(self) -> None:
-        if self.session.tokens:
-            self.session.save(self.folder / cs.SESSION_FILE)
+        self.conv.save()
         self.state.save(self.folder)
 
     def _rollback(self) -> None:
         """A turn cut mid-step: go back to the state saved after its last complete step."""
-        from kvstore.session import Session, SessionConfig
-
-        path = self.folder / cs.SESSION_FILE
-        s = self.session
-        if path.exists():
-            self.model.session = Session.load(path, model=s.model, tokenizer=s.tokenizer)
-        else:
-            self.model.session = Session(s.model, s.tokenizer, SessionConfig.from_dict(self.state.config))
+        self.conv.rollback()
         self.state = cs.ChatState.load(self.folder)
-        self.console.print("[yellow]turn stopped; the session is back at its last complete step[/yellow]")
 
     def _report(self, result) -> None:
         how = f"{result.exit_reason}, {result.steps} steps, {result.elapsed_s:.1f} s"
@@ -153,25 +161,17 @@ class Chat:
         if result.submission:
             self.console.print(result.submission, markup=False)
         if result.exit_reason == "token_limit":
-            s = self.session
-            self.console.print(
-                f"[yellow]the conversation fills the model's positions ({s.num_tokens} of {s.max_positions}); "
-                "start a new --session to go on[/yellow]"
-            )
+            self.console.print(f"[yellow]{self.conv.token_limit_note()}[/yellow]")
         changed = cs.changed_files(Path(self.state.repo))
         if changed:
             self.console.print(f"changes in the repo:\n{changed}", markup=False)
 
     def _banner(self) -> None:
-        c = self.session.config
         mode = "yolo: commands run without asking" if self.yolo else "confirm mode: asks before each command"
         self.console.print(
             f"nexus-agent chat [bold]{self.name}[/bold] on {self.state.repo} (at /testbed in the sandbox) | "
-            f"{c.model}, {c.policy}, budget {c.budget}, {c.protocol} | {mode}"
+            f"{self.conv.describe()} | {mode}"
         )
         if self.state.requests:
-            last = self.session.turns[-1].summary() if self.session.turns else "no turns yet"
-            self.console.print(
-                f"resumed: {len(self.state.requests)} requests, {self.session.num_tokens} tokens of history; {last}"
-            )
+            self.console.print(f"resumed: {len(self.state.requests)} requests, {self.conv.attach()}")
         self.console.print(HELP)

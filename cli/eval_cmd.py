@@ -54,7 +54,7 @@ def run_eval(
         raise RunError("no tasks selected")
     _preflight(cfg)
     sweep()  # what a batch killed earlier left behind (temp folders, containers)
-    ef.claim_out_dir(out, cfg)
+    ef.claim_out_dir(out, cfg, _served(cfg))
     todo = [t for t in tasks if not _finished(ef.read_report(out, t.instance_id), retry_errors)]
     console = Console()
     console.print(f"eval: {len(tasks)} tasks, {len(tasks) - len(todo)} already finished, {len(todo)} to run -> {out}")
@@ -111,6 +111,12 @@ def _preflight(cfg: RunConfig) -> None:
             served_model(cfg.server)
         else:
             check_model_available(cfg.model)
+
+
+def _served(cfg: RunConfig) -> dict | None:
+    from pipeline.backends import server_settings
+
+    return server_settings(cfg.server) if cfg.server else None
 
 
 def _print_summary(console: Console, summary: dict, out: Path) -> None:

@@ -26,6 +26,14 @@ def serve_cmd(
     park_dir: Path = typer.Option(None, "--park-dir", help="Folder of parked sessions (default: a temp folder)."),
     queue_timeout: float = typer.Option(_D.queue_timeout_s, "--queue-timeout", help="Seconds a request may wait."),
     max_new_tokens: int = typer.Option(_D.max_new_tokens, "--max-new-tokens", help="Reply length without max_tokens."),
+    chunk_size: int = typer.Option(
+        _D.chunk_size, "--prefill-chunk", help="Prefill chunk in tokens (evicts after each)."
+    ),
+    interleave: bool = typer.Option(
+        _D.interleave_prefill,
+        "--interleave-prefill/--whole-prefill",
+        help="Run a newcomer's prefill one chunk per decode step of the others, or whole at admission.",
+    ),  # fmt: skip
     seed: int = typer.Option(_D.seed, "--seed", help="Seed of new sessions (a request's seed overrides it)."),
     device: str = typer.Option(None, "--device", help="Torch device (default: CUDA when present, else CPU)."),
     dtype: str = typer.Option(None, "--dtype", help="bf16, fp16 or fp32 (default: bf16 where supported)."),
@@ -42,7 +50,7 @@ def serve_cmd(
         host=host, port=port, model=model, served_name=served_name, policy=policy, budget=parse_budget(budget),
         protocol=protocol, max_sessions=max_sessions, max_batch=max_batch, memory_cap=parse_size(memory_cap),
         park=park, park_dir=park_dir, queue_timeout_s=queue_timeout, max_new_tokens=max_new_tokens, seed=seed,
-        device=device, dtype=dtype, threads=threads,
+        device=device, dtype=dtype, threads=threads, chunk_size=chunk_size, interleave_prefill=interleave,
     )  # fmt: skip
     set_threads(threads)
     server = Server.load(config, verbose=verbose)

@@ -40,9 +40,10 @@ def solve_cmd(
 
 def _run_live(console: Console, task, cfg: RunConfig, out: Path) -> dict[str, Any]:
     from cli.live import SolveView
+    from pipeline.backends import describe_model
     from pipeline.run import run_task
 
-    label = "replay" if cfg.replaying else f"{cfg.model} ({cfg.policy}, budget {cfg.budget}, {cfg.protocol})"
+    label = describe_model(cfg)
     steps = cfg.max_steps or (None if cfg.replaying else DEFAULT_MAX_STEPS)
     with SolveView(console, f"{task.instance_id}: {label}", steps) as view:
         report = run_task(task, cfg, out, on_step=view.on_step, on_token=view.on_token)

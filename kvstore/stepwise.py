@@ -1,7 +1,9 @@
 """A reply generated one token at a time by an outside driver (e.g. a server batching many sessions).
 
 `ReplyInProgress` has exactly the effect of `Session.generate` on the session (history, cache, messages, turn
-statistics, sampling generator), split into steps: `prefill()` runs the pending tokens and picks the first token;
+statistics, sampling generator), split into steps: `prefill()` runs the pending tokens and picks the first token
+(or `begin_prefill()`, then `prefill_chunk()` until it returns True: one chunk at a time, for a driver that
+interleaves a newcomer's prefill with other sessions' decode steps);
 while `next_input` is not None the driver runs that token through the model (alone with `step_alone()`, or in a
 batch with kvstore.batch.batched_decode) and hands the logits to `advance()`; `finish()` closes the turn.
 """
@@ -39,23 +41,48 @@ class ReplyInProgress:
         self.finish_reason: str | None = None
         self.next_input: int | None = None  # the chosen token the model has not seen yet (None once finished)
         self.prefill_tokens = 0
+        self.prefill_done = False
+        self.chunk = session.config.chunk_size
         self._t = [0.0, 0.0]
 
     def prefill(self) -> None:
         """Run the pending tokens (the whole history under re-prefill) and choose the first reply token."""
+        self.begin_prefill()
+        while not self.prefill_chunk():
+            pass
+
+    def begin_prefill(self) -> None:
+        """Start the turn's prefill; then `prefill_chunk()` until it returns True (a driver may run other sessions'
+        decode steps between chunks: the chunks and their evictions are those of `kvstore.prefill`)."""
         s = self.session
         if s.config.protocol == "re-prefill":
             s.cache, s.prefilled = s.new_cache(), 0
         self._before = s.cache.stats()
         self._t[0] = s._now()
         self.prefill_tokens = len(s.tokens) - s.prefilled
+        if self.prefill_tokens and hasattr(s.cache, "resolve_budget"):  # a density budget is fixed by the prompt
+            s.cache.resolve_budget(s.cache.get_seq_length() + self.prefill_tokens)
+
+    @property
+    def prefill_left(self) -> int:
+        """Tokens of this turn's prefill not run through the model yet (0 once it is over)."""
+        return 0 if self.prefill_done else len(self.session.tokens) - self.session.prefilled
+
+    def prefill_chunk(self) -> bool:
+        """Run the next chunk of the pending tokens; True once all have run and the first reply token is chosen."""
+        s = self.session
         with self._guard():
-            if self.prefill_tokens:
-                ids = torch.tensor([s.tokens[s.prefilled :]], device=s.device)  # [1, pending]
-                s._logits = kvstore.prefill(s.model, s.cache, ids, s.config.chunk_size)[0]  # [V]
-                s.prefilled = len(s.tokens)
+            if s.prefilled < len(s.tokens):
+                end = min(s.prefilled + self.chunk, len(s.tokens))
+                ids = torch.tensor([s.tokens[s.prefilled : end]], device=s.device)  # [1, chunk]
+                s._logits = kvstore.forward(s.model, s.cache, ids)[0, -1]  # [V]
+                s.prefilled = end
+        if s.prefilled < len(s.tokens):
+            return False
         self._t[1] = s._now()
+        self.prefill_done = True
         self._choose(s._logits)
+        return True
 
     def step_alone(self) -> None:
         """Run `next_input` through the model for this session only, then choose the next token."""

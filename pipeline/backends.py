@@ -6,6 +6,7 @@ A process loads each model once (`eval` workers solve many tasks with one model)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,9 @@ def make_backend(
         from agent.backends.openai_compat import OpenAICompatConfig, OpenAICompatModel
 
         config = OpenAICompatConfig(model=served_model(cfg.server), base_url=cfg.server, seed=cfg.seed)
-        return OpenAICompatModel(config), None
+        backend = OpenAICompatModel(config)
+        backend.name = describe_model(cfg)
+        return backend, None
     from agent.backends.local import LocalModel
 
     return LocalModel(new_session(cfg), on_token=on_token), None
@@ -42,17 +45,49 @@ def make_backend(
 
 def served_model(url: str) -> str:
     """The model id a `nexus-agent serve` (or any OpenAI-compatible server) at `url` serves; RunError if none."""
+    return server_settings(url)["id"]
+
+
+@functools.lru_cache(maxsize=8)
+def server_settings(url: str) -> dict[str, Any]:
+    """What the server at `url` serves: {"id"} plus, from a `nexus-agent serve`, the cache settings every session
+    runs with ("model", "policy", "budget", "protocol", ...: the `nexus` field of /v1/models). Asked once per
+    process; RunError when no OpenAI-compatible server answers."""
     import json
     import urllib.request
 
     try:
         with urllib.request.urlopen(url.rstrip("/") + "/models", timeout=30) as resp:
-            return json.load(resp)["data"][0]["id"]
-    except (OSError, ValueError, KeyError, IndexError) as exc:
+            entry = json.load(resp)["data"][0]
+            return {**(entry.get("nexus") or {}), "id": entry["id"]}
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise RunError(
             f"--server {url}: no OpenAI-compatible server answers there ({exc}); start one with `nexus-agent serve` "
             "and give its base URL, e.g. http://127.0.0.1:8000/v1"
         ) from None
+
+
+def describe_model(cfg: RunConfig) -> str:
+    """The model and cache settings a run actually uses, for people: the server's under --server."""
+    if cfg.replaying:
+        return "replay"
+    if cfg.server is None:
+        return f"{cfg.model} ({cfg.policy}, budget {cfg.budget}, {cfg.protocol})"
+    served = server_settings(cfg.server)
+    if "policy" not in served:  # another OpenAI-compatible server: its cache is its own business
+        return f"{served['id']} at {cfg.server}"
+    return f"{served['model']} ({served['policy']}, budget {served['budget']}, {served['protocol']}) at {cfg.server}"
+
+
+def run_label(cfg: RunConfig) -> str:
+    """`model_name_or_path` of the run's predictions: under --server, the model and cache settings the server runs
+    (the client's --model/--policy/--budget do not apply there); `nexus-agent__server` if it cannot be asked."""
+    if cfg.server is None or cfg.replaying:
+        return cfg.model_label()
+    try:
+        return cfg.model_label(server_settings(cfg.server))
+    except RunError:
+        return "nexus-agent__server"
 
 
 def new_session(cfg: RunConfig):

@@ -1,7 +1,8 @@
 """The pieces of `nexus-agent chat`: where a session lives on disk, its prompts, the sandbox on the user's repo,
 the confirm-before-running gate and the Ctrl-C handling of one turn.
 
-A session folder holds session.safetensors (the kvstore Session: token history, KV cache, messages, turn stats),
+A session folder holds session.safetensors (the kvstore Session: token history, KV cache, messages, turn stats) or,
+for a chat whose model runs in a `nexus-agent serve` (--server), conversation.json (pipeline/chat_served.py), plus
 chat.json (the repo, the request count, an observation the model has not seen yet) and trajectory.jsonl. Both
 state files are rewritten atomically after every agent step, so closing the program at any time loses at most the
 step in progress.
@@ -21,6 +22,7 @@ from pipeline.config import RunError
 from pipeline.files import atomic_write
 
 SESSION_FILE, STATE_FILE, TRAJECTORY_FILE = "session.safetensors", "chat.json", "trajectory.jsonl"
+SERVED_FILE = "conversation.json"  # a --server chat's conversation (pipeline/chat_served.py)
 
 FIRST_REQUEST = """\
 You are working with a user on the code repository checked out in {workdir}, in an interactive session. The user \
@@ -62,6 +64,7 @@ class ChatState:
     config: dict[str, Any] = field(default_factory=dict)  # the kvstore SessionConfig the session was opened with
     requests: list[str] = field(default_factory=list)  # the user's requests, in order
     unseen: str = ""  # the last observation when a turn ended before the model saw it (sent with the next request)
+    server: str = ""  # base URL of the `nexus-agent serve` the model runs in ("": a local model, `config`)
 
     def save(self, folder: Path) -> None:
         atomic_write(folder / STATE_FILE, json.dumps(asdict(self), indent=2) + "\n")
@@ -78,26 +81,42 @@ class ChatState:
         problem = _state_problem(data)
         if problem:
             raise RunError(f"{path} is corrupt ({problem}); delete {folder} to start over")
-        return cls(data["repo"], data["config"], data["requests"], data.get("unseen", ""))
+        return cls(data["repo"], data["config"], data["requests"], data.get("unseen", ""), data.get("server", ""))
 
-    def check_resumable(self, folder: Path) -> None:
-        """Refuse to resume what would silently lose the history: a missing cache file, a vanished repo."""
+    def check_resumable(self, folder: Path, repo: Path | None = None) -> None:
+        """Refuse to resume what would silently lose the history: a missing cache file, a vanished repo; and a
+        --repo that is not the session's."""
+        if repo is not None and repo.resolve() != Path(self.repo):
+            raise RunError(f"session {folder.name!r} works on {self.repo}, not {repo.resolve()}; drop --repo to resume")
         if not Path(self.repo).is_dir():
             raise RunError(f"session {folder.name!r} works on {self.repo}, which is no longer a folder")
-        if self.requests and not (folder / SESSION_FILE).is_file():
+        memory = folder / (SERVED_FILE if self.server else SESSION_FILE)
+        if self.requests and not memory.is_file():
             raise RunError(
-                f"{folder / SESSION_FILE} is missing: {len(self.requests)} earlier request(s) cannot be restored; "
+                f"{memory} is missing: {len(self.requests)} earlier request(s) cannot be restored; "
                 f"delete {folder} to start over"
             )
+
+
+def new_chat_repo(folder: Path, repo: Path | None) -> Path:
+    """The repo of a new chat session (default: the current dir); RunError when the session name is taken."""
+    if (folder / STATE_FILE).exists():
+        raise RunError(
+            f"session {folder.name!r} already exists ({folder}); continue it with --resume, or pick another --session"
+        )
+    repo = (repo or Path.cwd()).resolve()
+    if not repo.is_dir():
+        raise FileNotFoundError(f"--repo {repo} is not a directory")
+    return repo
 
 
 def _state_problem(data: Any) -> str:
     """What is wrong with the shape of chat.json's content ("" when nothing)."""
     if not isinstance(data, dict):
         return "not a JSON object"
-    expected = {"repo": str, "config": dict, "requests": list, "unseen": str}
+    expected = {"repo": str, "config": dict, "requests": list, "unseen": str, "server": str}
     for key, kind in expected.items():
-        if key == "unseen" and key not in data:
+        if key in ("unseen", "server") and key not in data:
             continue
         if not isinstance(data.get(key), kind):
             return f"{key!r} is not a {kind.__name__}"

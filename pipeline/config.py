@@ -73,9 +73,22 @@ class RunConfig:
     def replaying(self) -> bool:
         return self.replay is not None or self.replay_dir is not None
 
-    def model_label(self) -> str:
-        """The `model_name_or_path` of SWE-bench predictions: model and cache settings, filesystem-safe."""
+    def model_label(self, served: dict[str, Any] | None = None) -> str:
+        """The `model_name_or_path` of SWE-bench predictions: model and cache settings, filesystem-safe.
+
+        `served`: the settings a `nexus-agent serve` reports (pipeline.backends.server_settings); under --server
+        they, not this config's model/policy/budget/protocol, are what ran."""
         if self.replaying:
             return "nexus-agent__replay"
-        name = Path(self.model).name if os.sep in self.model else self.model
-        return f"nexus-agent__{name}__{self.policy}-{self.budget}-{self.protocol}"
+        if served is not None and "policy" in served:
+            model, policy, budget, protocol = (served[k] for k in ("model", "policy", "budget", "protocol"))
+        elif served is not None:  # another OpenAI-compatible server: only its model id is known
+            return f"nexus-agent__{_safe(served['id'])}__server"
+        else:
+            model, policy, budget, protocol = self.model, self.policy, self.budget, self.protocol
+        return f"nexus-agent__{_safe(model)}__{policy}-{budget}-{protocol}"
+
+
+def _safe(model: str) -> str:
+    """A model name as one path component (the last part of a directory or hub id)."""
+    return Path(model).name if os.sep in model else model

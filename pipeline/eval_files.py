@@ -56,9 +56,10 @@ def read_report(out: Path, instance_id: str) -> dict[str, Any] | None:
     return report
 
 
-def claim_out_dir(out: Path, cfg: RunConfig) -> None:
+def claim_out_dir(out: Path, cfg: RunConfig, served: dict[str, Any] | None = None) -> None:
     """Make --out this run's folder and record its settings there; refuse a folder that is not a folder, holds a
-    run with other result-changing settings, or holds results of an unknown run (no run.json)."""
+    run with other result-changing settings, or holds results of an unknown run (no run.json). `served`: under
+    --server, the settings the server reports (a resumed run must find the server running the same ones)."""
     if out.exists() and not out.is_dir():
         raise RunError(f"--out {out} is a file, not a folder; give a folder (it is created when missing)")
     try:
@@ -70,6 +71,8 @@ def claim_out_dir(out: Path, cfg: RunConfig) -> None:
             raise RunError(f"{out / name} is a folder where this run writes a file; move it away or use another --out")
     path = out / RUN_FILE
     wanted = {k: cfg.to_dict()[k] for k in _RESULT_FIELDS} | {"replay": cfg.replaying}
+    if served is not None:
+        wanted["server"] = {k: served.get(k) for k in ("id", "model", "policy", "budget", "protocol")}
     if path.is_file():
         held = _read_run_file(path)
         diff = [f"{k}: {held.get(k)!r} -> {v!r}" for k, v in wanted.items() if held.get(k) != v]

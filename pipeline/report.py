@@ -9,12 +9,16 @@ from pipeline.config import RunConfig
 from tasks.schema import Task
 
 
-def build_report(task: Task, cfg: RunConfig, model_name: str, result: AgentResult, graded, wall_s: float) -> dict:
-    """report.json: the verdict, the episode, per-turn cache stats and their totals, the config."""
+def build_report(
+    task: Task, cfg: RunConfig, model_name: str, result: AgentResult, graded, wall_s: float, served: dict | None = None
+) -> dict:
+    """report.json: the verdict, the episode, per-turn cache stats and their totals, the config.
+
+    `served`: under --server, the settings the server reports (they label the run; `config` is the client's)."""
     turns = [r["stats"] | {"step": r["step"], "tool": (r["call"] or {}).get("name")} for r in result.step_records]
     return {
         "instance_id": task.instance_id,
-        "model_name_or_path": cfg.model_label(),
+        "model_name_or_path": cfg.model_label(served),
         "model": model_name,
         "status": graded.status,
         "resolved": graded.resolved,
@@ -28,6 +32,7 @@ def build_report(task: Task, cfg: RunConfig, model_name: str, result: AgentResul
         "turns": turns,
         "grade": graded.to_dict(),
         "config": cfg.to_dict(),
+        **({"server": served} if served is not None else {}),
     }
 
 

@@ -48,7 +48,7 @@ def run_task(
     from agent.loop import Agent
     from agent.prompts import initial_messages
     from agent.trajectory import TrajectoryWriter
-    from pipeline.backends import make_backend
+    from pipeline.backends import make_backend, server_settings
     from swe_env.sandbox.factory import SandboxConfig, open_sandbox
 
     start = time.monotonic()
@@ -67,7 +67,8 @@ def run_task(
             writer.close()
     atomic_write(out_dir / PATCH, result.patch)
     grade_report = _grade(task, result.patch, cfg)
-    report = build_report(task, cfg, backend.name, result, grade_report, time.monotonic() - start)
+    served = server_settings(cfg.server) if cfg.server is not None else None
+    report = build_report(task, cfg, backend.name, result, grade_report, time.monotonic() - start, served)
     atomic_write(out_dir / REPORT, json.dumps(report, indent=2) + "\n")
     return report
 

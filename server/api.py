@@ -115,10 +115,14 @@ def error_body(exc: ServeError) -> dict[str, Any]:
 
 
 def models(config: ServeConfig, started: float) -> dict[str, Any]:
+    """/v1/models: the one served model, with the cache settings every session runs with (extension `nexus`)."""
     return {
         "object": "list",
-        "data": [{"id": config.model_id, "object": "model", "created": int(started), "owned_by": "nexus-agent"}],
-    }
+        "data": [
+            {"id": config.model_id, "object": "model", "created": int(started), "owned_by": "nexus-agent",
+             "nexus": config.cache_settings()}
+        ],
+    }  # fmt: skip
 
 
 class StopTrimmer:

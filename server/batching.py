@@ -1,9 +1,12 @@
 """The scheduler: the one thread that runs the model, batching the decode steps of every active session.
 
-Each loop: take new requests; admit at most one waiting request (park idle sessions if its KV peak does not fit
-under the memory cap, else it keeps waiting, and a request that can never fit is refused) and prefill it; then one
-decode step for all active sessions in one batched forward (kvstore.batch), each session evicting on its own.
-So a newcomer's prefill is interleaved between the decode steps of the others.
+Each loop: take new requests; when no newcomer is prefilling, admit the first waiting request (park idle sessions
+if its KV peak does not fit under the memory cap, else it keeps waiting, and a request that can never fit is
+refused); run ONE prefill chunk (chunk_size tokens) of the newcomer; then one decode step for all decoding sessions
+in one batched forward (kvstore.batch), each session evicting on its own. So a long newcomer's prefill is spread
+over many loops, each followed by a decode step of the others, instead of stalling them for its whole length
+(`interleave_prefill=False`: the whole prefill at admission, as before). The chunks are those of a solo prefill,
+so every session's cache and tokens are the same either way.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class Job:
     restored: bool = False
     cancelled: bool = False  # the client went away
     started: float = 0.0
+    first_token: float = 0.0  # when its prefill ended and the first reply token was chosen
     batch_rows: int = 0  # sum over this reply's decode steps of the batch size
 
 
@@ -66,7 +70,8 @@ class Scheduler(threading.Thread):
         self.batch_ok = config.max_batch > 1 and "flash" not in model.config._attn_implementation
         self.inbox: queue.Queue[Job] = queue.Queue()
         self.waiting: list[Job] = []
-        self.active: list[Job] = []
+        self.active: list[Job] = []  # admitted jobs: decoding, or the one prefilling
+        self.prefilling: Job | None = None  # the newcomer whose prefill runs chunk by chunk between decode steps
         self._stop = threading.Event()
 
     def submit(self, job: Job) -> None:
@@ -82,13 +87,20 @@ class Scheduler(threading.Thread):
 
     def run(self) -> None:
         while not self._stop.is_set():
-            self._take(block=not self.active and not self.waiting)
+            self.loop_once()
+
+    def loop_once(self) -> None:
+        """One scheduler loop: intake, admission, one prefill chunk of the newcomer, one decode step of the others."""
+        self._take(block=not self.active and not self.waiting)
+        if self.prefilling is None:
             self._admit()
-            self._expire_waiting()
-            if self.active:
-                self._step()
-            elif self.waiting:
-                time.sleep(0.005)
+        self._expire_waiting()
+        if self.prefilling is not None:
+            self._prefill_chunk(self.prefilling)
+        if any(j.reply.next_input is not None for j in self.active):
+            self._step()
+        elif self.waiting and self.prefilling is None:
+            time.sleep(0.005)
 
     # --- intake and admission ---------------------------------------------------------------------------------------
     def _take(self, block: bool) -> None:
@@ -180,11 +192,34 @@ class Scheduler(threading.Thread):
             entry.session, job.max_new_tokens, temperature=job.temperature, top_p=job.top_p, stop=job.stop,
             on_token=lambda piece: job.events.put(("text", piece)),
         )  # fmt: skip
+        job.reply.begin_prefill()
+        self.prefilling = job
+        if not self.config.interleave_prefill:
+            while self.prefilling is job:
+                self._prefill_chunk(job)
+
+    def _prefill_chunk(self, job: Job) -> None:
+        """The next chunk of the newcomer's prefill; once it is over the job decodes with the others."""
+        if job.cancelled:
+            self.prefilling = None
+            self._abort(job, None)
+            return
         t0 = time.perf_counter()
-        job.reply.prefill()
-        self.metrics.add("prefill_seconds_total", time.perf_counter() - t0)
+        try:
+            done = job.reply.prefill_chunk()
+        except Exception as exc:  # noqa: BLE001 - a request must never take the scheduler down
+            self.prefilling = None
+            self._abort(job, ServeError(str(exc), 400) if isinstance(exc, KVStoreError) else _internal(exc))
+            return
+        finally:
+            self.metrics.add("prefill_seconds_total", time.perf_counter() - t0)
+        self.metrics.add("prefill_chunks_total")
+        if not done:
+            return
+        self.prefilling = None
         self.metrics.add("tokens_prefilled_total", job.reply.prefill_tokens)
         self.metrics.add("tokens_generated_total", 1)
+        job.first_token = time.monotonic()
         if job.reply.next_input is None:
             self._finish(job)
 
@@ -197,6 +232,8 @@ class Scheduler(threading.Thread):
 
         t0 = time.perf_counter()
         rows = [j for j in self.active if j.reply.next_input is not None and not j.cancelled]
+        if self.prefilling is not None:
+            self.metrics.add("decode_steps_during_prefill_total")
         batch = [j for j in rows if self.batch_ok and can_batch(j.entry.session.cache)]
         alone = [j for j in rows if j not in batch or len(batch) == 1]
         batch = [j for j in batch if j not in alone]
@@ -218,9 +255,11 @@ class Scheduler(threading.Thread):
         self.metrics.decoded(len(rows), len(rows))
         self.metrics.add("decode_seconds_total", time.perf_counter() - t0)
         for j in list(self.active):
+            if j is self.prefilling:
+                continue
             if j.cancelled:
                 self._abort(j, None)
-            elif j.reply.next_input is None:
+            elif j.reply.finish_reason is not None:
                 self._finish(j)
 
     def _finish(self, job: Job) -> None:
@@ -253,6 +292,7 @@ class Scheduler(threading.Thread):
                 "continued": job.continued,
                 "restored": job.restored,
                 "queue_s": round(job.started - job.submitted, 4),
+                "first_token_s": round(job.first_token - job.submitted, 4),
                 "mean_batch": round(job.batch_rows / steps, 2) if completion > 1 else 1.0,
                 "turn": reply.stats.to_dict(),
             },

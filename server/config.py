@@ -35,7 +35,8 @@ class ServeConfig:
     budget: int | float | None = DEFAULT_SESSION_BUDGET  # per session: tokens per layer, a density, None = never evict
     protocol: str = DEFAULT_PROTOCOL  # "true-eviction" (one cache per session) or "re-prefill"
     seed: int = 0  # seed of each new session's cache and sampling (a request's "seed" overrides it for new sessions)
-    chunk_size: int = 512  # prefill chunk in tokens
+    chunk_size: int = 512  # prefill chunk in tokens (each session's cache evicts after each chunk)
+    interleave_prefill: bool = True  # a newcomer's prefill runs one chunk per decode step of the others (False: whole)
     device: str | None = None  # torch device (None: CUDA when present, else CPU)
     dtype: str | None = None  # "bf16" | "fp16" | "fp32" (None: bf16 where supported, else fp32)
     threads: int | None = None  # torch CPU threads (None: all cores, 1 on a busy machine)
@@ -60,6 +61,13 @@ class ServeConfig:
     @property
     def model_id(self) -> str:
         return self.served_name or self.model
+
+    def cache_settings(self) -> dict[str, Any]:
+        """What every session of this server runs with (reported in /v1/models, so clients label runs by it)."""
+        return {
+            "model": self.model, "policy": self.policy, "budget": self.budget, "protocol": self.protocol,
+            "chunk_size": self.chunk_size, "seed": self.seed, "interleave_prefill": self.interleave_prefill,
+        }  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}

@@ -3,15 +3,19 @@
 The server owns its KV cache, so this backend has no control over eviction, budgets or protocols; it sends the whole
 history every turn. Against `nexus-agent serve` the server continues the same session (prefilling only the new
 messages) and the turn's cache statistics come back in the answer's `nexus` field; they are kept in the reply's stats.
+With `session_id` the requests name that server session (header X-Nexus-Session) instead of leaving the server to
+find it by the conversation; with `on_token` the reply is streamed (server-sent events) and each piece handed over.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,15 +33,21 @@ class OpenAICompatConfig:
     timeout_s: float = 600.0  # seconds one request may take
     retries: int = 2  # extra attempts after a connection error or a 5xx answer
     seed: int | None = None  # sent as "seed" when set (servers that honour it sample reproducibly)
+    session_id: str | None = None  # `nexus-agent serve` session to continue (header X-Nexus-Session); None: none named
+
+
+SESSION_HEADER = "X-Nexus-Session"
 
 
 class OpenAICompatModel:
     """Keeps the whole conversation and posts it to /chat/completions each turn."""
 
-    def __init__(self, config: OpenAICompatConfig) -> None:
+    def __init__(self, config: OpenAICompatConfig, on_token: Callable[[str], None] | None = None) -> None:
         self.config = config
+        self.on_token = on_token  # set: stream the reply and hand each text piece to it (live views)
         self.name = f"openai:{config.model}"
         self.history: list[Message] = []
+        self.nexus: dict[str, Any] = {}  # the last answer's `nexus` field (nexus-agent serve), {} from other servers
 
     def reply(self, new_messages: list[Message], sampling: Sampling) -> ModelReply:
         self.history.extend(new_messages)
@@ -52,7 +62,7 @@ class OpenAICompatModel:
         self.history.append({"role": "assistant", "content": text})
         usage = data.get("usage") or {}
         stats = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens") if k in usage}
-        nexus = data.get("nexus") or {}  # nexus-agent serve: the session and the turn's cache statistics
+        nexus = self.nexus = data.get("nexus") or {}  # nexus-agent serve: the session and the turn's cache stats
         stats |= dict(nexus.get("turn") or {}) | ({"session_id": nexus["session_id"]} if "session_id" in nexus else {})
         return ModelReply(text=text, stats=stats, context_tokens=usage.get("total_tokens"), finish_reason=finish)
 
@@ -67,31 +77,72 @@ class OpenAICompatModel:
         }
         if self.config.seed is not None:
             payload["seed"] = self.config.seed
+        if self.on_token is not None:
+            payload |= {"stream": True, "stream_options": {"include_usage": True}}
         return payload
 
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The answer as a chat.completion object (a stream is gathered into one); retried on 5xx and connection
+        errors, except once a streamed reply has started (its text was already handed on)."""
         url = self.config.base_url.rstrip("/") + "/chat/completions"
         headers = {"Content-Type": "application/json"}
         if key := os.environ.get(self.config.api_key_env):
             headers["Authorization"] = f"Bearer {key}"
+        if self.config.session_id:
+            headers[SESSION_HEADER] = self.config.session_id
         body = json.dumps(payload).encode()
         for attempt in range(self.config.retries + 1):
+            started = [False]
             try:
                 req = urllib.request.Request(url, data=body, headers=headers, method="POST")
                 with urllib.request.urlopen(req, timeout=self.config.timeout_s) as resp:
-                    return json.loads(resp.read().decode())
+                    return self._gather(resp, url, started) if payload.get("stream") else json.loads(resp.read())
             except urllib.error.HTTPError as exc:
-                detail = exc.read().decode(errors="replace")[:300]
+                detail = _error_message(exc.read().decode(errors="replace"))
                 if exc.code < 500 or attempt == self.config.retries:
                     raise AgentError(f"{url}: HTTP {exc.code}: {detail}") from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-                if attempt == self.config.retries:
-                    reason = getattr(exc, "reason", exc)
+            except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as exc:
+                if started[0] or attempt == self.config.retries:
+                    reason = getattr(exc, "reason", None) or exc or type(exc).__name__
+                    if started[0]:
+                        raise AgentError(
+                            f"the connection to the model server broke mid-reply ({url}: {reason})"
+                        ) from None
                     raise AgentError(f"cannot reach the model server at {url}: {reason}") from None
             except json.JSONDecodeError:
                 raise AgentError(f"{url}: the answer is not JSON") from None
             time.sleep(min(2.0**attempt, 10.0))
         raise AssertionError("unreachable")
+
+    def _gather(self, resp, url: str, started: list[bool]) -> dict[str, Any]:
+        """Read a server-sent-events stream, handing each text piece to on_token; the equivalent completion."""
+        text: list[str] = []
+        finish, extra = None, {}
+        for raw in resp:
+            line = raw.decode(errors="replace").strip()
+            if not line.startswith("data:") or (data := line[5:].strip()) == "[DONE]":
+                continue
+            event = json.loads(data)
+            if "error" in event:
+                raise AgentError(f"{url}: {(event['error'] or {}).get('message', event['error'])}")
+            for choice in event.get("choices") or []:
+                if piece := (choice.get("delta") or {}).get("content"):
+                    started[0] = True
+                    text.append(piece)
+                    self.on_token(piece)
+                finish = choice.get("finish_reason") or finish
+            extra |= {k: event[k] for k in ("usage", "nexus") if event.get(k)}
+        if finish is None:
+            raise AgentError(f"the model server's stream ended before the reply did ({url})")
+        return {"choices": [{"message": {"content": "".join(text)}, "finish_reason": finish}], **extra}
+
+
+def _error_message(body: str) -> str:
+    """The message of an OpenAI-style error body, else the body's start."""
+    try:
+        return str(json.loads(body)["error"]["message"])[:300]
+    except (ValueError, KeyError, TypeError):
+        return body[:300]
 
 
 def _restore_stop(text: str, finish_reason: str | None, stop: tuple[str, ...]) -> str:

@@ -60,8 +60,10 @@ def work(job: Job, sink: Sink | None = None) -> dict[str, Any]:
 
 def error_report(job: Job, error: str, trace: str = "") -> dict[str, Any]:
     """Write and return the report of a task whose run failed."""
+    from pipeline.backends import run_label
+
     report = {
-        "instance_id": job.task.instance_id, "model_name_or_path": job.config.model_label(), "status": "error",
+        "instance_id": job.task.instance_id, "model_name_or_path": run_label(job.config), "status": "error",
         "resolved": False, "exit_reason": "error", "error": error, "traceback": trace, "steps": 0, "turns": [],
         "totals": {}, "config": job.config.to_dict(),
     }  # fmt: skip

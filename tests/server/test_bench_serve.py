@@ -7,13 +7,15 @@ import torch
 from sessionlib import qwen_tokenizer, tiny_chat_model
 
 from benchmarks.serve import ServePlan, print_report, run_bench
+from benchmarks.serve_stall import StallPlan
 
 
 def test_bench_serve_quick_plan_on_the_tiny_model() -> None:
     torch.set_num_threads(1)
     plan = ServePlan(clients=(1, 4), turns=2, prompt_tokens=500, obs_tokens=30, reply_tokens=8, fit_cap_mib=1.5,
                      fit_max=10)  # fmt: skip
-    result = run_bench(tiny_chat_model(), qwen_tokenizer(), "tiny-qwen3", plan)
+    stall = StallPlan(newcomer_tokens=1200, chunk=64, active_reply_tokens=200)
+    result = run_bench(tiny_chat_model(), qwen_tokenizer(), "tiny-qwen3", plan, stall)
     print_report(result)
     assert [p["clients"] for p in result["phases"]] == [1, 4]
     for p in result["phases"]:
@@ -26,3 +28,7 @@ def test_bench_serve_quick_plan_on_the_tiny_model() -> None:
     assert full["hit_cap"] and 1 <= full["sessions"] < nexus["sessions"]
     assert nexus["mean_held_bytes"] < 0.5 * full["mean_held_bytes"]
     assert result["fit_ratio"] == nexus["sessions"] / full["sessions"]
+    inter, whole = result["stall"]["interleaved"], result["stall"]["whole"]
+    assert result["stall"]["same_replies"] and inter["newcomer_prefill_tokens"] > 10 * 64
+    assert inter["clients_still_decoding"] >= 1  # the others decoded through the newcomer's prefill, chunk by chunk
+    assert inter["tokens_during_prefill"] > whole["tokens_during_prefill"]

@@ -8,6 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from pipeline.backends import server_settings
+from pipeline.config import RunConfig, RunError
+from pipeline.eval_files import claim_out_dir
+
 TASKS = ("nexus-demo__semver-lite-1", "nexus-demo__iniconf-1")
 
 
@@ -16,6 +22,7 @@ def test_eval_workers_share_one_server(make_server, tmp_path: Path) -> None:
     out = tmp_path / "run"
     args = ["eval", "--server", server.url, "--out", str(out), "--instances", ",".join(TASKS), "--workers", "2"]
     args += ["--sandbox", "local", "--max-steps", "2", "--temperature", "0", "--max-new-tokens", "16"]
+    args += ["--policy", "snapkv", "--budget", "64"]  # the client's settings, which the server does not use
     env = {**os.environ, "NEXUS_AGENT_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1", "NO_COLOR": "1"}
     proc = subprocess.run(
         [sys.executable, "-c", "from cli.app import main; main()", *args],
@@ -31,3 +38,17 @@ def test_eval_workers_share_one_server(make_server, tmp_path: Path) -> None:
         assert [s["turn"] for s in stats] == [1, 2]  # the second turn continued the task's server session
         sessions |= {s["session_id"] for s in stats}
     assert len(sessions) == 2 and len(server.registry.entries) == 2  # one session per task, both on this server
+    # the run is labelled by what the server runs (nexus-agent, 128 tokens), not by the client's ignored flags
+    label = "nexus-agent__tiny-qwen3__nexus-agent-128-true-eviction"
+    predictions = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert [p["model_name_or_path"] for p in predictions] == [label, label]
+    report = json.loads((out / TASKS[0] / "report.json").read_text())
+    assert report["server"] | {"id": "tiny-qwen3"} == server.config.cache_settings() | {"id": "tiny-qwen3"}
+    assert report["server"]["policy"] == "nexus-agent" and report["config"]["policy"] == "snapkv"
+    run = json.loads((out / "run.json").read_text())  # a resume must find the server running the same settings
+    assert run["server"] == {"id": "tiny-qwen3", "model": "tiny-qwen3", "policy": "nexus-agent", "budget": 128,
+                             "protocol": "true-eviction"}  # fmt: skip
+    cfg = RunConfig(server=server.url, policy="snapkv", budget=64, max_steps=2, temperature=0, max_new_tokens=16)
+    claim_out_dir(out, cfg, server_settings(server.url))  # the same server: resumable
+    with pytest.raises(RunError, match="holds a run with other settings"):
+        claim_out_dir(out, cfg, {**server_settings(server.url), "policy": "snapkv"})

@@ -29,6 +29,8 @@ def test_models_and_a_conversation_that_continues_its_session(make_server) -> No
     server = make_server()
     c = client(server)
     assert [m.id for m in c.models.list().data] == ["tiny-qwen3"]
+    settings = c.models.list().data[0].model_extra["nexus"]  # what every session runs with
+    assert (settings["policy"], settings["budget"], settings["protocol"]) == ("nexus-agent", 128, "true-eviction")
     messages = [SYSTEM, {"role": "user", "content": words(300)}]
     r1 = ask(c, messages)
     n1 = r1.model_extra["nexus"]
