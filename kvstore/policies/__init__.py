@@ -32,12 +32,11 @@ POLICIES: dict[str, tuple[type[Policy], dict[str, Any]]] = {
     "nexus-topk": (NexusPolicy, {"selector": "topk"}),  # ablation: Nexus score, deterministic top-K
     "direct-reservoir": (NexusPolicy, {"lam": 0.0}),  # ablation: direct score only (lambda = 0), reservoir
     "nexus-head": (NexusHeadPolicy, {"selector": "topk"}),  # variant: the Nexus score per kv head, top-K
-    "nexus-agent-head": (NexusHeadPolicy, {"selector": "topk", "recent_share": 0.5}),
-    "nexus-agent-mean": (NexusPolicy, {"selector": "topk", "recent_share": 0.5, "score_memory": "mean"}),
-    "nexus-agent-max": (NexusPolicy, {"selector": "topk", "recent_share": 0.5, "score_memory": "max"}),
-    # the product's default memory (docs/memory.md, measured with bench replay): the Nexus score, top-K, and half
-    # of the budget always on the most recent tokens
-    "nexus-agent": (NexusPolicy, {"selector": "topk", "recent_share": 0.5}),
+    # the previous default memory: the current window's Nexus score only, top-K, half of the budget recent
+    "nexus-agent-window": (NexusPolicy, {"selector": "topk", "recent_share": 0.5}),
+    # the product's default memory (docs/memory.md, measured with bench replay): each block's Nexus score averaged
+    # over every eviction step it was held in, top-K, and half of the budget always on the most recent tokens
+    "nexus-agent": (NexusPolicy, {"selector": "topk", "recent_share": 0.5, "score_memory": "mean"}),
 }
 
 

@@ -46,7 +46,7 @@ def test_logits_equal_masked_full_forward(impl, policy):
     torch.testing.assert_close(logits, _reference_logits(ref_model, ids, allowed), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("policy", ["nexus", "h2o", "morphkv", "nexus-head"])
+@pytest.mark.parametrize("policy", ["nexus", "h2o", "morphkv", "nexus-head", "nexus-agent"])
 def test_semantics_hold_through_decode_evictions(policy):
     model = tiny_model("llama", "sdpa", layers=1)
     ref_model = copy.deepcopy(model)

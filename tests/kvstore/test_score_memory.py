@@ -24,11 +24,11 @@ def _prefilled(policy: str, tokens: int = 700, chunk: int = 100, **options):
 
 @pytest.mark.parametrize("memory", ["mean", "max"])
 def test_the_first_step_scores_like_the_paper_and_later_steps_remember(memory: str) -> None:
-    _, plain = _prefilled("nexus-agent", tokens=300, chunk=300)  # one eviction step: nothing to remember yet
-    _, remembering = _prefilled("nexus-agent", tokens=300, chunk=300, score_memory=memory)
+    _, plain = _prefilled("nexus-agent-window", tokens=300, chunk=300)  # one eviction step: nothing to remember yet
+    _, remembering = _prefilled("nexus-agent-window", tokens=300, chunk=300, score_memory=memory)
     for a, b in zip(plain.layers, remembering.layers, strict=True):
         assert torch.equal(a.positions, b.positions)
-    _, remembering = _prefilled("nexus-agent", score_memory=memory)
+    _, remembering = _prefilled("nexus-agent-window", score_memory=memory)
     layer = remembering.layers[1]
     steps = layer.state["nexus_steps"][0, 0]
     assert steps.max() >= 2 and bool((steps[-20:] == 1).all())  # old tokens scored in several steps, the newest once
@@ -36,16 +36,16 @@ def test_the_first_step_scores_like_the_paper_and_later_steps_remember(memory: s
 
 
 def test_a_dry_run_plan_leaves_the_remembered_scores_alone() -> None:
-    _, cache = _prefilled("nexus-agent", score_memory="mean")
+    _, cache = _prefilled("nexus-agent-window", score_memory="mean")
     layer = cache.layers[0]
     before = {k: v.clone() for k, v in layer.state.items()}
-    layer.plan(128)
+    layer.plan(128)  # a benchmark dry run
     assert all(torch.equal(before[k], layer.state[k]) for k in before)
 
 
 def test_remembering_changes_what_is_kept_and_the_budget_still_holds() -> None:
-    _, plain = _prefilled("nexus-agent")
-    _, remembering = _prefilled("nexus-agent", score_memory="max")
+    _, plain = _prefilled("nexus-agent-window")
+    _, remembering = _prefilled("nexus-agent-window", score_memory="max")
     assert any(not torch.equal(a.positions, b.positions) for a, b in zip(plain.layers, remembering.layers, strict=True))
     assert all(layer.held() <= 192 for layer in remembering.layers)
 

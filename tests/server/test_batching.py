@@ -47,7 +47,7 @@ def batched(config: SessionConfig, new_tokens: int, temperature: float) -> list[
     return sessions
 
 
-@pytest.mark.parametrize("policy", ["nexus", "h2o", "snapkv"])
+@pytest.mark.parametrize("policy", ["nexus", "h2o", "snapkv", "nexus-agent"])
 def test_batched_decode_matches_each_session_alone(policy: str, temperature: float = 0.0) -> None:
     torch.set_num_threads(1)
     config = SessionConfig(**(CONFIG.to_dict() | {"policy": policy}))
