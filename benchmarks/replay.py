@@ -18,10 +18,11 @@ from rich.console import Console
 
 from benchmarks.common import console, write_json
 from benchmarks.replay_data import Conversation, default_traces, load_conversation
-from benchmarks.replay_report import curves, plot, summarize, summary_table
+from benchmarks.replay_report import curves, plot, summarize, summary_table, target_rows, target_table
 from benchmarks.replay_run import Spec, budget_tokens, compare, plan, reference, session_for
 from kvstore import POLICIES, CacheConfig
 from kvstore.chat import ChatRenderer
+from kvstore.defaults import DEFAULT_POLICY
 from kvstore.errors import KVStoreError
 
 # one conversation, its first ~3k tokens (the shared traces' openings are 2.1-4.2k tokens), three specs, one budget
@@ -113,15 +114,17 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
 def finish(result: dict, cfg_info: dict, json_path: Path | None, plot_path: Path | None, table_path: Path | None):
     """Summaries, curves, the table (terminal and file), the JSON and the plot."""
     rows = summarize(result["runs"])
-    result |= {"config": cfg_info, "summary": rows}
+    targets = target_rows(rows, DEFAULT_POLICY)
+    result |= {"config": cfg_info, "summary": rows, "targets": targets}
     result["curves"] = {"tokens_seen": curves(result["runs"]), "turn": curves(result["runs"], "turn", 1)}
     n = len(result["conversations"])
     title = f"bench replay: {n} conversations, {sum(c['scored_tokens'] for c in result['conversations'])} tokens"
-    console.print(summary_table(rows, title))
+    tables = [summary_table(rows, title)] + ([target_table(targets)] if targets else [])
+    console.print(*tables)
     if table_path is not None:
         table_path.parent.mkdir(parents=True, exist_ok=True)
         with table_path.open("w") as fh:
-            Console(file=fh, width=160).print(summary_table(rows, title))
+            Console(file=fh, width=160).print(*tables)
     write_json(json_path, result)
     if plot_path is not None and rows:
         plot(rows, result["runs"], plot_path)

@@ -8,6 +8,8 @@ from pathlib import Path
 from benchmarks.common import table
 
 CURVE_BIN = 512  # tokens seen per point of the curves over the conversation
+# the baselines the issue's targets compare the default memory with (docs/baselines.md)
+BASELINES = ("streaming", "snapkv", "pyramidkv", "h2o", "morphkv", "ada-snapkv")
 
 
 def _pool(turns: list[dict]) -> dict:
@@ -56,6 +58,30 @@ def curves(runs: list[dict], key: str = "start", bin_size: int = CURVE_BIN) -> d
         pts = [[x, *(lambda p: [p["kl"], p["top1"], p["tokens"]])(_pool(ts))] for x, ts in sorted(by_x.items())]
         out[spec][budget] = pts
     return dict(out)
+
+
+def target_rows(rows: list[dict], default: str) -> list[dict]:
+    """Per budget: the default memory's token-pooled KL and top-1 against the best baseline's KL (lowest), with
+    the KL ratio; budgets where the default or no baseline was replayed are left out."""
+    out = []
+    for budget in sorted({r["budget"] for r in rows}, key=float):
+        mine = next((r for r in rows if r["budget"] == budget and r["spec"] == default), None)
+        base = [r for r in rows if r["budget"] == budget and r["spec"] in BASELINES]
+        if mine is None or not base:
+            continue
+        best = min(base, key=lambda r: r["kl"])
+        ratio = mine["kl"] / best["kl"] if best["kl"] else float("inf")
+        out.append(
+            {"budget": budget, "default": default, "kl": mine["kl"], "top1": mine["top1"]}
+            | {"best_baseline": best["spec"], "best_kl": best["kl"], "best_top1": best["top1"], "ratio": ratio}
+        )
+    return out
+
+
+def target_table(targets: list[dict]):
+    cols = ["budget", "default", "KL", "top-1", "best baseline", "its KL", "its top-1", "KL ratio"]
+    keys = ("budget", "default", "kl", "top1", "best_baseline", "best_kl", "best_top1", "ratio")
+    return table("the default memory against the best baseline", cols, [[t[k] for k in keys] for t in targets])
 
 
 def summary_table(rows: list[dict], title: str):

@@ -1,0 +1,37 @@
+"""Merge `nexus-agent bench replay --json` files of one configuration (e.g. the traces split over two processes or
+machines) into one result: the same table, target check, JSON and plot the bench writes.
+
+    python scripts/replay_merge.py OUT_PREFIX a.json b.json ...   # writes OUT_PREFIX.json, .txt and .png
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from benchmarks.replay import finish
+
+
+def merge(paths: list[Path]) -> tuple[dict, dict]:
+    parts = [json.loads(p.read_text()) for p in paths]
+    configs = [{k: v for k, v in p["config"].items() if k != "traces"} for p in parts]
+    if any(c != configs[0] for c in configs):
+        raise SystemExit("error: the files were run with different settings (model, specs, budgets, tokens, seeds)")
+    result = {key: [x for p in parts for x in p.get(key, [])] for key in ("conversations", "runs", "failed")}
+    info = configs[0] | {"traces": [t for p in parts for t in p["config"]["traces"]], "merged_from": len(parts)}
+    if any(p.get("partial") for p in parts):
+        info["partial"] = True  # one of the runs was stopped before its last conversation
+    return result, info
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 2:
+        raise SystemExit(__doc__)
+    prefix, paths = Path(argv[0]), [Path(a) for a in argv[1:]]
+    result, info = merge(paths)
+    finish(result, info, prefix.with_suffix(".json"), prefix.with_suffix(".png"), prefix.with_suffix(".txt"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

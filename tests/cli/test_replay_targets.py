@@ -1,0 +1,50 @@
+"""The replay bench's target check (the default memory against the best baseline) and the merge of split runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.replay_report import summarize, target_rows
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from replay_merge import merge  # noqa: E402
+
+
+def _run(spec: str, budget: float, kl: float, top1: int, conversation: str = "c1") -> dict:
+    turn = {"turn": 1, "start": 0, "tokens": 10, "kl": kl * 10, "nll": 0.0, "top1": top1, "held": 1.0}
+    return {"spec": spec, "budget": budget, "conversation": conversation, "turns": [turn]}
+
+
+def test_the_default_is_compared_with_the_lowest_kl_baseline_only() -> None:
+    runs = [_run("nexus-agent", 0.25, 0.1, 9), _run("h2o", 0.25, 0.3, 8), _run("snapkv", 0.25, 0.2, 7)]
+    runs += [_run("nexus-topk", 0.25, 0.01, 10), _run("h2o", 0.5, 0.05, 10)]  # an ablation is no baseline
+    (row,) = target_rows(summarize(runs), "nexus-agent")  # no default at 0.5: that budget is left out
+    assert (row["best_baseline"], row["best_kl"], row["top1"]) == ("snapkv", pytest.approx(0.2), 0.9)
+    assert row["ratio"] == pytest.approx(0.5)
+
+
+def test_split_runs_merge_and_different_settings_are_refused(tmp_path: Path) -> None:
+    config = {"model": "m", "specs": ["h2o"], "budgets": [0.25], "max_tokens": 100, "seeds": 1}
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    a.write_text(
+        json.dumps(
+            {"conversations": [{"name": "c1"}], "runs": [_run("h2o", 0.25, 0.1, 9)], "failed": []}
+            | {"config": config | {"traces": ["t1"]}}
+        )
+    )
+    b.write_text(
+        json.dumps(
+            {"conversations": [{"name": "c2"}], "runs": [_run("h2o", 0.25, 0.2, 9, "c2")]}
+            | {"config": config | {"traces": ["t2"]}, "partial": True}
+        )
+    )
+    result, info = merge([a, b])
+    assert [c["name"] for c in result["conversations"]] == ["c1", "c2"] and len(result["runs"]) == 2
+    assert info["traces"] == ["t1", "t2"] and info["partial"] is True
+    c.write_text(json.dumps({"runs": [], "config": config | {"max_tokens": 200, "traces": []}}))
+    with pytest.raises(SystemExit, match="different settings"):
+        merge([a, c])
