@@ -14,7 +14,10 @@ from pipeline import chat as cs
 from pipeline.config import RunError
 
 
-@raw_options("model", "policy", "budget", "protocol", "device", model=None, policy=None, budget=None, protocol=None)
+@raw_options(
+    "model", "policy", "budget", "protocol", "protect", "device",
+    model=None, policy=None, budget=None, protocol=None, protect=None,
+)  # fmt: skip
 def chat_cmd(
     repo: Path = typer.Option(None, "--repo", "-r", help="The repository to work on (default: the current dir)."),
     session: str = typer.Option(None, "--session", "-S", help="Session name (default: the repo's folder name)."),
@@ -28,8 +31,8 @@ def chat_cmd(
 ) -> None:
     """Talk to the agent about a repo; it works in a bubblewrap sandbox bound to the repo (edits land there).
 
-    A new session takes the session defaults (model, policy, budget, protocol) for options not given; a resumed one
-    keeps its saved settings and refuses options that differ from them.
+    A new session takes the session defaults (model, policy, budget, protocol, protect) for options not given; a
+    resumed one keeps its saved settings and refuses options that differ from them.
     """
     from agent.loop import AgentConfig
     from kvstore.defaults import parse_budget

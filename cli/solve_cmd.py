@@ -16,8 +16,8 @@ from pipeline.files import safe_name
 
 
 @run_options(
-    "dataset", "model", "policy", "budget", "protocol", "sandbox", "max_steps", "seed", "replay", "temperature",
-    "threads", "max_new_tokens", "device", "command_timeout", "test_timeout", "repo_cache", "server",
+    "dataset", "model", "policy", "budget", "protocol", "protect", "sandbox", "max_steps", "seed", "replay",
+    "temperature", "threads", "max_new_tokens", "device", "command_timeout", "test_timeout", "repo_cache", "server",
 )  # fmt: skip
 def solve_cmd(
     cfg: RunConfig,
@@ -42,7 +42,8 @@ def _run_live(console: Console, task, cfg: RunConfig, out: Path) -> dict[str, An
     from cli.live import SolveView
     from pipeline.run import run_task
 
-    label = "replay" if cfg.replaying else f"{cfg.model} ({cfg.policy}, budget {cfg.budget}, {cfg.protocol})"
+    memory = f"{cfg.policy}, budget {cfg.budget}, {cfg.protocol}, protect {cfg.protect}"
+    label = "replay" if cfg.replaying else f"{cfg.model} ({memory})"
     steps = cfg.max_steps or (None if cfg.replaying else DEFAULT_MAX_STEPS)
     with SolveView(console, f"{task.instance_id}: {label}", steps) as view:
         report = run_task(task, cfg, out, on_step=view.on_step, on_token=view.on_token)
