@@ -212,6 +212,9 @@ def converted_dir(name: str, src: GGUFSource | GGUFParts) -> Path:
     with FileLock(str(models / f".{name}.lock")):
         if (target / "config.json").is_file():  # another process finished while we waited
             return target
+        for stale in models.glob(f".{name}.*"):  # temporary folders of a killed conversion (we hold the lock)
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
         scratch = Path(tempfile.mkdtemp(prefix=f".{name}.gguf.", dir=models))  # a joined GGUF, removed after
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=models))
         try:
