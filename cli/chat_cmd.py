@@ -15,8 +15,9 @@ from pipeline.config import RunError
 
 
 @raw_options(
-    "model", "policy", "budget", "protocol", "device", "server", model=None, policy=None, budget=None, protocol=None
-)
+    "model", "policy", "budget", "protocol", "protect", "device", "server",
+    model=None, policy=None, budget=None, protocol=None, protect=None,
+)  # fmt: skip
 def chat_cmd(
     repo: Path = typer.Option(None, "--repo", "-r", help="The repository to work on (default: the current dir)."),
     session: str = typer.Option(None, "--session", "-S", help="Session name (default: the repo's folder name)."),
@@ -30,9 +31,9 @@ def chat_cmd(
 ) -> None:
     """Talk to the agent about a repo; it works in a bubblewrap sandbox bound to the repo (edits land there).
 
-    A new session takes the session defaults (model, policy, budget, protocol) for options not given; a resumed one
-    keeps its saved settings and refuses options that differ from them. With --server URL the model runs in that
-    `nexus-agent serve` (its model and cache settings apply) and the chat continues one server session.
+    A new session takes the session defaults (model, policy, budget, protocol, protect) for options not given; a
+    resumed one keeps its saved settings and refuses options that differ from them. With --server URL the model
+    runs in that `nexus-agent serve` (its model and cache settings apply) and the chat continues one server session.
     """
     from agent.loop import AgentConfig
     from kvstore.defaults import parse_budget

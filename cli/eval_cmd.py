@@ -13,8 +13,8 @@ from pipeline.config import RunConfig
 
 
 @run_options(
-    "dataset", "workers", "model", "policy", "budget", "protocol", "sandbox", "max_steps", "seed", "temperature",
-    "threads", "max_new_tokens", "replay_dir", "command_timeout", "test_timeout", "repo_cache", "server",
+    "dataset", "workers", "model", "policy", "budget", "protocol", "protect", "sandbox", "max_steps", "seed",
+    "temperature", "threads", "max_new_tokens", "replay_dir", "command_timeout", "test_timeout", "repo_cache", "server",
 )  # fmt: skip
 def eval_cmd(
     cfg: RunConfig,
@@ -52,7 +52,7 @@ def run_eval(
     tasks = ef.select(load_tasks(cfg.dataset), instances, slice_)
     if not tasks:
         raise RunError("no tasks selected")
-    _preflight(cfg)
+    _preflight(cfg, tasks)
     sweep()  # what a batch killed earlier left behind (temp folders, containers)
     ef.claim_out_dir(out, cfg, _served(cfg))
     todo = [t for t in tasks if not _finished(ef.read_report(out, t.instance_id), retry_errors)]
@@ -87,8 +87,9 @@ def _execute(jobs, workers: int, executor: str, ray_address: str | None, on_even
     return run_local(jobs, workers, on_event)
 
 
-def _preflight(cfg: RunConfig) -> None:
-    """The errors every task would hit (no sandbox, no model, no recordings), raised once before any work."""
+def _preflight(cfg: RunConfig, tasks: list) -> None:
+    """The errors every task would hit (no sandbox, no model, no recordings, a budget below the protected opening),
+    raised once before any work."""
     import shutil
 
     from swe_env.sandbox.base import SandboxError
@@ -105,12 +106,13 @@ def _preflight(cfg: RunConfig) -> None:
         if not cfg.replay_dir.is_dir():
             raise FileNotFoundError(f"--replay-dir {cfg.replay_dir} is not a directory")
     else:
-        from pipeline.backends import check_model_available, served_model
+        from pipeline.backends import check_model_available, check_protected_opening, served_model
 
         if cfg.server:
             served_model(cfg.server)
         else:
             check_model_available(cfg.model)
+            check_protected_opening(cfg, [t.problem_statement for t in tasks])
 
 
 def _served(cfg: RunConfig) -> dict | None:

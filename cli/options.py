@@ -28,6 +28,10 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
     "policy": (str, typer.Option("--policy", help="KV eviction policy (nexus, snapkv, full, ...).")),
     "budget": (str, typer.Option("--budget", help="Cache budget: tokens per layer, a density (0.25 or 25%), 'none'.")),
     "protocol": (str, typer.Option("--protocol", help="true-eviction or re-prefill.")),
+    "protect": (
+        str,
+        typer.Option("--protect", help="Never evicted (counted in the budget): system+task, system or none."),
+    ),
     "sandbox": (str, typer.Option("--sandbox", "-s", help="auto, docker, bwrap, or local (no isolation).")),
     "max_steps": (int | None, typer.Option("--max-steps", help="Step limit (default 5; a replay: the recording's).")),
     "seed": (int, typer.Option("--seed", help="Seed of sampling and of the cache.")),

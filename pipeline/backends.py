@@ -72,11 +72,13 @@ def describe_model(cfg: RunConfig) -> str:
     if cfg.replaying:
         return "replay"
     if cfg.server is None:
-        return f"{cfg.model} ({cfg.policy}, budget {cfg.budget}, {cfg.protocol})"
+        return f"{cfg.model} ({cfg.policy}, budget {cfg.budget}, {cfg.protocol}, protect {cfg.protect})"
     served = server_settings(cfg.server)
     if "policy" not in served:  # another OpenAI-compatible server: its cache is its own business
         return f"{served['id']} at {cfg.server}"
-    return f"{served['model']} ({served['policy']}, budget {served['budget']}, {served['protocol']}) at {cfg.server}"
+    protect = served.get("protect", "none")
+    memory = f"{served['policy']}, budget {served['budget']}, {served['protocol']}, protect {protect}"
+    return f"{served['model']} ({memory}) at {cfg.server}"
 
 
 def run_label(cfg: RunConfig) -> str:
@@ -121,8 +123,9 @@ def session_config(cfg: RunConfig):
     from kvstore.session import SessionConfig
 
     return SessionConfig(
-        model=cfg.model, policy=cfg.policy, budget=cfg.budget, protocol=cfg.protocol, seed=cfg.seed, device=cfg.device
-    )
+        model=cfg.model, policy=cfg.policy, budget=cfg.budget, protocol=cfg.protocol, seed=cfg.seed, device=cfg.device,
+        protect=cfg.protect,
+    )  # fmt: skip
 
 
 def load_once(name: str, device: str | None = None) -> tuple[Any, Any]:
@@ -166,3 +169,26 @@ def check_model_available(name: str) -> None:
             f"model {name!r} is neither a registered name nor a local directory, and the Hugging Face hub cannot "
             f"provide it (offline); use the offline default {DEFAULT_MODEL!r} or a local model directory"
         )
+
+
+def check_protected_opening(cfg: RunConfig, issues: list[str]) -> None:
+    """Fail fast (KVStoreError) when a token budget cannot hold the protected opening of one of these issues.
+
+    Only tokenizes: the session sits on a weightless (meta) copy of the model, so no weights load before workers do.
+    """
+    if cfg.protect == "none" or not isinstance(cfg.budget, int) or cfg.replaying or cfg.server is not None:
+        return
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from agent.prompts import initial_messages
+    from kvstore.models import resolve
+    from kvstore.session import Session
+
+    source = resolve(cfg.model)
+    local = isinstance(source, Path)
+    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(source, local_files_only=local))
+    for issue in issues:
+        Session(model, tokenizer, session_config(cfg)).append(initial_messages(issue))

@@ -14,8 +14,10 @@ from agent.errors import AgentError
 from kvstore.defaults import (
     DEFAULT_MODEL,
     DEFAULT_POLICY,
+    DEFAULT_PROTECT,
     DEFAULT_PROTOCOL,
     DEFAULT_SESSION_BUDGET,
+    PROTECT_MODES,
     parse_budget,
 )
 
@@ -36,6 +38,7 @@ class RunConfig:
     policy: str = DEFAULT_POLICY  # KV eviction policy (kvstore.POLICIES)
     budget: int | float | None = DEFAULT_SESSION_BUDGET  # tokens per layer, or a density in (0, 1]; None = never evict
     protocol: str = DEFAULT_PROTOCOL  # "true-eviction" (one persistent cache) or "re-prefill" (new cache each turn)
+    protect: str = DEFAULT_PROTECT  # never evicted, counted in the budget: "system+task", "system" or "none"
     sandbox: str = "auto"  # sandbox backend: auto, docker, bwrap, local
     max_steps: int | None = None  # step limit (soft and hard); None: 5 for a local model, the recording's for replay
     seed: int = 0  # seed of sampling and of the cache's randomness
@@ -61,6 +64,8 @@ class RunConfig:
                 raise RunError(f"{name.replace('_', '-')} must be at least 1, got {value}")
         if self.server is not None and self.replaying:
             raise RunError("--server and --replay/--replay-dir exclude each other (a replay runs no model)")
+        if self.protect not in PROTECT_MODES:
+            raise RunError(f"--protect {self.protect!r}: use one of {', '.join(PROTECT_MODES)}")
         if self.workers < 1:
             raise RunError(f"workers must be at least 1, got {self.workers}")
         if self.temperature < 0 or self.command_timeout <= 0 or self.test_timeout <= 0:
@@ -82,11 +87,13 @@ class RunConfig:
             return "nexus-agent__replay"
         if served is not None and "policy" in served:
             model, policy, budget, protocol = (served[k] for k in ("model", "policy", "budget", "protocol"))
+            protect = served.get("protect", "none")
         elif served is not None:  # another OpenAI-compatible server: only its model id is known
             return f"nexus-agent__{_safe(served['id'])}__server"
         else:
-            model, policy, budget, protocol = self.model, self.policy, self.budget, self.protocol
-        return f"nexus-agent__{_safe(model)}__{policy}-{budget}-{protocol}"
+            model, policy, budget, protocol, protect = self.model, self.policy, self.budget, self.protocol, self.protect
+        suffix = "" if protect == "none" else f"-protect-{protect}"  # unprotected labels stay as they were
+        return f"nexus-agent__{_safe(model)}__{policy}-{budget}-{protocol}{suffix}"
 
 
 def _safe(model: str) -> str:

@@ -16,7 +16,10 @@ from pipeline.report import turn_totals
 from tasks.schema import Task
 
 RUN_FILE, PREDICTIONS, SUMMARY = "run.json", "predictions.jsonl", "summary.json"
-_RESULT_FIELDS = ("model", "policy", "budget", "protocol", "seed", "temperature", "max_new_tokens", "max_steps")
+_RESULT_FIELDS = (
+    "model", "policy", "budget", "protocol", "protect", "seed", "temperature", "max_new_tokens", "max_steps",
+)  # fmt: skip
+_OLDER_RUNS = {"protect": "none"}  # the value of a field a run.json written before it existed stands for
 
 
 def select(tasks: list[Task], instances: str | None, slice_: str | None) -> list[Task]:
@@ -75,6 +78,7 @@ def claim_out_dir(out: Path, cfg: RunConfig, served: dict[str, Any] | None = Non
         wanted["server"] = {k: served.get(k) for k in ("id", "model", "policy", "budget", "protocol")}
     if path.is_file():
         held = _read_run_file(path)
+        held = _OLDER_RUNS | held
         diff = [f"{k}: {held.get(k)!r} -> {v!r}" for k, v in wanted.items() if held.get(k) != v]
         if diff:
             settings = "; ".join(diff)

@@ -63,6 +63,7 @@ class Scheduler(threading.Thread):
         self.session_config = SessionConfig(
             model=config.model, policy=config.policy, budget=config.budget, protocol=config.protocol,
             seed=config.seed, chunk_size=config.chunk_size, device=config.device, dtype=config.dtype,
+            protect=config.protect,
         )  # fmt: skip
         self.reference = Session(model, tokenizer, self.session_config)  # renders and sizes turns, never runs
         self.per_token = bytes_per_token(model)

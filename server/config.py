@@ -7,7 +7,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from kvstore.defaults import DEFAULT_MODEL, DEFAULT_POLICY, DEFAULT_PROTOCOL, DEFAULT_SESSION_BUDGET
+from kvstore.defaults import (
+    DEFAULT_MODEL,
+    DEFAULT_POLICY,
+    DEFAULT_PROTECT,
+    DEFAULT_PROTOCOL,
+    DEFAULT_SESSION_BUDGET,
+    PROTECT_MODES,
+)
 from kvstore.errors import KVStoreError
 
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20}
@@ -34,6 +41,7 @@ class ServeConfig:
     policy: str = DEFAULT_POLICY  # KV eviction policy of every session (kvstore.POLICIES)
     budget: int | float | None = DEFAULT_SESSION_BUDGET  # per session: tokens per layer, a density, None = never evict
     protocol: str = DEFAULT_PROTOCOL  # "true-eviction" (one cache per session) or "re-prefill"
+    protect: str = DEFAULT_PROTECT  # never evicted in a session, counted in its budget: "system+task", "system", "none"
     seed: int = 0  # seed of each new session's cache and sampling (a request's "seed" overrides it for new sessions)
     chunk_size: int = 512  # prefill chunk in tokens (each session's cache evicts after each chunk)
     interleave_prefill: bool = True  # a newcomer's prefill runs one chunk per decode step of the others (False: whole)
@@ -52,6 +60,8 @@ class ServeConfig:
     def __post_init__(self) -> None:
         if self.park not in PARK_MODES:
             raise ServeError(f"--park {self.park!r}: use one of {', '.join(PARK_MODES)}")
+        if self.protect not in PROTECT_MODES:
+            raise ServeError(f"--protect {self.protect!r}: use one of {', '.join(PROTECT_MODES)}")
         for name in ("max_sessions", "max_batch", "max_new_tokens", "chunk_size"):
             if getattr(self, name) < 1:
                 raise ServeError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -66,7 +76,8 @@ class ServeConfig:
         """What every session of this server runs with (reported in /v1/models, so clients label runs by it)."""
         return {
             "model": self.model, "policy": self.policy, "budget": self.budget, "protocol": self.protocol,
-            "chunk_size": self.chunk_size, "seed": self.seed, "interleave_prefill": self.interleave_prefill,
+            "protect": self.protect, "chunk_size": self.chunk_size, "seed": self.seed,
+            "interleave_prefill": self.interleave_prefill,
         }  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:

@@ -21,7 +21,7 @@ class LocalModel:
         self.session = session
         self.on_token = on_token  # called with each piece of decoded text (live views)
         c = session.config
-        self.name = name or f"{c.model} ({c.policy}, budget {c.budget}, {c.protocol})"
+        self.name = name or f"{c.model} ({c.policy}, budget {c.budget}, {c.protocol}, protect {c.protect})"
 
     @classmethod
     def open(cls, config: SessionConfig, on_token: Callable[[str], None] | None = None) -> LocalModel:

@@ -64,6 +64,7 @@ def test_serve_the_default_model(tmp_path) -> None:
         (["--park", "cloud"], "--park 'cloud': use one of disk, host"),
         (["--budget", "lots"], "--budget 'lots'"),
         (["--max-batch", "0"], "max_batch must be >= 1"),
+        (["--protect", "all"], "--protect 'all': use one of system+task, system, none"),
     ],
 )
 def test_bad_flags_are_one_clear_line(flags: list[str], message: str) -> None:
