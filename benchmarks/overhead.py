@@ -45,7 +45,7 @@ def eviction_step(cache) -> None:
 
 def observe_step(cache, q_len: int) -> None:
     """The policy's per-forward statistics for q_len new queries on every layer (state copied, not changed)."""
-    if not cache.policy.token_state:
+    if not cache.policy.observes:
         return
     for layer in cache.layers:
         ctx = layer.score_context()

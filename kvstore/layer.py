@@ -93,7 +93,7 @@ class EvictingLayer(DynamicLayer):
         self.window_q = q if self.window_q is None else torch.cat([self.window_q, q], dim=-2)[..., -w:, :]
         self.scaling = scaling
         policy = self.owner.policy
-        if policy.token_state:
+        if policy.observes:
             t0 = self.owner.timer()
             policy.observe(self.score_context(), query.detach())
             self.stats.score_s += self.owner.timer() - t0

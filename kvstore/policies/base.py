@@ -49,6 +49,11 @@ class Policy:
         """[B, 1 or Hkv, N] non-negative scores over ALL held units (N blocks or T tokens); higher = keep."""
         raise NotImplementedError
 
+    @property
+    def observes(self) -> bool:
+        """Whether the policy gathers statistics after every attention call (overrides `observe`, as H2O does)."""
+        return type(self).observe is not Policy.observe
+
     def observe(self, ctx: ScoreContext, new_queries: torch.Tensor) -> None:
         """Called after every attention call with that call's queries [B, Hq, q, D] (H2O accumulates here)."""
 
