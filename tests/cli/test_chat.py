@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,15 +19,6 @@ from pipeline import chat as cs
 
 pytestmark = pytest.mark.usefixtures("bwrap_installed")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    repo = tmp_path / "proj"
-    repo.mkdir()
-    (repo / "app.py").write_text("print('hello')\n")
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    return repo
 
 
 def _chat(tmp_path: Path, model: Path, *args: str) -> Pty:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -24,15 +23,6 @@ from server.config import ServeConfig
 
 pytestmark = pytest.mark.usefixtures("bwrap_installed")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    repo = tmp_path / "proj"
-    repo.mkdir()
-    (repo / "app.py").write_text("print('hello')\n")
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    return repo
 
 
 @pytest.fixture
