@@ -30,3 +30,15 @@ fi
 echo "== benchmark"
 timeout 440 python3 -m benchmarks.gpu_report --layers "${LAYERS:-18}" --max-decode-s 180 \
     --json "$out/gpu_bench.json" "$@" 2>&1 | tee "$out/gpu_bench.txt"
+
+# Serving (issue 14): batched vs one-at-a-time decode, time to first token and sessions under a KV cap, on the GPU.
+# It needs a real model on the device (a converted registry model, a local directory or a cached hub id): give it
+# as SERVE_MODEL. Untested on a GPU so far (no device was lent when it was added); on a CPU it is tested in CI.
+if [[ -n "${SERVE_MODEL:-}" ]]; then
+    echo "== bench serve ($SERVE_MODEL)"
+    timeout 300 python3 -c "from cli.app import main; main()" bench serve --model "$SERVE_MODEL" --device cuda --clients 1,4,8,16 \
+        --turns 2 --reply-tokens 32 --prompt-tokens 1000 --fit-cap 256 --json "$out/serve_bench.json" 2>&1 \
+        | tee "$out/serve_bench.txt" || echo "bench serve failed or timed out (see $out/serve_bench.txt)"
+else
+    echo "== bench serve skipped: set SERVE_MODEL to a model the device has (registry name, directory or hub id)"
+fi
