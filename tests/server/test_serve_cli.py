@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import openai
 import pytest
@@ -20,11 +21,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_healthy(base: str, proc: subprocess.Popen, timeout: float = 180.0) -> None:
+def wait_healthy(base: str, proc: subprocess.Popen, timeout: float = 180.0, log: Path | None = None) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
-            pytest.fail(f"the server exited: {proc.stdout.read()}")
+            pytest.fail(f"the server exited: {log.read_text() if log else proc.stdout.read()}")
         try:
             urllib.request.urlopen(base + "/health", timeout=2)
             return
@@ -38,9 +39,11 @@ def test_serve_the_default_model(tmp_path) -> None:
     port = free_port()
     cmd = [sys.executable, "-c", "from cli.app import main; main()", "serve", "--port", str(port), "--budget", "256"]
     cmd += ["--memory-cap", "64MiB", "--park-dir", str(tmp_path), "--threads", "2"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
+    log = tmp_path / "serve.log"  # a file, not a pipe nobody reads: the server can never block on its output
+    with log.open("w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
     try:
-        wait_healthy(f"http://127.0.0.1:{port}", proc)
+        wait_healthy(f"http://127.0.0.1:{port}", proc, log=log)
         c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
         assert [m.id for m in c.models.list().data] == ["smollm2-135m"]
         messages = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
@@ -54,7 +57,11 @@ def test_serve_the_default_model(tmp_path) -> None:
         assert "rome" in r2.choices[0].message.content.lower()
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"the server did not stop within 60 s of Ctrl-C; its output:\n{log.read_text()}")
 
 
 @pytest.mark.parametrize(
