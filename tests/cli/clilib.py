@@ -14,6 +14,12 @@ ROOT = Path(__file__).resolve().parents[2]
 GOLD_DIR = ROOT / "tests" / "agent" / "data"
 
 
+def default_sigint() -> None:
+    """In the child before exec: Ctrl-C as in a terminal, even when the test run itself was started with SIGINT
+    ignored (a background job), which a child would otherwise inherit and never see KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def save_tiny_model(dest: Path) -> Path:
     """A random-weight 2-layer Qwen3 with the real Qwen3 tokenizer, saved as a model directory (save_pretrained)."""
     from sessionlib import save_tiny_chat_model

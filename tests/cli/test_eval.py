@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from clilib import GOLD_DIR, cli_env, nexus
+from clilib import GOLD_DIR, cli_env, default_sigint, nexus
 
 from pipeline import eval_files
 from pipeline.config import RunConfig, RunError
@@ -28,7 +28,7 @@ def _eval_args(out: Path, *extra: str, ids: list[str] = IDS) -> list[str]:
 
 def _start(out: Path, home: Path, ids: list[str] = IDS) -> subprocess.Popen:
     cmd = [sys.executable, "-c", "from cli.app import main; main()", *_eval_args(out, ids=ids)]
-    return subprocess.Popen(cmd, env=cli_env(home), cwd=home, start_new_session=True,
+    return subprocess.Popen(cmd, env=cli_env(home), cwd=home, start_new_session=True, preexec_fn=default_sigint,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
 
 

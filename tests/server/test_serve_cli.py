@@ -15,6 +15,12 @@ import openai
 import pytest
 
 
+def default_sigint() -> None:
+    """In the child before exec: Ctrl-C as in a terminal, even when the test run itself was started with SIGINT
+    ignored (a background job), which a child would otherwise inherit and never see KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -41,7 +47,9 @@ def test_serve_the_default_model(tmp_path) -> None:
     cmd += ["--memory-cap", "64MiB", "--park-dir", str(tmp_path), "--threads", "2"]
     log = tmp_path / "serve.log"  # a file, not a pipe nobody reads: the server can never block on its output
     with log.open("w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
+        proc = subprocess.Popen(
+            cmd, stdout=fh, stderr=subprocess.STDOUT, text=True, env=os.environ.copy(), preexec_fn=default_sigint
+        )
     try:
         wait_healthy(f"http://127.0.0.1:{port}", proc, log=log)
         c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
