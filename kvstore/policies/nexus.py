@@ -27,21 +27,26 @@ class NexusPolicy(Policy):
             self.token_state = ("nexus_score", "nexus_steps")
 
     def score(self, ctx: ScoreContext) -> torch.Tensor:
+        current = self.current_scores(ctx)
+        return current if self.config.score_memory == "none" else self.remember(ctx, current)
+
+    def current_scores(self, ctx: ScoreContext) -> torch.Tensor:
+        """The Nexus weights of this step's window, one row per layer: [B, 1, N_k]."""
         cfg = self.config
         block_scores = window_block_scores if cfg.use_triton is False else window_block_scores_auto
         rows = []
         for i in range(ctx.keys.shape[0]):
             s_hat = block_scores(ctx.queries[i], ctx.keys[i], cfg.block, ctx.scaling)  # [W, N_k]
             rows.append(nexus_weights(s_hat, cfg.walk_steps, cfg.lam, cfg.eps_tie))  # [N_k]
-        current = torch.stack(rows)[:, None, :]  # [B, 1, N_k]
-        return current if cfg.score_memory == "none" else self.remember(ctx, current)
+        return torch.stack(rows)[:, None, :]  # [B, 1, N_k]
 
     def remember(self, ctx: ScoreContext, current: torch.Tensor) -> torch.Tensor:
-        """Combine the current block weights [B, 1, N_k] with the held tokens' past ones: [B, 1, N_k]. Each token
-        carries its block's weight; a block's score is the mean over its tokens of their combined weights."""
-        b, t = self.config.block, ctx.keys.shape[-2]
-        now = current.repeat_interleave(b, -1)[..., :t]  # [B, 1, T]
-        past, steps = ctx.state["nexus_score"][:, :1], ctx.state["nexus_steps"][:, :1]  # [B, 1, T]
+        """Combine the current block weights [B, H, N_k] (H = 1 shared, or one row per kv head) with the held
+        tokens' past ones: [B, H, N_k]. Each token carries its block's weight; a block's score is the mean over its
+        tokens of their combined weights."""
+        b, t, h = self.config.block, ctx.keys.shape[-2], current.shape[1]
+        now = current.repeat_interleave(b, -1)[..., :t]  # [B, H, T]
+        past, steps = ctx.state["nexus_score"][:, :h], ctx.state["nexus_steps"][:, :h]  # [B, H, T]
         if self.config.score_memory == "max":
             combined = torch.maximum(past, now)
             value = combined
@@ -62,7 +67,8 @@ class NexusHeadPolicy(NexusPolicy):
     name = "nexus-head"
     per_head = True
 
-    def score(self, ctx: ScoreContext) -> torch.Tensor:
+    def current_scores(self, ctx: ScoreContext) -> torch.Tensor:
+        """The Nexus weights of this step's window, one row per kv head: [B, Hkv, N_k]."""
         cfg = self.config
         out = []
         for i in range(ctx.keys.shape[0]):

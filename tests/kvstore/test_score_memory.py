@@ -74,3 +74,11 @@ def test_per_head_nexus_keeps_different_tokens_per_kv_head() -> None:
 def test_an_unknown_score_memory_is_refused() -> None:
     with pytest.raises(KVStoreError, match="score_memory"):
         kvstore.CacheConfig(score_memory="ema")
+
+
+def test_per_head_nexus_remembers_each_heads_own_scores() -> None:
+    _, cache = _prefilled("nexus-head", score_memory="mean")
+    layer = cache.layers[1]
+    score = layer.state["nexus_score"][0]  # [Hkv, T]
+    assert layer.state["nexus_steps"][0].max() >= 2 and all(layer.held() <= 192 for layer in cache.layers)
+    assert any(not torch.equal(score[0], score[h]) for h in range(1, score.shape[0]))
