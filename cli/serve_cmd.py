@@ -42,7 +42,7 @@ def serve_cmd(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every HTTP request."),
 ) -> None:
     """Serve one model to many agent sessions at /v1/chat/completions (see docs/server.md)."""
-    from kvstore.defaults import parse_budget
+    from kvstore.defaults import describe_memory, parse_budget
     from pipeline.backends import set_threads
     from server.app import Server
     from server.config import parse_size
@@ -57,8 +57,9 @@ def serve_cmd(
     set_threads(threads)
     server = Server.load(config, verbose=verbose)
     cap = "none" if config.memory_cap is None else f"{config.memory_cap / 2**20:.0f} MiB"
+    memory = describe_memory(policy, config.budget, protocol, protect)
     print(
-        f"nexus-agent serve: {config.model_id} ({policy}, budget {config.budget}, {protocol}), max {max_sessions} "
+        f"nexus-agent serve: {config.model_id} ({memory}), max {max_sessions} "
         f"sessions, batch {max_batch}, KV cap {cap}\n  OpenAI base URL: {server.url}  (metrics: "
         f"{server.url.removesuffix('/v1')}/metrics)",
         flush=True,

@@ -19,6 +19,11 @@ DEFAULT_SESSION_BUDGET = 2048  # tokens per layer of an agent session (solve, ev
 _NO_BUDGET = ("none", "full")
 
 
+def describe_memory(policy: str, budget: object, protocol: str, protect: str = DEFAULT_PROTECT) -> str:
+    """A session's memory settings for people, the same everywhere (live views, chat status, serve banner)."""
+    return f"{policy}, budget {budget}, {protocol}, protect {protect}"
+
+
 def parse_budget(text: str | None) -> int | float | None:
     """A budget given as text: '2048' tokens per layer, '0.25' or '25%' a density, 'none'/'full' never evict."""
     if text is None or text.strip().lower() in _NO_BUDGET:

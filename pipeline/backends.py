@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.protocols import ModelBackend
+from kvstore.defaults import describe_memory
 from pipeline.config import RunConfig, RunError
 
 _LOADED: dict[tuple[str, str | None], tuple[Any, Any]] = {}  # (model, device) -> (model, tokenizer), per process
@@ -72,12 +73,11 @@ def describe_model(cfg: RunConfig) -> str:
     if cfg.replaying:
         return "replay"
     if cfg.server is None:
-        return f"{cfg.model} ({cfg.policy}, budget {cfg.budget}, {cfg.protocol}, protect {cfg.protect})"
+        return f"{cfg.model} ({describe_memory(cfg.policy, cfg.budget, cfg.protocol, cfg.protect)})"
     served = server_settings(cfg.server)
     if "policy" not in served:  # another OpenAI-compatible server: its cache is its own business
         return f"{served['id']} at {cfg.server}"
-    protect = served.get("protect", "none")
-    memory = f"{served['policy']}, budget {served['budget']}, {served['protocol']}, protect {protect}"
+    memory = describe_memory(served["policy"], served["budget"], served["protocol"], served.get("protect", "none"))
     return f"{served['model']} ({memory}) at {cfg.server}"
 
 

@@ -57,8 +57,10 @@ class LocalConversation:
         return [t.summary() for t in s.turns] + [f"{len(s.turns)} turns, {s.num_tokens} tokens in the history"]
 
     def describe(self) -> str:
+        from kvstore.defaults import describe_memory
+
         c = self.session.config
-        return f"{c.model}, {c.policy}, budget {c.budget}, {c.protocol}"
+        return f"{c.model}, {describe_memory(c.policy, c.budget, c.protocol, c.protect)}"
 
     def token_limit_note(self) -> str:
         s = self.session

@@ -30,6 +30,7 @@ from typing import Any
 
 from agent.errors import AgentError
 from agent.protocols import Message, ModelReply, Sampling
+from kvstore.defaults import describe_memory
 from pipeline.chat import SERVED_FILE
 from pipeline.config import RunError
 from pipeline.files import atomic_write
@@ -187,7 +188,10 @@ class ServedConversation:
 
     def describe(self) -> str:
         s = self.settings
-        cache = f"{s['policy']}, budget {s['budget']}, {s['protocol']}" if "policy" in s else "the server's cache"
+        if "policy" in s:
+            cache = describe_memory(s["policy"], s["budget"], s["protocol"], s.get("protect", "none"))
+        else:
+            cache = "the server's cache"
         return f"{s.get('model', s['id'])}, {cache}, served at {self.record.server}"
 
     def token_limit_note(self) -> str:

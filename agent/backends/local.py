@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from agent.errors import LimitsExceeded
 from agent.protocols import Message, ModelReply, Sampling
+from kvstore.defaults import describe_memory
 from kvstore.session import Session, SessionConfig
 
 
@@ -21,7 +22,7 @@ class LocalModel:
         self.session = session
         self.on_token = on_token  # called with each piece of decoded text (live views)
         c = session.config
-        self.name = name or f"{c.model} ({c.policy}, budget {c.budget}, {c.protocol}, protect {c.protect})"
+        self.name = name or f"{c.model} ({describe_memory(c.policy, c.budget, c.protocol, c.protect)})"
 
     @classmethod
     def open(cls, config: SessionConfig, on_token: Callable[[str], None] | None = None) -> LocalModel:
