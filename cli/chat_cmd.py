@@ -64,6 +64,7 @@ def chat_cmd(
 
 def _start(folder: Path, repo: Path | None, given: dict[str, Any], seed: int):
     from kvstore.session import Session, SessionConfig
+    from pipeline.chat_local import LocalConversation
 
     repo = cs.new_chat_repo(folder, repo)
     config = SessionConfig(**{k: v for k, v in given.items() if v is not None or k == "budget"}, seed=seed)
@@ -71,11 +72,12 @@ def _start(folder: Path, repo: Path | None, given: dict[str, Any], seed: int):
     folder.mkdir(parents=True, exist_ok=True)
     state = cs.ChatState(repo=str(repo), config=config.to_dict())
     state.save(folder)
-    return state, session
+    return state, LocalConversation(folder, session, state.config)
 
 
 def _resume(folder: Path, repo: Path | None, given: dict[str, Any]):
     from kvstore.session import Session, SessionConfig
+    from pipeline.chat_local import LocalConversation
 
     state = cs.ChatState.load(folder)
     state.check_resumable(folder, repo)
@@ -90,4 +92,4 @@ def _resume(folder: Path, repo: Path | None, given: dict[str, Any]):
         saved.device = given["device"]
     path = folder / cs.SESSION_FILE
     session = Session.load(path, config=saved) if path.exists() else Session.open(saved)
-    return state, session
+    return state, LocalConversation(folder, session, state.config)

@@ -18,20 +18,16 @@ HELP = "commands: /stats (cache stats per turn), /history (your requests), /yolo
 class Chat:
     """Reads requests, runs the agent on each, saves the conversation after every step.
 
-    `conversation`: where the model and its memory live: a kvstore Session here (wrapped in a LocalConversation),
-    or a ServedConversation (pipeline/chat_served.py) for a model in a `nexus-agent serve`."""
+    `conversation`: where the model and its memory live: a LocalConversation (pipeline/chat_local.py, a kvstore
+    Session in this process) or a ServedConversation (pipeline/chat_served.py, a model in a `nexus-agent serve`)."""
 
     def __init__(self, console: Console, folder: Path, name: str, state, conversation, sandbox, agent_cfg, yolo: bool):
         from agent.loop import Agent
         from agent.prompts import system_prompt
         from agent.trajectory import TrajectoryWriter
-        from pipeline.chat_local import LocalConversation
-        from pipeline.chat_served import ServedConversation
 
         self.console, self.folder, self.name, self.state = console, folder, name, state
         self.sandbox, self.yolo, self.system = sandbox, yolo, system_prompt()
-        if not isinstance(conversation, ServedConversation | LocalConversation):  # a kvstore Session
-            conversation = LocalConversation(folder, conversation, state.config)
         self.conv = conversation
         self.conv.set_output(self._stream, self._note)
         self.writer = TrajectoryWriter(folder / cs.TRAJECTORY_FILE)

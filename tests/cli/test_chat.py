@@ -137,11 +137,13 @@ def test_confirm_answers(tmp_path: Path, repo: Path, tiny_model_dir: Path, monke
     from agent.loop import AgentConfig
     from cli.chat_loop import Chat
     from kvstore.session import Session, SessionConfig
+    from pipeline.chat_local import LocalConversation
 
     session = Session.open(SessionConfig(model=str(tiny_model_dir), policy="full"))
     state = cs.ChatState(repo=str(repo), config=session.config.to_dict())
     with cs.open_repo_sandbox(repo, "t") as sandbox:
-        chat = Chat(Console(), tmp_path, "t", state, session, sandbox, AgentConfig(), yolo=False)
+        conversation = LocalConversation(tmp_path, session, state.config)
+        chat = Chat(Console(), tmp_path, "t", state, conversation, sandbox, AgentConfig(), yolo=False)
         call = ToolCall("execute_bash", {"cmd": "touch made.txt"})
         answers = iter(["n", "y", "a"])
         monkeypatch.setattr("builtins.input", lambda prompt="": next(answers))
