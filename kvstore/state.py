@@ -74,11 +74,25 @@ def restore_cache(model: torch.nn.Module, tensors: dict[str, torch.Tensor], meta
     cache.generator.set_state(tensors["generator"])
     cache.protected = [(int(a), int(b)) for a, b in meta.get("protected", [])]
     device = next(model.parameters()).device
+    _check_policy_state(cache, tensors)
     for i, (layer, info) in enumerate(zip(cache.layers, meta["layers"], strict=True)):
         _restore_layer(
             layer, info, {k.split(".", 1)[1]: v for k, v in tensors.items() if k.startswith(f"layer{i}.")}, device
         )
     return cache
+
+
+def _check_policy_state(cache: EvictingCache, tensors: dict[str, torch.Tensor]) -> None:
+    """The saved per-token state must be what the policy keeps today: a policy whose definition changed since the
+    session was saved (e.g. a new default memory under the same name) cannot continue it exactly."""
+    saved = {k.split(".", 2)[2] for k in tensors if k.startswith("layer0.state.")}
+    if "layer0.keys" not in tensors or saved == set(cache.policy.token_state):
+        return
+    raise KVStoreError(
+        f"this session was saved with an earlier definition of policy {cache.config.policy!r} (per-token state "
+        f"{sorted(saved) or 'none'}; the policy now keeps {sorted(cache.policy.token_state) or 'none'}), so it cannot "
+        "continue exactly; start a new session (docs/memory.md lists the earlier definitions under their new names)"
+    )
 
 
 def _restore_layer(layer, info: dict[str, Any], t: dict[str, torch.Tensor], device: torch.device) -> None:

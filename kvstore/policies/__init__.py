@@ -13,7 +13,7 @@ from kvstore.policies.base import Policy, ScoreContext
 from kvstore.policies.full import FullPolicy
 from kvstore.policies.h2o import H2OPolicy
 from kvstore.policies.morphkv import MorphKVPolicy
-from kvstore.policies.nexus import NexusHeadPolicy, NexusPolicy
+from kvstore.policies.nexus import NexusAccPolicy, NexusHeadPolicy, NexusPolicy
 from kvstore.policies.pyramidkv import PyramidKVPolicy
 from kvstore.policies.snapkv import SnapKVPolicy
 from kvstore.policies.streaming import StreamingPolicy
@@ -32,11 +32,14 @@ POLICIES: dict[str, tuple[type[Policy], dict[str, Any]]] = {
     "nexus-topk": (NexusPolicy, {"selector": "topk"}),  # ablation: Nexus score, deterministic top-K
     "direct-reservoir": (NexusPolicy, {"lam": 0.0}),  # ablation: direct score only (lambda = 0), reservoir
     "nexus-head": (NexusHeadPolicy, {"selector": "topk"}),  # variant: the Nexus score per kv head, top-K
-    # the previous default memory: the current window's Nexus score only, top-K, half of the budget recent
+    # earlier default memories (docs/memory.md): the current window's Nexus score only, top-K, half of the budget
+    # recent; then each block's Nexus score averaged over every eviction step it was held in
     "nexus-agent-window": (NexusPolicy, {"selector": "topk", "recent_share": 0.5}),
-    # the product's default memory (docs/memory.md, measured with bench replay): each block's Nexus score averaged
-    # over every eviction step it was held in, top-K, and half of the budget always on the most recent tokens
-    "nexus-agent": (NexusPolicy, {"selector": "topk", "recent_share": 0.5, "score_memory": "mean"}),
+    "nexus-agent-mean": (NexusPolicy, {"selector": "topk", "recent_share": 0.5, "score_memory": "mean"}),
+    # the product's default memory (docs/memory.md, measured with bench replay): per kv head and per token, the
+    # accumulated attention each token received plus its block's remembered per-head Nexus score, top-K, half of
+    # the budget always on the most recent tokens
+    "nexus-agent": (NexusAccPolicy, {"selector": "topk", "recent_share": 0.5, "score_memory": "mean"}),
 }
 
 

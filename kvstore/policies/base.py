@@ -152,3 +152,9 @@ def head_token_attention(ctx: ScoreContext, queries: torch.Tensor | None = None,
         s = attention_received(q[i], ctx.keys[i], ctx.scaling, valid, ctx.max_elems, reduce)
         rows.append(per_kv_head(s, hkv))
     return torch.stack(rows)
+
+
+def mean_received(acc: torch.Tensor, ctx: ScoreContext) -> torch.Tensor:
+    """Accumulated attention [B, Hkv, T] divided by the number of queries that could attend each held token (its
+    mean per query, kvpress's ObservedAttentionPress normalisation), so early tokens are not favoured for age."""
+    return acc / (ctx.seen - ctx.positions).clamp_min(1).to(acc.dtype)

@@ -14,7 +14,7 @@ Defaults and their sources:
 
 import torch
 
-from kvstore.policies.base import Policy, ScoreContext, head_token_attention
+from kvstore.policies.base import Policy, ScoreContext, head_token_attention, mean_received
 
 
 class H2OPolicy(Policy):
@@ -34,4 +34,4 @@ class H2OPolicy(Policy):
         acc = ctx.state["h2o_acc"]
         if not self.config.h2o_normalize:
             return acc
-        return acc / (ctx.seen - ctx.positions).clamp_min(1).to(acc.dtype)  # queries that could attend each token
+        return mean_received(acc, ctx)

@@ -8,7 +8,7 @@ block and the incomplete tail block (counted by its real size)."""
 import torch
 
 from kvstore.kernels import window_block_scores_auto
-from kvstore.policies.base import Policy, ScoreContext
+from kvstore.policies.base import Policy, ScoreContext, head_token_attention, mean_received
 from kvstore.scoring import block_sum, kv_head_block_scores, nexus_weights, window_block_scores
 
 
@@ -75,3 +75,38 @@ class NexusHeadPolicy(NexusPolicy):
             s_hat = kv_head_block_scores(ctx.queries[i], ctx.keys[i], cfg.block, ctx.scaling)  # [Hkv, W, N_k]
             out.append(torch.stack([nexus_weights(s, cfg.walk_steps, cfg.lam, cfg.eps_tie) for s in s_hat]))
         return torch.stack(out)  # [B, Hkv, N_k]
+
+
+class NexusAccPolicy(NexusHeadPolicy):
+    """This project's hybrid (docs/memory.md, measured with `bench replay`): per kv head and per token, the score is
+    `acc_weight` x the attention the token received from every query since it arrived, divided by the queries that
+    could attend (H2O's normalised accumulated attention) plus its block's per-kv-head Nexus score (remembered over
+    the eviction steps when `score_memory` is set), each scaled to mean 1 over the held tokens.
+
+    Why both: on recorded agent conversations the accumulated attention keeps what the long opening (system prompt
+    and task, compressed chunk by chunk before any reply) needs, where the window-scored Nexus score loses it; the
+    Nexus score, scored at the end of each new message, keeps what the later replies need better than H2O. Costs
+    H2O's extra attention pass over every new query (docs/benchmarks.md, overhead)."""
+
+    name = "nexus-agent"
+    granularity = "token"
+    per_head = True
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self.token_state = ("acc",) + tuple(self.token_state)
+
+    def observe(self, ctx: ScoreContext, new_queries: torch.Tensor) -> None:
+        ctx.state["acc"] += head_token_attention(ctx, new_queries)
+
+    def score(self, ctx: ScoreContext) -> torch.Tensor:
+        acc = mean_received(ctx.state["acc"], ctx)  # [B, Hkv, T]
+        blocks = super().score(ctx)  # [B, Hkv, N_k]
+        t = acc.shape[-1]
+        nexus = blocks.repeat_interleave(self.config.block, -1)[..., :t]  # [B, Hkv, T]
+        w = self.config.acc_weight
+        return w * _unit_mean(acc) + _unit_mean(nexus)
+
+
+def _unit_mean(s: torch.Tensor) -> torch.Tensor:
+    return s / s.mean(-1, keepdim=True).clamp_min(torch.finfo(s.dtype).tiny)

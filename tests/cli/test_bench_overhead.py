@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from cli.app import app
 from kvstore import POLICIES
+from kvstore.policies import Policy
 
 
 def test_every_policy_is_measured(tmp_path: Path) -> None:
@@ -26,7 +27,7 @@ def test_every_policy_is_measured(tmp_path: Path) -> None:
     assert set(rows) == {name for name, (cls, _) in POLICIES.items() if cls.evicts}
     for name, r in rows.items():
         assert r["eviction_step_ms"] > 0 and r["decode_step_ms"] > 0 and r["eviction_peak_mib"] > 0, name
-        observes = bool(POLICIES[name][0].token_state)  # H2O accumulates on every forward; the others do not
+        observes = POLICIES[name][0].observe is not Policy.observe  # H2O and nexus-agent gather on every forward
         assert (r["observe_chunk_peak_mib"] > 0) == observes, name
     # H2O's statistics for a 512-token chunk: [Hq, 512, T] probabilities (4 heads, T = 320) plus logits, ~5 MiB
     assert rows["h2o"]["observe_chunk_peak_mib"] < 8

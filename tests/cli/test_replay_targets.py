@@ -48,3 +48,13 @@ def test_split_runs_merge_and_different_settings_are_refused(tmp_path: Path) -> 
     c.write_text(json.dumps({"runs": [], "config": config | {"max_tokens": 200, "traces": []}}))
     with pytest.raises(SystemExit, match="different settings"):
         merge([a, c])
+    d = tmp_path / "d.json"  # a spec replayed later on the same conversation joins the earlier result
+    d.write_text(
+        json.dumps(
+            {"conversations": [{"name": "c1"}], "runs": [_run("nexus-agent", 0.25, 0.05, 9)], "failed": []}
+            | {"config": config | {"specs": ["nexus-agent"], "traces": ["t1"], "merged_from": 2}}
+        )
+    )
+    result, info = merge([a, b, d])
+    assert [c["name"] for c in result["conversations"]] == ["c1", "c2"] and len(result["runs"]) == 3
+    assert info["specs"] == ["h2o", "nexus-agent"] and info["traces"] == ["t1", "t2"]

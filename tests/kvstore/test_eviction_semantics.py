@@ -31,7 +31,8 @@ def _reference_logits(ref_model, ids, allowed):
 
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])
 @pytest.mark.parametrize(
-    "policy", ["nexus", "streaming", "nexus-topk", "snapkv", "pyramidkv", "h2o", "morphkv", "ada-snapkv", "nexus-head"]
+    "policy",
+    ["nexus", "streaming", "nexus-topk", "snapkv", "pyramidkv", "h2o", "morphkv", "ada-snapkv", "nexus-head", "nexus-agent"],
 )
 def test_logits_equal_masked_full_forward(impl, policy):
     model = tiny_model("qwen3", impl, layers=1)
@@ -46,7 +47,7 @@ def test_logits_equal_masked_full_forward(impl, policy):
     torch.testing.assert_close(logits, _reference_logits(ref_model, ids, allowed), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("policy", ["nexus", "h2o", "morphkv", "nexus-head", "nexus-agent"])
+@pytest.mark.parametrize("policy", ["nexus", "h2o", "morphkv", "nexus-head", "nexus-agent-mean", "nexus-agent"])
 def test_semantics_hold_through_decode_evictions(policy):
     model = tiny_model("llama", "sdpa", layers=1)
     ref_model = copy.deepcopy(model)

@@ -142,7 +142,8 @@ def test_a_crash_mid_save_never_leaves_a_file_that_fails_to_load(tmp_path: Path)
         proc.wait()
     restored = Session.load(path, tiny_chat_model(), qwen_tokenizer())
     assert restored.num_tokens > 1500 and restored.prefilled == restored.num_tokens
-    assert all(p.name == "s.session" or p.name.endswith(".tmp") for p in tmp_path.iterdir())
+    left = [p.name for p in tmp_path.iterdir()]
+    assert all(name == "s.session" or name.endswith(".tmp") for name in left), left
 
 
 @pytest.mark.slow
