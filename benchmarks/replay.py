@@ -8,7 +8,7 @@ full cache's: mean KL(full || policy), extra NLL of the recorded token, top-1 ag
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Annotated
 
@@ -53,18 +53,24 @@ def parse_spec(text: str) -> Spec:
         if key == "protect":
             protect = value
         else:
-            options[key] = _value(value)
+            options[key] = _value(key, value)
     CacheConfig.from_options(policy=policy, **options)  # unknown or bad options fail here, with one message
     return Spec(policy, tuple(sorted(options.items())), protect, text.strip())
 
 
-def _value(text: str):
+def _value(key: str, text: str):
+    """An option's text as its value; an option whose default is text (e.g. score_memory="none") stays text."""
+    if isinstance(_TEXT_DEFAULTS.get(key), str):
+        return text
     for cast in (int, float):
         try:
             return cast(text)
         except ValueError:
             pass
     return {"true": True, "false": False, "none": None}.get(text.lower(), text)
+
+
+_TEXT_DEFAULTS = {f.name: f.default for f in fields(CacheConfig)}
 
 
 def parse_budget(text: str) -> float | int:

@@ -1,4 +1,5 @@
-"""The replay bench's target check (the default memory against the best baseline) and the merge of split runs."""
+"""The replay bench's target check (the default memory against the best baseline), its spec strings, and the merge
+of split runs."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.replay import parse_spec
 from benchmarks.replay_report import summarize, target_rows
+from kvstore.errors import KVStoreError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from replay_merge import merge  # noqa: E402
@@ -58,3 +61,11 @@ def test_split_runs_merge_and_different_settings_are_refused(tmp_path: Path) -> 
     result, info = merge([a, b, d])
     assert [c["name"] for c in result["conversations"]] == ["c1", "c2"] and len(result["runs"]) == 3
     assert info["specs"] == ["h2o", "nexus-agent"] and info["traces"] == ["t1", "t2"]
+
+
+def test_spec_options_keep_their_types() -> None:
+    spec = parse_spec("nexus-agent@score_memory=none,acc_weight=2,selector=reservoir,sink=none,protect=system")
+    assert dict(spec.options) == {"score_memory": "none", "acc_weight": 2, "selector": "reservoir", "sink": None}
+    assert spec.protect == "system"
+    with pytest.raises(KVStoreError, match="score_memory"):
+        parse_spec("nexus-agent@score_memory=ema")
