@@ -63,6 +63,8 @@ class CacheConfig:
             raise KVStoreError("walk_steps, recent_blocks, lam and eps_tie must be >= 0")
         if not 0.0 <= self.recent_share < 1.0:
             raise KVStoreError(f"recent_share must be in [0, 1), got {self.recent_share}")
+        if self.acc_weight < 0:
+            raise KVStoreError(f"acc_weight must be >= 0, got {self.acc_weight}")
         if self.reservoir_mean is not None and self.reservoir_mean <= 0:
             raise KVStoreError(f"reservoir_mean must be > 0 (or None), got {self.reservoir_mean}")
         if (self.sink or 0) < 0 or (self.decode_slack or 0) < 0 or (self.recent or 0) < 0 or self.pyramid_beta < 1:

@@ -48,3 +48,8 @@ def test_a_session_saved_under_an_earlier_definition_is_refused_clearly() -> Non
         restore_cache(model, tensors, meta)
     restored = restore_cache(model, *export_state(_prefilled("nexus-agent")[1]))  # today's definition: fine
     assert restored.policy.token_state == ("acc", "nexus_score", "nexus_steps")
+
+
+def test_a_negative_acc_weight_is_refused() -> None:
+    with pytest.raises(KVStoreError, match="acc_weight"):
+        kvstore.CacheConfig(acc_weight=-1.0)
