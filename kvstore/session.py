@@ -192,7 +192,8 @@ class Session:
                 raise KVStoreError(
                     f"the cache budget ({have} tokens per layer) cannot hold the protected opening ({protected} "
                     f"tokens, protect={self.config.protect!r}) beside the sink, recent and tail tokens "
-                    f"({need} tokens needed); raise the budget or use protect='none'"
+                    f"({need} tokens needed); raise the budget (--budget) or protect less (--protect system or "
+                    "--protect none; protect='none' in SessionConfig)"
                 )
 
     def _protected_count(self, messages: list[dict]) -> int:

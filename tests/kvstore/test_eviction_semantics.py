@@ -32,7 +32,18 @@ def _reference_logits(ref_model, ids, allowed):
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])
 @pytest.mark.parametrize(
     "policy",
-    ["nexus", "streaming", "nexus-topk", "snapkv", "pyramidkv", "h2o", "morphkv", "ada-snapkv", "nexus-head", "nexus-agent"],
+    [
+        "nexus",
+        "streaming",
+        "nexus-topk",
+        "snapkv",
+        "pyramidkv",
+        "h2o",
+        "morphkv",
+        "ada-snapkv",
+        "nexus-head",
+        "nexus-agent",
+    ],
 )
 def test_logits_equal_masked_full_forward(impl, policy):
     model = tiny_model("qwen3", impl, layers=1)

@@ -59,7 +59,7 @@ def test_system_only_protects_the_system_prompt() -> None:
 
 def test_a_budget_that_cannot_hold_the_opening_is_refused_with_a_clear_message() -> None:
     s = session(budget=96, protect="system+task")
-    with pytest.raises(KVStoreError, match="cannot hold the protected opening.*protect='none'"):
+    with pytest.raises(KVStoreError, match="cannot hold the protected opening.*--protect none"):
         s.append([{"role": "system", "content": words(100, "sys")}, {"role": "user", "content": words(60, "t")}])
     assert s.tokens == [] and s.cache.protected == []  # nothing half-appended
 
