@@ -36,7 +36,7 @@ class CacheConfig:
     chunk_size: int = 512  # prefill chunk (tokens) for kvstore.prefill()
     selector: str | None = None  # "reservoir" | "topk"; None: the policy's own default
     score_memory: str = "none"  # Nexus: "none" (spec) | "mean" | "max" of each block's score over the steps it was held
-    acc_weight: float = 1.0  # nexus-acc: weight of the accumulated attention next to the Nexus score (weight 1)
+    acc_weight: float = 1.0  # nexus-agent: weight of the accumulated attention next to the Nexus score (weight 1)
     renorm_candidates: bool = False  # renormalize weights over the candidate blocks only (ablation; spec: over all)
     reservoir_mean: float | None = None  # rescale candidate weights to this mean before selection (None: as scored)
     pool_kernel: int = 5  # SnapKV / PyramidKV average-pooling kernel over token scores

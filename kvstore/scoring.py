@@ -48,6 +48,11 @@ def block_sum(p: torch.Tensor, block: int) -> torch.Tensor:
     return p.reshape(*p.shape[:-1], n, block).sum(-1)
 
 
+def block_spread(s: torch.Tensor, block: int, t: int) -> torch.Tensor:
+    """Each block's value on every one of its tokens: [..., ceil(t / block)] -> [..., t] (block_sum's shape, back)."""
+    return s.repeat_interleave(block, -1)[..., :t]
+
+
 def rownorm(s: torch.Tensor) -> torch.Tensor:
     """Normalize each row to sum 1 (rows of zeros stay zero)."""
     return s / s.sum(-1, keepdim=True).clamp_min(torch.finfo(s.dtype).tiny)

@@ -9,7 +9,7 @@ import torch
 
 from kvstore.kernels import window_block_scores_auto
 from kvstore.policies.base import Policy, ScoreContext, head_token_attention, mean_received
-from kvstore.scoring import block_sum, kv_head_block_scores, nexus_weights, window_block_scores
+from kvstore.scoring import block_spread, block_sum, kv_head_block_scores, nexus_weights, window_block_scores
 
 
 class NexusPolicy(Policy):
@@ -45,7 +45,7 @@ class NexusPolicy(Policy):
         tokens' past ones: [B, H, N_k]. Each token carries its block's weight; a block's score is the mean over its
         tokens of their combined weights."""
         b, t, h = self.config.block, ctx.keys.shape[-2], current.shape[1]
-        now = current.repeat_interleave(b, -1)[..., :t]  # [B, H, T]
+        now = block_spread(current, b, t)  # [B, H, T]
         past, steps = ctx.state["nexus_score"][:, :h], ctx.state["nexus_steps"][:, :h]  # [B, H, T]
         if self.config.score_memory == "max":
             combined = torch.maximum(past, now)
@@ -101,9 +101,7 @@ class NexusAccPolicy(NexusHeadPolicy):
 
     def score(self, ctx: ScoreContext) -> torch.Tensor:
         acc = mean_received(ctx.state["acc"], ctx)  # [B, Hkv, T]
-        blocks = super().score(ctx)  # [B, Hkv, N_k]
-        t = acc.shape[-1]
-        nexus = blocks.repeat_interleave(self.config.block, -1)[..., :t]  # [B, Hkv, T]
+        nexus = block_spread(super().score(ctx), self.config.block, acc.shape[-1])  # [B, Hkv, N_k] -> [B, Hkv, T]
         w = self.config.acc_weight
         return w * _unit_mean(acc) + _unit_mean(nexus)
 
