@@ -19,11 +19,12 @@ from rich.console import Console
 from benchmarks.common import console, write_json
 from benchmarks.replay_data import Conversation, default_traces, load_conversation
 from benchmarks.replay_report import curves, plot, summarize, summary_table, target_rows, target_table
-from benchmarks.replay_run import Spec, budget_tokens, compare, plan, reference, session_for
+from benchmarks.replay_run import Spec, budget_tokens, compare, reference, session_for
 from kvstore import POLICIES, CacheConfig
 from kvstore.chat import ChatRenderer
 from kvstore.defaults import DEFAULT_POLICY
 from kvstore.errors import KVStoreError
+from kvstore.teacher import plan
 
 # one conversation, its first ~3k tokens (the shared traces' openings are 2.1-4.2k tokens), three specs, one budget
 QUICK = {"traces": 1, "max_tokens": 3072, "budgets": (0.5,), "specs": ("streaming", "nexus", "nexus-agent")}
@@ -38,6 +39,7 @@ class ReplayConfig:
     max_tokens: int | None = None  # tokens replayed per conversation; None = the model's positions
     seeds: int = 1  # cache seeds per spec (reservoir selectors draw differently per seed)
     traces: list[Path] = field(default_factory=list)  # conversation files
+    profile: Path | None = None  # memory profile every replayed session gets (runs labelled SPEC+profile)
 
 
 def parse_spec(text: str) -> Spec:
@@ -102,14 +104,19 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
             for spec in cfg.specs:
                 for seed in range(cfg.seeds):
                     t1 = time.perf_counter()
-                    run_ = {"spec": spec.name, "budget": budget, "budget_tokens": tokens, "seed": seed}
+                    name = f"{spec.name}+profile" if cfg.profile else spec.name
+                    run_ = {"spec": name, "budget": budget, "budget_tokens": tokens, "seed": seed}
+                    profile = None if cfg.profile is None else str(cfg.profile)
                     try:
-                        turns = compare(session_for(model, tokenizer, spec, tokens, seed), p, ref)
+                        session = session_for(model, tokenizer, spec, tokens, seed, profile)
+                        turns = compare(session, p, ref)
                     except KVStoreError as e:  # e.g. a budget that cannot hold the protected opening
                         result["failed"].append(run_ | {"conversation": conv.name, "error": str(e)})
                         console.print(f"[yellow]{conv.name} {spec.name} @ {budget}: {e}")
                         continue
                     run_ |= {"conversation": conv.name, "seconds": time.perf_counter() - t1}
+                    if profile is not None:
+                        run_ |= {"profile": profile, "profile_status": session.profile_status}
                     result["runs"].append(run_ | {"turns": [t.to_dict() for t in turns]})
                     if on_progress is not None:  # a stopped run keeps every finished replay
                         on_progress(result)
@@ -120,7 +127,7 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
 def finish(result: dict, cfg_info: dict, json_path: Path | None, plot_path: Path | None, table_path: Path | None):
     """Summaries, curves, the table (terminal and file), the JSON and the plot."""
     rows = summarize(result["runs"])
-    targets = target_rows(rows, DEFAULT_POLICY)
+    targets = [t for d in (DEFAULT_POLICY, f"{DEFAULT_POLICY}+profile") for t in target_rows(rows, d)]
     result |= {"config": cfg_info, "summary": rows, "targets": targets}
     result["curves"] = {"tokens_seen": curves(result["runs"]), "turn": curves(result["runs"], "turn", 1)}
     n = len(result["conversations"])
@@ -147,6 +154,9 @@ def replay_cmd(
     seeds: Annotated[int, typer.Option(help="cache seeds per spec")] = 1,
     threads: Annotated[int, typer.Option(help="torch CPU threads")] = 1,
     dtype: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp32 (default: the machine's choice)")] = None,
+    profile: Annotated[
+        Path | None, typer.Option(help="memory profile (nexus-agent calibrate) for every replayed session")
+    ] = None,
     quick: Annotated[bool, typer.Option(help="1 conversation, 3072 tokens, 3 specs, budget 0.5")] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
     plot_out: Annotated[Path | None, typer.Option("--plot", help="write the PNG plot")] = None,
@@ -165,9 +175,15 @@ def replay_cmd(
         files, max_tokens = files[: QUICK["traces"]], min(max_tokens or QUICK["max_tokens"], QUICK["max_tokens"])
         spec_list, budget_list = specs and spec_list or list(QUICK["specs"]), list(QUICK["budgets"])
     files = files[:limit] if limit else files
-    cfg = ReplayConfig(tuple(parse_spec(s) for s in spec_list), tuple(budget_list), max_tokens, seeds, files)
+    specs_ = tuple(parse_spec(s) for s in spec_list)
+    cfg = ReplayConfig(specs_, tuple(budget_list), max_tokens, seeds, files, profile)
+    if profile is not None:
+        from kvstore.profile import MemoryProfile
+
+        MemoryProfile.load(profile)  # a missing or corrupt file fails here, before any replay
     m, tok, info = load_model(model, dtype=dtype)
-    cfg_info = {"model": model, "dtype": info.dtype, "specs": spec_list, "budgets": budget_list}
+    specs_info = [f"{s}+profile" for s in spec_list] if profile else spec_list
+    cfg_info = {"model": model, "dtype": info.dtype, "specs": specs_info, "budgets": budget_list}
     cfg_info |= {"max_tokens": max_tokens, "seeds": seeds, "traces": [str(f) for f in files]}
 
     def checkpoint(result: dict) -> None:  # a stopped run keeps the replays it finished

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kvstore import Session, SessionConfig
-from kvstore.chat import ChatRenderer
+from kvstore.teacher import Plan, replay
 
 
 @dataclass(frozen=True)
@@ -30,15 +30,6 @@ class Spec:
     @property
     def name(self) -> str:
         return self.label or self.policy
-
-
-@dataclass
-class Plan:
-    """The part of a conversation that is replayed."""
-
-    opening: list[dict]  # system + first user message (prefilled first)
-    rest: list[dict]  # the following messages, ending with an assistant message
-    tokens: int  # tokens of opening + rest
 
 
 @dataclass
@@ -65,55 +56,9 @@ class Reference:
     targets: list[torch.Tensor] = field(default_factory=list)  # [n_i] recorded token ids
 
 
-def plan(conversation: list[dict], renderer: ChatRenderer, max_tokens: int) -> Plan | None:
-    """Opening + as many following messages as fit in `max_tokens`, cut after the last assistant message that
-    fits; None when not even the opening and one reply fit."""
-    first_user = next((i for i, m in enumerate(conversation) if m["role"] == "user"), None)
-    if first_user is None:
-        return None
-    opening = conversation[: first_user + 1]
-    total = len(renderer.encode_messages(opening, first=True))
-    rest, kept, kept_tokens = [], [], total
-    for m in conversation[first_user + 1 :]:
-        n = len(renderer.encode_messages([m], first=False))
-        if total + n > max_tokens:
-            break
-        total += n
-        rest.append(m)
-        if m["role"] == "assistant":
-            kept, kept_tokens = list(rest), total
-    if not kept:
-        return None
-    return Plan(opening, kept, kept_tokens)
-
-
 def budget_tokens(budget: float | int, replayed: int) -> int:
     """A share of the replayed length (float <= 1) as tokens per layer, or a token count as given."""
     return math.ceil(budget * replayed) if isinstance(budget, float) else int(budget)
-
-
-def scored_rows(session: Session, content: str, n: int) -> slice:
-    """Rows of a teacher-forced assistant message that predict its content and end-of-turn token."""
-    start = len(session.renderer.generation_prompt_ids)
-    return slice(start, min(n, start + len(session.renderer.encode(content)) + 1))
-
-
-def replay(session: Session, p: Plan, on_reply) -> None:
-    """Drive `session` through the plan; `on_reply(turn, start, logits [n, V], ids [n], held)` per assistant
-    message, with only its scored rows."""
-    session.append(p.opening)
-    session.prefill()
-    turn = 0
-    for m in p.rest:
-        if m["role"] != "assistant":
-            session.append([m])
-            session.prefill()
-            continue
-        turn += 1
-        start, held = session.num_tokens, _held(session)
-        logits, ids = session.teacher_force([m])
-        rows = scored_rows(session, m["content"], len(ids))
-        on_reply(turn, start, logits[rows], torch.tensor(ids[rows], device=logits.device), held)
 
 
 def reference(session: Session, p: Plan) -> Reference:
@@ -149,14 +94,14 @@ def turn_result(turn: int, start: int, full: torch.Tensor, pol: torch.Tensor, y:
     return TurnResult(turn, start, len(y), float(kl.sum()), float(nll.sum()), int(top1.sum()), held)
 
 
-def _held(session: Session) -> float:
-    stats = session.cache.stats()
-    return stats["tokens_held"] / max(1, len(stats["tokens_held_per_layer"]))
-
-
-def session_for(model, tokenizer, spec: Spec, budget: int | None, seed: int) -> Session:
-    """A fresh session for one replay (budget None: the full cache)."""
+def session_for(model, tokenizer, spec: Spec, budget: int | None, seed: int, profile: str | None = None) -> Session:
+    """A fresh session for one replay (budget None: the full cache; profile: a memory profile file)."""
     config = SessionConfig(
-        policy=spec.policy, budget=budget, seed=seed, cache_options=dict(spec.options), protect=spec.protect
+        policy=spec.policy,
+        budget=budget,
+        seed=seed,
+        cache_options=dict(spec.options),
+        protect=spec.protect,
+        profile=profile,
     )
     return Session(model, tokenizer, config)

@@ -15,7 +15,7 @@ from pipeline.config import RunError
 
 
 @raw_options(
-    "model", "policy", "budget", "protocol", "protect", "device", "server",
+    "model", "policy", "budget", "protocol", "protect", "profile", "device", "server",
     model=None, policy=None, budget=None, protocol=None, protect=None,
 )  # fmt: skip
 def chat_cmd(
@@ -46,6 +46,10 @@ def chat_cmd(
         max_steps=max_steps, max_steps_absolute=max_steps, max_new_tokens=max_new_tokens, temperature=temperature
     )
     server = given.pop("server")
+    if given.get("profile") is not None:
+        if server is not None:
+            raise RunError("--memory-profile needs the model in this process; a --server runs its own memory settings")
+        given["profile"] = str(Path(given["profile"]).resolve())
     if server is not None or (resume and cs.ChatState.load(folder).server):
         from pipeline.chat_served import open_served
 

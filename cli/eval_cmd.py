@@ -13,7 +13,7 @@ from pipeline.config import RunConfig
 
 
 @run_options(
-    "dataset", "workers", "model", "policy", "budget", "protocol", "protect", "sandbox", "max_steps", "seed",
+    "dataset", "workers", "model", "policy", "budget", "protocol", "protect", "profile", "sandbox", "max_steps", "seed",
     "temperature", "threads", "max_new_tokens", "replay_dir", "command_timeout", "test_timeout", "repo_cache", "server",
 )  # fmt: skip
 def eval_cmd(

@@ -32,6 +32,10 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
         str,
         typer.Option("--protect", help="Never evicted (counted in the budget): system+task, system or none."),
     ),
+    "profile": (
+        Path | None,
+        typer.Option("--memory-profile", help="Memory profile file (nexus-agent calibrate) for the default memory."),
+    ),
     "sandbox": (str, typer.Option("--sandbox", "-s", help="auto, docker, bwrap, or local (no isolation).")),
     "max_steps": (int | None, typer.Option("--max-steps", help="Step limit (default 5; a replay: the recording's).")),
     "seed": (int, typer.Option("--seed", help="Seed of sampling and of the cache.")),

@@ -16,7 +16,7 @@ from pipeline.files import safe_name
 
 
 @run_options(
-    "dataset", "model", "policy", "budget", "protocol", "protect", "sandbox", "max_steps", "seed", "replay",
+    "dataset", "model", "policy", "budget", "protocol", "protect", "profile", "sandbox", "max_steps", "seed", "replay",
     "temperature", "threads", "max_new_tokens", "device", "command_timeout", "test_timeout", "repo_cache", "server",
 )  # fmt: skip
 def solve_cmd(

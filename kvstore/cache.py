@@ -42,6 +42,8 @@ class EvictingCache(Cache):
         # called with each layer right after attention used the new tokens, before its eviction decision
         # (benchmarks sample memory here); see add_observer
         self.observers: list[Callable[[EvictingLayer], None]] = []
+        # memory-profile weights by position over the opening, [L, Hkv, P] (0: not a template token); see set_prior
+        self.prior: torch.Tensor | None = None
         if isinstance(config.budget, int) and self.policy.evicts:
             self._set_budget(config.budget)
 
@@ -98,6 +100,24 @@ class EvictingCache(Cache):
     def add_observer(self, observe: Callable[[EvictingLayer], None]) -> None:
         """Call `observe(layer)` after every attention call, before the layer may evict (it must not change it)."""
         self.observers.append(observe)
+
+    # --- memory profile -------------------------------------------------------------------------------------------
+    def set_prior(self, weights: torch.Tensor) -> None:
+        """Weights [L, Hkv, P] for the tokens at positions [0, P) (kvstore.profile.MemoryProfile.prior_for): what a
+        memory profile says replies need of the opening; policies that use it see it as ScoreContext.prior."""
+        want = (len(self.layers), self.identity["num_kv_heads"])
+        if weights.dim() != 3 or tuple(weights.shape[:2]) != want:
+            raise KVStoreError(f"prior weights must be [{want[0]}, {want[1]}, P], got {tuple(weights.shape)}")
+        self.prior = weights.detach().float().to(self.identity.get("device", "cpu"))
+
+    def prior_at(self, layer_idx: int, positions: torch.Tensor | None) -> torch.Tensor | None:
+        """The prior weights [B, Hkv, T] of the held tokens at `positions` (0 past the opening), or None."""
+        if self.prior is None or positions is None:
+            return None
+        w = self.prior[layer_idx].to(positions.device)  # [Hkv, P]
+        inside = positions < w.shape[-1]
+        idx = positions.clamp_max(w.shape[-1] - 1)
+        return torch.where(inside, w.expand(positions.shape[0], -1, -1).gather(-1, idx), 0.0)
 
     # --- protected spans ------------------------------------------------------------------------------------------
     def protect(self, start: int, end: int) -> None:

@@ -30,6 +30,7 @@ class EvictingLayer(DynamicLayer):
         self.valid: torch.Tensor | None = None  # [B, Hkv, T] bool, head-masking policies only
         self.state: dict[str, torch.Tensor] = {}
         self.window_q: torch.Tensor | None = None  # [B, Hq, <=W, D]
+        self.query: torch.Tensor | None = None  # [B, Hq, q, D] the current attention call's queries (for observers)
         self.last_q_len = 0
         self.stats = LayerStats()
 
@@ -88,14 +89,22 @@ class EvictingLayer(DynamicLayer):
 
     def after_attention(self, query: torch.Tensor, scaling: float | None = None) -> None:
         """Record the window queries, let the policy observe, and evict if this layer is over budget + slack."""
+        self.query = query.detach()
+        try:
+            self._after_attention(scaling)
+        finally:
+            self.query = None
+
+    def _after_attention(self, scaling: float | None) -> None:
         w = self.owner.config.window
-        q = query.detach()[..., -w:, :]
+        query = self.query
+        q = query[..., -w:, :]
         self.window_q = q if self.window_q is None else torch.cat([self.window_q, q], dim=-2)[..., -w:, :]
         self.scaling = scaling
         policy = self.owner.policy
         if policy.observes:
             t0 = self.owner.timer()
-            policy.observe(self.score_context(), query.detach())
+            policy.observe(self.score_context(), query)
             self.stats.score_s += self.owner.timer() - t0
         if self.owner.should_evict(self):
             self.evict()
@@ -115,6 +124,7 @@ class EvictingLayer(DynamicLayer):
             self.seen,
             self.owner.config.score_chunk,
             commit,
+            self.owner.prior_at(self.layer_idx, self.positions),
         )
 
     def pinned(self) -> torch.Tensor | None:

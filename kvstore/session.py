@@ -50,6 +50,7 @@ class SessionConfig:
     dtype: str | None = None  # "bf16" | "fp16" | "fp32"; None: bf16 where the hardware supports it, else fp32
     cache_options: dict = field(default_factory=dict)  # further CacheConfig knobs (block, window, lam, ...)
     protect: str = DEFAULT_PROTECT  # never evict: "system+task" (system prompt + first user message), "system", "none"
+    profile: str | None = None  # memory profile file (nexus-agent calibrate): its weights for the opening's template
 
     def __post_init__(self) -> None:
         if self.protect not in PROTECT:
@@ -131,6 +132,9 @@ class Session:
         self.max_positions = int(model.config.max_position_embeddings)
         self._logits: torch.Tensor | None = None  # [V] logits after the last token the cache has seen
         self._all_logits: torch.Tensor | None = None  # [pending, V] logits of the last teacher-forced turn
+        # the memory profile's verdict on this session's opening: None (no profile, or no opening yet), else
+        # "matched N template tokens" or "opening does not carry the profile's template"
+        self.profile_status: str | None = None
 
     @classmethod
     def open(cls, config: SessionConfig) -> Session:
@@ -154,8 +158,11 @@ class Session:
         c = self.config
         options = {"chunk_size": c.chunk_size} | dict(c.cache_options)
         cache = kvstore.make_cache(self.model, policy=c.policy, budget=c.budget, seed=c.seed, **options)
-        for span in getattr(getattr(self, "cache", None), "protected", ()):  # re-prefill: the same spans
+        old = getattr(self, "cache", None)
+        for span in getattr(old, "protected", ()):  # re-prefill: the same spans and profile weights
             cache.protect(*span)
+        if getattr(old, "prior", None) is not None:
+            cache.set_prior(old.prior)
         return cache
 
     # --- conversation ---------------------------------------------------------------------------------------------
@@ -163,6 +170,7 @@ class Session:
         """Add messages (role system/user/assistant/tool); only they are rendered and tokenized, nothing is run."""
         if not messages:
             return
+        profile = self._profile_for(messages)  # read (and checked) before anything changes
         cut = self._protected_count(messages)
         if cut:
             start = len(self.tokens)
@@ -176,6 +184,32 @@ class Session:
         if cut < len(messages):
             self._grow(self.renderer.encode_messages(messages[cut:], first=not self.tokens))
         self.messages.extend(dict(m) for m in messages)
+        if profile is not None:
+            self._apply_profile(profile)
+
+    def _profile_for(self, messages: list[dict]):
+        """The memory profile when these messages complete the opening (system prompt + first user message) before
+        the cache has seen it; None otherwise. Raises KVStoreError for a missing, corrupt or foreign profile."""
+        done = any(m["role"] == "user" for m in self.messages)
+        if self.config.profile is None or done or self.prefilled or not any(m["role"] == "user" for m in messages):
+            return None
+        from kvstore.cache import model_identity
+        from kvstore.profile import MemoryProfile
+
+        profile = MemoryProfile.load(self.config.profile)
+        profile.check_model(model_identity(self.model))
+        return profile
+
+    def _apply_profile(self, profile) -> None:
+        """Hand the profile's weights for the opening's template tokens to the cache (kvstore.profile)."""
+        first_user = next(i for i, m in enumerate(self.messages) if m["role"] == "user")
+        opening = self.renderer.encode_messages(self.messages[: first_user + 1], first=True)
+        found = profile.prior_for(self.tokens[: len(opening)])
+        if found is None:
+            self.profile_status = "opening does not carry the profile's template"
+            return
+        self.cache.set_prior(found[0])
+        self.profile_status = f"matched {found[1]} of {profile.template_tokens} template tokens"
 
     def check_protected(self) -> None:
         """Raise when the smallest layer budget cannot hold the protected spans beside the policy's forced set."""

@@ -19,6 +19,8 @@ _IDENTITY_KEYS = ("model_type", "num_layers", "num_kv_heads", "head_dim")
 def export_state(cache: EvictingCache) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Everything needed to continue exactly where the cache is: tensors (contiguous, on CPU) and metadata."""
     tensors: dict[str, torch.Tensor] = {"generator": cache.generator.get_state()}
+    if cache.prior is not None:
+        tensors["prior"] = cache.prior.detach().to("cpu").contiguous()
     layers = []
     for i, layer in enumerate(cache.layers):
         entries = {
@@ -73,6 +75,8 @@ def restore_cache(model: torch.nn.Module, tensors: dict[str, torch.Tensor], meta
         cache._set_budget(budget)
     cache.generator.set_state(tensors["generator"])
     cache.protected = [(int(a), int(b)) for a, b in meta.get("protected", [])]
+    if "prior" in tensors:
+        cache.set_prior(tensors["prior"])
     device = next(model.parameters()).device
     _check_policy_state(cache, tensors)
     for i, (layer, info) in enumerate(zip(cache.layers, meta["layers"], strict=True)):

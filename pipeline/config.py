@@ -39,6 +39,7 @@ class RunConfig:
     budget: int | float | None = DEFAULT_SESSION_BUDGET  # tokens per layer, or a density in (0, 1]; None = never evict
     protocol: str = DEFAULT_PROTOCOL  # "true-eviction" (one persistent cache) or "re-prefill" (new cache each turn)
     protect: str = DEFAULT_PROTECT  # never evicted, counted in the budget: "system+task", "system" or "none"
+    profile: Path | None = None  # memory profile (nexus-agent calibrate) for the opening's template tokens
     sandbox: str = "auto"  # sandbox backend: auto, docker, bwrap, local
     max_steps: int | None = None  # step limit (soft and hard); None: 5 for a local model, the recording's for replay
     seed: int = 0  # seed of sampling and of the cache's randomness
@@ -64,6 +65,8 @@ class RunConfig:
                 raise RunError(f"{name.replace('_', '-')} must be at least 1, got {value}")
         if self.server is not None and self.replaying:
             raise RunError("--server and --replay/--replay-dir exclude each other (a replay runs no model)")
+        if self.profile is not None and self.server is not None:
+            raise RunError("--memory-profile needs the model in this process; a --server runs its own memory settings")
         if self.protect not in PROTECT_MODES:
             raise RunError(f"--protect {self.protect!r}: use one of {', '.join(PROTECT_MODES)}")
         if self.workers < 1:

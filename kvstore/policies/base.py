@@ -26,6 +26,7 @@ class ScoreContext:
     seen: int = 0  # tokens this layer has seen (the next token's position)
     max_elems: int = 1 << 24  # attention statistics: most fp32 probabilities alive at once (CacheConfig.score_chunk)
     commit: bool = False  # True only for a real eviction step: a policy may update its per-token state in `score`
+    prior: torch.Tensor | None = None  # [B, Hkv, T] memory-profile weights of the held tokens (0: none), or None
 
 
 class Policy:

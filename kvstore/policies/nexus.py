@@ -83,6 +83,10 @@ class NexusAccPolicy(NexusHeadPolicy):
     could attend (H2O's normalised accumulated attention) plus its block's per-kv-head Nexus score (remembered over
     the eviction steps when `score_memory` is set), each scaled to mean 1 over the held tokens.
 
+    With a memory profile (ctx.prior, kvstore.profile) the accumulated attention of the opening's fixed template
+    tokens is replaced by the profile's weights, rescaled to the same mean over the held template tokens: what the
+    agent's replies attended there in calibration conversations, instead of what the opening's own queries attended.
+
     Why both: on recorded agent conversations the accumulated attention keeps what the long opening (system prompt
     and task, compressed chunk by chunk before any reply) needs, where the window-scored Nexus score loses it; the
     Nexus score, scored at the end of each new message, keeps what the later replies need better than H2O. Costs
@@ -101,9 +105,20 @@ class NexusAccPolicy(NexusHeadPolicy):
 
     def score(self, ctx: ScoreContext) -> torch.Tensor:
         acc = mean_received(ctx.state["acc"], ctx)  # [B, Hkv, T]
+        if ctx.prior is not None:
+            acc = with_prior(acc, ctx.prior)
         nexus = block_spread(super().score(ctx), self.config.block, acc.shape[-1])  # [B, Hkv, N_k] -> [B, Hkv, T]
         w = self.config.acc_weight
         return w * _unit_mean(acc) + _unit_mean(nexus)
+
+
+def with_prior(acc: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
+    """acc with its template tokens (prior > 0) scored by the prior instead, scaled so that both have the same sum
+    over the held template tokens of each head: the ranking inside the template is the profile's, the weight of the
+    template against the other tokens stays what the observed attention says."""
+    template = prior > 0
+    scale = (acc * template).sum(-1, keepdim=True) / (prior * template).sum(-1, keepdim=True).clamp_min(1e-30)
+    return torch.where(template, prior * scale, acc)
 
 
 def _unit_mean(s: torch.Tensor) -> torch.Tensor:

@@ -83,3 +83,23 @@ def test_bench_replay_compares_each_memory_with_the_full_cache(tmp_path: Path) -
     assert failed["spec"] == "nexus-topk@protect=system" and "protect" in failed["error"]
     assert {row["spec"] for row in data["summary"]} == {"full", "streaming", "nexus-topk@protect=system"}
     assert png.stat().st_size > 10_000 and "mean KL" in txt.read_text()
+
+
+@pytest.mark.slow  # two calibration replays and two evicting replays of the tiny model: ~10 s
+def test_calibrate_writes_a_profile_that_bench_replay_uses(tmp_path: Path) -> None:
+    model = save_tiny_chat_model(tmp_path / "model")
+    profile = tmp_path / "profile.pt"
+    sources = [str(GOLD_DIR / f"nexus-demo__{name}.gold.jsonl") for name in ("csvkit-lite-1", "iniconf-1")]
+    args = ["calibrate", *sources, "--model", str(model), "--dtype", "fp32", "--max-tokens", "2600", "-o", str(profile)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "template tokens from 2 conversations" in result.output.replace("\n", " ")
+    out = tmp_path / "replay.json"
+    args = ["bench", "replay", str(TRAJECTORY), "--model", str(model), "--dtype", "fp32", "--max-tokens", "2600"]
+    args += ["--specs", "nexus-agent", "--budgets", "0.5", "--profile", str(profile), "--json", str(out)]
+    result = CliRunner().invoke(app, args, env=os.environ | {"NEXUS_SHARED_DATA": str(tmp_path)})
+    assert result.exit_code == 0, result.output
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["spec"] == "nexus-agent+profile" and run["profile_status"].startswith("matched")
+    missing = CliRunner().invoke(app, [*args[:-4], "--profile", str(tmp_path / "no.pt")])
+    assert missing.exit_code != 0 and "does not exist" in str(missing.exception)  # one line under `main`

@@ -1,0 +1,48 @@
+"""`nexus-agent calibrate`: a memory profile from recorded agent conversations (kvstore.profile, docs/memory.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kvstore.defaults import DEFAULT_MODEL
+
+
+def calibrate_cmd(
+    traces: Annotated[list[Path], typer.Argument(help="recorded conversations (.traj.json / .jsonl), two or more")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="profile file to write (e.g. profile.pt)")],
+    model: Annotated[str, typer.Option(help="model registry name / HF id / local directory")] = DEFAULT_MODEL,
+    max_tokens: Annotated[
+        int | None, typer.Option(help="tokens replayed per conversation (default: the model's positions)")
+    ] = None,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's)")] = None,
+    dtype: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp32 (default: the machine's choice)")] = None,
+) -> None:
+    """Measure what an agent's replies need of its fixed opening text (the system prompt and instructions every
+    conversation shares) on the full cache, and write it as a memory profile for --memory-profile / --profile."""
+    import torch
+    from rich.console import Console
+
+    from benchmarks.replay_data import load_conversation
+    from kvstore.calibrate import calibrate
+    from kvstore.models import load_model
+
+    console = Console(stderr=True)
+    if threads:
+        torch.set_num_threads(threads)
+    conversations = [load_conversation(p) for p in traces]  # a bad file fails here, before the model loads
+    m, tok, _ = load_model(model, dtype=dtype)
+
+    def progress(done: int, total: int) -> None:
+        console.print(f"calibrated {done}/{total}: {conversations[done - 1].name}")
+
+    meta = {"model": model, "sources": [c.name for c in conversations]}
+    with torch.inference_mode():
+        profile = calibrate(m, tok, [c.messages for c in conversations], max_tokens, progress, meta)
+    profile.save(out)
+    console.print(
+        f"wrote {out}: {len(profile.prefix)} prefix + {len(profile.suffix)} suffix template tokens from "
+        f"{profile.conversations} conversations"
+    )

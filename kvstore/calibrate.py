@@ -1,0 +1,93 @@
+"""Calibrating a memory profile (kvstore.profile): each recorded conversation is replayed teacher-forced on the full
+cache (kvstore.teacher), and the attention every reply token's queries give each opening token is summed per layer
+and kv head. The fixed opening text is what every conversation's opening shares (the longest common token prefix
+and suffix); its weights are each conversation's, scaled to mean 1 per layer and head, averaged."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from kvstore.cache import model_identity
+from kvstore.chat import ChatRenderer
+from kvstore.errors import KVStoreError
+from kvstore.policies.base import attention_received, per_kv_head
+from kvstore.profile import MemoryProfile, common_template
+from kvstore.session import Session, SessionConfig
+from kvstore.teacher import plan, replay
+
+
+class _ReplyAttention:
+    """A cache observer: while `active`, adds the attention each held token receives from the new queries
+    (averaged over each kv head's query heads) into `sums[layer]` [Hkv, positions]."""
+
+    def __init__(self, layers: int, kv_heads: int, positions: int) -> None:
+        self.sums = torch.zeros(layers, kv_heads, positions)
+        self.active = False
+
+    def __call__(self, layer) -> None:
+        if not self.active or layer.query is None:
+            return
+        for b in range(layer.keys.shape[0]):
+            s = attention_received(layer.query[b], layer.keys[b], layer.scaling, None, layer.owner.config.score_chunk)
+            pos = layer.positions[b, 0].to("cpu")
+            self.sums[layer.layer_idx].index_add_(1, pos, per_kv_head(s, layer.keys.shape[1]).to("cpu"))
+
+
+def calibrate(
+    model,
+    tokenizer,
+    conversations: list[list[dict]],
+    max_tokens: int | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+    meta: dict | None = None,
+) -> MemoryProfile:
+    """A profile from recorded conversations (each a list of {role, content} messages; at least two, sharing the
+    text of their openings). Each is replayed up to `max_tokens` (default: the model's positions)."""
+    renderer = ChatRenderer(tokenizer)
+    limit = min(max_tokens or 10**9, int(model.config.max_position_embeddings))
+    identity = model_identity(model)
+    openings, weights = [], []
+    for i, messages in enumerate(conversations):
+        p = plan(messages, renderer, limit)
+        if p is not None:
+            session = Session(model, tokenizer, SessionConfig(policy="full", budget=None, protect="none"))
+            rec = _ReplyAttention(identity["num_layers"], identity["num_kv_heads"], p.tokens)
+            session.cache.add_observer(rec)
+
+            def on(turn: int, rec=rec) -> None:
+                rec.active = True
+
+            def off(*_, rec=rec) -> None:
+                rec.active = False
+
+            replay(session, p, off, before_reply=on)
+            opening = renderer.encode_messages(p.opening, first=True)
+            openings.append(opening)
+            weights.append(rec.sums[..., : len(opening)])
+        if on_progress is not None:
+            on_progress(i + 1, len(conversations))
+    if len(openings) < 2:
+        raise KVStoreError(
+            f"calibration needs at least two conversations with an opening and a reply inside {limit} tokens; "
+            f"got {len(openings)}"
+        )
+    a, b = common_template(openings)
+    if a + b == 0:
+        raise KVStoreError("the conversations' openings share no text (no common first or last token)")
+    pre, suf = [], []
+    for opening, w in zip(openings, weights, strict=True):
+        t = torch.cat([w[..., :a], w[..., len(opening) - b :]], -1).clamp_min(1e-12)
+        t = t / t.mean(-1, keepdim=True)
+        pre.append(t[..., :a])
+        suf.append(t[..., a:])
+    return MemoryProfile(
+        prefix=list(openings[0][:a]),
+        suffix=list(openings[0][len(openings[0]) - b :]),
+        prefix_weight=torch.stack(pre).mean(0),
+        suffix_weight=torch.stack(suf).mean(0),
+        identity={k: identity[k] for k in ("model_type", "num_layers", "num_kv_heads", "head_dim")},
+        conversations=len(openings),
+        meta=(meta or {}) | {"max_tokens": limit},
+    )

@@ -1,0 +1,141 @@
+"""Memory profiles: what an agent's replies need of the fixed text of its opening.
+
+An agent opens every session with the same text around the task: its system prompt (tools, call format, rules)
+before the task statement and its standing instructions after it. A profile holds, per layer and kv head, the
+attention the agent's replies gave each token of that fixed prefix and suffix, measured on the full cache over
+recorded conversations (`nexus-agent calibrate`, kvstore.calibrate). A session whose opening starts with the
+profile's prefix tokens and ends with its suffix tokens hands those weights to its cache (EvictingCache.set_prior);
+the default memory then ranks those tokens by what replies needed instead of by what the opening's own queries
+attended (docs/memory.md, "Memory profiles")."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kvstore.errors import KVStoreError
+
+PROFILE_VERSION = 1
+_IDENTITY_KEYS = ("model_type", "num_layers", "num_kv_heads", "head_dim")
+
+
+@dataclass
+class MemoryProfile:
+    """Weights are > 0, float32, scaled to mean 1 per (layer, kv head) over the prefix and suffix tokens."""
+
+    prefix: list[int]  # token ids every calibration opening starts with
+    suffix: list[int]  # token ids every calibration opening ends with
+    prefix_weight: torch.Tensor  # [L, Hkv, len(prefix)]
+    suffix_weight: torch.Tensor  # [L, Hkv, len(suffix)]
+    identity: dict[str, Any]  # the model's architecture (kvstore.cache.model_identity keys)
+    conversations: int  # how many conversations the weights average
+    meta: dict[str, Any] = field(default_factory=dict)  # model name, max tokens, sources: for people
+
+    def __post_init__(self) -> None:
+        layers, heads = self.identity.get("num_layers"), self.identity.get("num_kv_heads")
+        for name, ids, w in (("prefix", self.prefix, self.prefix_weight), ("suffix", self.suffix, self.suffix_weight)):
+            if tuple(w.shape) != (layers, heads, len(ids)):
+                raise KVStoreError(f"memory profile: {name} weights {tuple(w.shape)} != {(layers, heads, len(ids))}")
+        if not self.prefix and not self.suffix:
+            raise KVStoreError("memory profile: no fixed opening text (empty prefix and suffix)")
+
+    @property
+    def template_tokens(self) -> int:
+        return len(self.prefix) + len(self.suffix)
+
+    def check_model(self, identity: dict[str, Any]) -> None:
+        """Raise when the profile was calibrated on a model of another architecture."""
+        for key in _IDENTITY_KEYS:
+            if self.identity.get(key) != identity.get(key):
+                raise KVStoreError(
+                    f"memory profile was calibrated on a model with {key}={self.identity.get(key)!r}; this model has "
+                    f"{key}={identity.get(key)!r} (calibrate one for this model: nexus-agent calibrate)"
+                )
+
+    def prior_for(self, opening: Sequence[int]) -> tuple[torch.Tensor, int] | None:
+        """Weights by position [L, Hkv, len(opening)] for an opening that starts with the profile's prefix and ends
+        with its suffix, with how many template tokens matched; 0 on the tokens between them (the task's own text).
+
+        The prefix and suffix match as far as they agree with the opening: calibration conversations may share a
+        few task tokens by chance (two tasks that start with the same word), which a new task need not have. None
+        when less than half of the template tokens match: the opening is another agent's."""
+        n = len(opening)
+        a = _agree(self.prefix, opening[: len(self.prefix)])
+        b = _agree(self.suffix[::-1], opening[::-1][: len(self.suffix)])
+        b = min(b, n - a)
+        if 2 * (a + b) < self.template_tokens:
+            return None
+        out = torch.zeros(*self.prefix_weight.shape[:2], n)
+        out[..., :a] = self.prefix_weight[..., :a]
+        if b:
+            out[..., n - b :] = self.suffix_weight[..., len(self.suffix) - b :]
+        return out, a + b
+
+    # --- files ----------------------------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = {
+            "version": PROFILE_VERSION,
+            "prefix": torch.tensor(self.prefix, dtype=torch.int64),
+            "suffix": torch.tensor(self.suffix, dtype=torch.int64),
+            "prefix_weight": self.prefix_weight.float().contiguous(),
+            "suffix_weight": self.suffix_weight.float().contiguous(),
+            "identity": dict(self.identity),
+            "conversations": self.conversations,
+            "meta": dict(self.meta),
+        }
+        tmp = path.with_name(f".{path.name}.tmp")
+        torch.save(data, tmp)
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> MemoryProfile:
+        """Read a profile file (tensors and plain data only: nothing in it is executed)."""
+        path = Path(path)
+        if not path.is_file():
+            raise KVStoreError(f"memory profile {path} does not exist (make one with: nexus-agent calibrate)")
+        try:
+            data = torch.load(path, map_location="cpu", weights_only=True)
+            if data.get("version") != PROFILE_VERSION:
+                raise KVStoreError(f"memory profile {path}: version {data.get('version')!r} is not supported")
+            return cls(
+                prefix=data["prefix"].tolist(),
+                suffix=data["suffix"].tolist(),
+                prefix_weight=data["prefix_weight"].float(),
+                suffix_weight=data["suffix_weight"].float(),
+                identity=dict(data["identity"]),
+                conversations=int(data["conversations"]),
+                meta=dict(data.get("meta", {})),
+            )
+        except KVStoreError:
+            raise
+        except Exception as e:  # a truncated, foreign or corrupt file
+            raise KVStoreError(f"memory profile {path} cannot be read ({type(e).__name__}: {e})") from None
+
+
+def _agree(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading items two sequences share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def common_template(openings: Sequence[Sequence[int]]) -> tuple[int, int]:
+    """(prefix length, suffix length): the longest token prefix and suffix every opening shares, never overlapping
+    in the shortest one."""
+    shortest = min(len(o) for o in openings)
+    a = 0
+    while a < shortest and all(o[a] == openings[0][a] for o in openings):
+        a += 1
+    b = 0
+    while a + b < shortest and all(o[len(o) - 1 - b] == openings[0][len(openings[0]) - 1 - b] for o in openings):
+        b += 1
+    return a, b
