@@ -39,7 +39,10 @@ class LocalModel:
             stop=sampling.stop,
             on_token=self.on_token,
         )
-        return ModelReply(r.text, r.stats.to_dict(), self.session.num_tokens, r.finish_reason)
+        stats = r.stats.to_dict()
+        if self.session.profile_status is not None:  # a memory profile: did it match this session's opening?
+            stats["memory_profile"] = self.session.profile_status
+        return ModelReply(r.text, stats, self.session.num_tokens, r.finish_reason)
 
     def _check_room(self, new_messages: list[Message]) -> None:
         """End the episode with token_limit when the model's positions cannot hold the messages and one reply token."""
