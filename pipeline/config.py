@@ -67,6 +67,8 @@ class RunConfig:
             raise RunError("--server and --replay/--replay-dir exclude each other (a replay runs no model)")
         if self.profile is not None and self.server is not None:
             raise RunError("--memory-profile needs the model in this process; a --server runs its own memory settings")
+        if self.profile is not None and not Path(self.profile).is_file():  # before any task starts
+            raise RunError(f"--memory-profile {self.profile}: no such file (make one with: nexus-agent calibrate)")
         if self.protect not in PROTECT_MODES:
             raise RunError(f"--protect {self.protect!r}: use one of {', '.join(PROTECT_MODES)}")
         if self.workers < 1:

@@ -66,3 +66,14 @@ def test_a_run_folder_from_before_the_option_resumes_as_unprotected(tmp_path: Pa
     claim_out_dir(old, RunConfig(budget=2048, protect="none"))  # written before --protect existed: it was "none"
     with pytest.raises(RunError, match="protect: 'none' -> 'system'"):
         claim_out_dir(old, RunConfig(budget=2048, protect="system"))
+
+
+def test_a_missing_memory_profile_is_one_line_before_any_task(tmp_path: Path) -> None:
+    env, missing = cli_env(tmp_path), str(tmp_path / "none.pt")
+    err = one_line_error(nexus("solve", "--memory-profile", missing, env=env, cwd=tmp_path))
+    assert "--memory-profile" in err and "no such file" in err
+    out = tmp_path / "e"
+    err = one_line_error(
+        nexus("eval", "--instances", TASK, "--memory-profile", missing, "--out", str(out), env=env, cwd=tmp_path)
+    )
+    assert "no such file" in err and not out.exists()
