@@ -75,6 +75,11 @@ def _value(key: str, text: str):
 _TEXT_DEFAULTS = {f.name: f.default for f in fields(CacheConfig)}
 
 
+def run_label(spec: str, profiled: bool) -> str:
+    """A spec's name in tables and JSON: `SPEC+profile` when the sessions had a memory profile."""
+    return f"{spec}+profile" if profiled else spec
+
+
 def parse_budget(text: str) -> float | int:
     value = float(text)
     if value <= 0 or (value > 1 and not value.is_integer()):
@@ -87,6 +92,7 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
     renderer = ChatRenderer(tokenizer)
     limit = min(cfg.max_tokens or 10**9, int(model.config.max_position_embeddings))
     result: dict = {"conversations": [], "runs": [], "failed": []}
+    profile = None if cfg.profile is None else str(cfg.profile)
     for path in cfg.traces:
         conv: Conversation = load_conversation(path)
         p = plan(conv.messages, renderer, limit)
@@ -104,9 +110,8 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
             for spec in cfg.specs:
                 for seed in range(cfg.seeds):
                     t1 = time.perf_counter()
-                    name = f"{spec.name}+profile" if cfg.profile else spec.name
-                    run_ = {"spec": name, "budget": budget, "budget_tokens": tokens, "seed": seed}
-                    profile = None if cfg.profile is None else str(cfg.profile)
+                    label = run_label(spec.name, profile is not None)
+                    run_ = {"spec": label, "budget": budget, "budget_tokens": tokens, "seed": seed}
                     try:
                         session = session_for(model, tokenizer, spec, tokens, seed, profile)
                         turns = compare(session, p, ref)
@@ -127,7 +132,8 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
 def finish(result: dict, cfg_info: dict, json_path: Path | None, plot_path: Path | None, table_path: Path | None):
     """Summaries, curves, the table (terminal and file), the JSON and the plot."""
     rows = summarize(result["runs"])
-    targets = [t for d in (DEFAULT_POLICY, f"{DEFAULT_POLICY}+profile") for t in target_rows(rows, d)]
+    defaults = (DEFAULT_POLICY, run_label(DEFAULT_POLICY, True))
+    targets = [t for d in defaults for t in target_rows(rows, d)]
     result |= {"config": cfg_info, "summary": rows, "targets": targets}
     result["curves"] = {"tokens_seen": curves(result["runs"]), "turn": curves(result["runs"], "turn", 1)}
     n = len(result["conversations"])
@@ -182,8 +188,8 @@ def replay_cmd(
 
         MemoryProfile.load(profile)  # a missing or corrupt file fails here, before any replay
     m, tok, info = load_model(model, dtype=dtype)
-    specs_info = [f"{s}+profile" for s in spec_list] if profile else spec_list
-    cfg_info = {"model": model, "dtype": info.dtype, "specs": specs_info, "budgets": budget_list}
+    cfg_info = {"model": model, "dtype": info.dtype, "specs": [run_label(s, profile is not None) for s in spec_list]}
+    cfg_info["budgets"] = budget_list
     cfg_info |= {"max_tokens": max_tokens, "seeds": seeds, "traces": [str(f) for f in files]}
 
     def checkpoint(result: dict) -> None:  # a stopped run keeps the replays it finished

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from cli.options import raw_options
 from pipeline import chat as cs
-from pipeline.config import RunError
+from pipeline.config import PROFILE_NEEDS_LOCAL_MODEL, RunError
 
 
 @raw_options(
@@ -48,7 +48,7 @@ def chat_cmd(
     server = given.pop("server")
     if given.get("profile") is not None:
         if server is not None:
-            raise RunError("--memory-profile needs the model in this process; a --server runs its own memory settings")
+            raise RunError(PROFILE_NEEDS_LOCAL_MODEL)
         given["profile"] = str(Path(given["profile"]).resolve())
     if server is not None or (resume and cs.ChatState.load(folder).server):
         from pipeline.chat_served import open_served

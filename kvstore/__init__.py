@@ -23,7 +23,7 @@ _EXPORTS = {
     "prefill": "kvstore.forwarding",
     "Reply": "kvstore.session",
     "Session": "kvstore.session",
-    "SessionConfig": "kvstore.session",
+    "SessionConfig": "kvstore.session_config",
     "TurnStats": "kvstore.session",
     "export_state": "kvstore.state",
     "restore_cache": "kvstore.state",
@@ -56,7 +56,8 @@ if TYPE_CHECKING:
     from kvstore.forwarding import cache_kwarg, forward, prefill
     from kvstore.models import ModelInfo, load_model
     from kvstore.policies import POLICIES
-    from kvstore.session import Reply, Session, SessionConfig, TurnStats
+    from kvstore.session import Reply, Session, TurnStats
+    from kvstore.session_config import SessionConfig
     from kvstore.state import export_state, restore_cache
 
 

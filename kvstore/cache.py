@@ -199,6 +199,10 @@ class EvictingCache(Cache):
         return self.layers[layer_idx].stats.events_tensor()
 
 
+# what a saved cache or a memory profile must share with the model it is used on (kvstore.state, kvstore.profile)
+ARCHITECTURE_KEYS = ("model_type", "num_layers", "num_kv_heads", "head_dim")
+
+
 def model_identity(model: torch.nn.Module) -> dict[str, Any]:
     cfg = model.config
     if cfg.model_type not in SUPPORTED_ARCHITECTURES:

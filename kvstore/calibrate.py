@@ -9,30 +9,35 @@ from collections.abc import Callable
 
 import torch
 
-from kvstore.cache import model_identity
+from kvstore.cache import ARCHITECTURE_KEYS, model_identity
 from kvstore.chat import ChatRenderer
 from kvstore.errors import KVStoreError
-from kvstore.policies.base import attention_received, per_kv_head
+from kvstore.policies.base import head_token_attention
 from kvstore.profile import MemoryProfile, common_template
 from kvstore.session import Session, SessionConfig
 from kvstore.teacher import plan, replay
 
 
 class _ReplyAttention:
-    """A cache observer: while `active`, adds the attention each held token receives from the new queries
-    (averaged over each kv head's query heads) into `sums[layer]` [Hkv, positions]."""
+    """A cache observer: between `start` and `stop` (one assistant message), adds the attention each held token
+    receives from the new queries (averaged over each kv head's query heads) into `sums[layer]` [Hkv, positions]."""
 
     def __init__(self, layers: int, kv_heads: int, positions: int) -> None:
         self.sums = torch.zeros(layers, kv_heads, positions)
         self.active = False
 
+    def start(self, turn: int) -> None:
+        self.active = True
+
+    def stop(self, *_) -> None:
+        self.active = False
+
     def __call__(self, layer) -> None:
         if not self.active or layer.query is None:
             return
-        for b in range(layer.keys.shape[0]):
-            s = attention_received(layer.query[b], layer.keys[b], layer.scaling, None, layer.owner.config.score_chunk)
-            pos = layer.positions[b, 0].to("cpu")
-            self.sums[layer.layer_idx].index_add_(1, pos, per_kv_head(s, layer.keys.shape[1]).to("cpu"))
+        att = head_token_attention(layer.score_context(with_prior=False), layer.query)  # [B, Hkv, T]
+        for b in range(att.shape[0]):
+            self.sums[layer.layer_idx].index_add_(1, layer.positions[b, 0].to("cpu"), att[b].to("cpu"))
 
 
 def calibrate(
@@ -55,14 +60,7 @@ def calibrate(
             session = Session(model, tokenizer, SessionConfig(policy="full", budget=None, protect="none"))
             rec = _ReplyAttention(identity["num_layers"], identity["num_kv_heads"], p.tokens)
             session.cache.add_observer(rec)
-
-            def on(turn: int, rec=rec) -> None:
-                rec.active = True
-
-            def off(*_, rec=rec) -> None:
-                rec.active = False
-
-            replay(session, p, off, before_reply=on)
+            replay(session, p, rec.stop, before_reply=rec.start)
             opening = renderer.encode_messages(p.opening, first=True)
             openings.append(opening)
             weights.append(rec.sums[..., : len(opening)])
@@ -87,7 +85,7 @@ def calibrate(
         suffix=list(openings[0][len(openings[0]) - b :]),
         prefix_weight=torch.stack(pre).mean(0),
         suffix_weight=torch.stack(suf).mean(0),
-        identity={k: identity[k] for k in ("model_type", "num_layers", "num_kv_heads", "head_dim")},
+        identity={k: identity[k] for k in ARCHITECTURE_KEYS},
         conversations=len(openings),
         meta=(meta or {}) | {"max_tokens": limit},
     )

@@ -104,15 +104,16 @@ class EvictingLayer(DynamicLayer):
         policy = self.owner.policy
         if policy.observes:
             t0 = self.owner.timer()
-            policy.observe(self.score_context(), query)
+            policy.observe(self.score_context(with_prior=False), query)
             self.stats.score_s += self.owner.timer() - t0
         if self.owner.should_evict(self):
             self.evict()
 
     # --- eviction ---------------------------------------------------------------------------------------------
-    def score_context(self, commit: bool = False) -> ScoreContext:
+    def score_context(self, commit: bool = False, with_prior: bool = True) -> ScoreContext:
         """What a policy scores: the held keys, the window of recent queries, positions and per-token state
-        (commit: this is a real eviction step, the policy may update its state; dry runs and benchmarks: False)."""
+        (commit: this is a real eviction step, the policy may update its state; dry runs and benchmarks: False;
+        with_prior: gather the memory-profile weights of the held tokens, which only scoring reads, not observe)."""
         return ScoreContext(
             self.keys,
             self.window_q,
@@ -124,7 +125,7 @@ class EvictingLayer(DynamicLayer):
             self.seen,
             self.owner.config.score_chunk,
             commit,
-            self.owner.prior_at(self.layer_idx, self.positions),
+            self.owner.prior_at(self.layer_idx, self.positions) if with_prior else None,
         )
 
     def pinned(self) -> torch.Tensor | None:

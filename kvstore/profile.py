@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
+from kvstore.cache import ARCHITECTURE_KEYS
 from kvstore.errors import KVStoreError
 
 PROFILE_VERSION = 1
-_IDENTITY_KEYS = ("model_type", "num_layers", "num_kv_heads", "head_dim")
 
 
 @dataclass
@@ -49,12 +49,27 @@ class MemoryProfile:
 
     def check_model(self, identity: dict[str, Any]) -> None:
         """Raise when the profile was calibrated on a model of another architecture."""
-        for key in _IDENTITY_KEYS:
+        for key in ARCHITECTURE_KEYS:
             if self.identity.get(key) != identity.get(key):
                 raise KVStoreError(
                     f"memory profile was calibrated on a model with {key}={self.identity.get(key)!r}; this model has "
                     f"{key}={identity.get(key)!r} (calibrate one for this model: nexus-agent calibrate)"
                 )
+
+    @classmethod
+    def load_for(cls, path: str | Path, identity: dict[str, Any]) -> MemoryProfile:
+        """`load`, then `check_model` against the model's identity (kvstore.cache.model_identity)."""
+        profile = cls.load(path)
+        profile.check_model(identity)
+        return profile
+
+    def match(self, opening: Sequence[int]) -> tuple[torch.Tensor | None, str]:
+        """`prior_for` with what happened, for people: (weights or None, "matched N of M template tokens" or
+        "opening does not carry the profile's template")."""
+        found = self.prior_for(opening)
+        if found is None:
+            return None, "opening does not carry the profile's template"
+        return found[0], f"matched {found[1]} of {self.template_tokens} template tokens"
 
     def prior_for(self, opening: Sequence[int]) -> tuple[torch.Tensor, int] | None:
         """Weights by position [L, Hkv, len(opening)] for an opening that starts with the profile's prefix and ends

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -19,54 +19,9 @@ import torch
 
 import kvstore
 from kvstore.chat import ChatRenderer
-from kvstore.defaults import (
-    DEFAULT_MODEL,
-    DEFAULT_POLICY,
-    DEFAULT_PROTECT,
-    DEFAULT_PROTOCOL,
-    DEFAULT_SESSION_BUDGET,
-    PROTECT_MODES,
-)
 from kvstore.errors import KVStoreError
 from kvstore.sampling import TextStream, check_sampling, next_token
-
-PROTOCOLS = ("true-eviction", "re-prefill")
-PROTECT = PROTECT_MODES  # what of the opening the cache never evicts (SessionConfig.protect)
-
-
-@dataclass
-class SessionConfig:
-    """How a session loads its model and manages its cache."""
-
-    model: str = DEFAULT_MODEL  # registry name, Hugging Face id or local model directory
-    policy: str = DEFAULT_POLICY  # eviction policy (kvstore.POLICIES); "full" = dense reference, never evicts
-    budget: int | float | None = (
-        DEFAULT_SESSION_BUDGET  # tokens per layer, or density of the first prompt; None = never evict
-    )
-    protocol: str = DEFAULT_PROTOCOL  # "true-eviction" (one cache for the session) or "re-prefill" (new cache per turn)
-    seed: int = 0  # seed of the cache's generator and of sampling
-    chunk_size: int = 512  # prefill chunk in tokens (eviction runs between chunks)
-    device: str | None = None  # None: a CUDA GPU when there is one, else the CPU
-    dtype: str | None = None  # "bf16" | "fp16" | "fp32"; None: bf16 where the hardware supports it, else fp32
-    cache_options: dict = field(default_factory=dict)  # further CacheConfig knobs (block, window, lam, ...)
-    protect: str = DEFAULT_PROTECT  # never evict: "system+task" (system prompt + first user message), "system", "none"
-    profile: str | None = None  # memory profile file (nexus-agent calibrate): its weights for the opening's template
-
-    def __post_init__(self) -> None:
-        if self.protect not in PROTECT:
-            raise KVStoreError(f"unknown protect {self.protect!r}; use one of {', '.join(PROTECT)}")
-        if self.protocol not in PROTOCOLS:
-            raise KVStoreError(f"unknown protocol {self.protocol!r}; use one of {', '.join(PROTOCOLS)}")
-        if self.chunk_size < 1:
-            raise KVStoreError(f"chunk_size must be >= 1, got {self.chunk_size}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SessionConfig:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+from kvstore.session_config import SessionConfig
 
 
 @dataclass
@@ -184,32 +139,23 @@ class Session:
         if cut < len(messages):
             self._grow(self.renderer.encode_messages(messages[cut:], first=not self.tokens))
         self.messages.extend(dict(m) for m in messages)
-        if profile is not None:
-            self._apply_profile(profile)
+        if profile is not None:  # the opening is complete: its template tokens get the profile's weights
+            first_user = next(i for i, m in enumerate(self.messages) if m["role"] == "user")
+            opening = self.renderer.encode_messages(self.messages[: first_user + 1], first=True)
+            prior, self.profile_status = profile.match(self.tokens[: len(opening)])
+            if prior is not None:
+                self.cache.set_prior(prior)
 
     def _profile_for(self, messages: list[dict]):
-        """The memory profile when these messages complete the opening (system prompt + first user message) before
-        the cache has seen it; None otherwise. Raises KVStoreError for a missing, corrupt or foreign profile."""
+        """The memory profile (kvstore.profile) when these messages complete the opening (system prompt + first
+        user message) before the cache has seen it, else None; a missing, corrupt or foreign one raises."""
         done = any(m["role"] == "user" for m in self.messages)
         if self.config.profile is None or done or self.prefilled or not any(m["role"] == "user" for m in messages):
             return None
         from kvstore.cache import model_identity
         from kvstore.profile import MemoryProfile
 
-        profile = MemoryProfile.load(self.config.profile)
-        profile.check_model(model_identity(self.model))
-        return profile
-
-    def _apply_profile(self, profile) -> None:
-        """Hand the profile's weights for the opening's template tokens to the cache (kvstore.profile)."""
-        first_user = next(i for i, m in enumerate(self.messages) if m["role"] == "user")
-        opening = self.renderer.encode_messages(self.messages[: first_user + 1], first=True)
-        found = profile.prior_for(self.tokens[: len(opening)])
-        if found is None:
-            self.profile_status = "opening does not carry the profile's template"
-            return
-        self.cache.set_prior(found[0])
-        self.profile_status = f"matched {found[1]} of {profile.template_tokens} template tokens"
+        return MemoryProfile.load_for(self.config.profile, model_identity(self.model))
 
     def check_protected(self) -> None:
         """Raise when the smallest layer budget cannot hold the protected spans beside the policy's forced set."""

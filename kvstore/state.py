@@ -6,14 +6,13 @@ from typing import Any
 
 import torch
 
-from kvstore.cache import EvictingCache, model_identity
+from kvstore.cache import ARCHITECTURE_KEYS, EvictingCache, model_identity
 from kvstore.capture import install
 from kvstore.config import CacheConfig
 from kvstore.errors import KVStoreError
 from kvstore.stats import LayerStats
 
 STATE_VERSION = 1
-_IDENTITY_KEYS = ("model_type", "num_layers", "num_kv_heads", "head_dim")
 
 
 def export_state(cache: EvictingCache) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -60,7 +59,7 @@ def restore_cache(model: torch.nn.Module, tensors: dict[str, torch.Tensor], meta
     if meta.get("version") != STATE_VERSION:
         raise KVStoreError(f"cache state version {meta.get('version')!r} is not supported (expected {STATE_VERSION})")
     ident = model_identity(model)
-    for key in _IDENTITY_KEYS:
+    for key in ARCHITECTURE_KEYS:
         if ident[key] != meta["identity"].get(key):
             raise KVStoreError(
                 f"saved cache is for a model with {key}={meta['identity'].get(key)!r}, "

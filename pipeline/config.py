@@ -29,6 +29,9 @@ class RunError(AgentError):
     """A run cannot start as asked (bad flag combination, missing replay file, out dir of another run)."""
 
 
+PROFILE_NEEDS_LOCAL_MODEL = "--memory-profile needs the model in this process; a --server runs its own memory settings"
+
+
 @dataclass
 class RunConfig:
     """What one agent run uses; `solve`, `eval` and `chat` flags map onto these fields one to one."""
@@ -66,7 +69,7 @@ class RunConfig:
         if self.server is not None and self.replaying:
             raise RunError("--server and --replay/--replay-dir exclude each other (a replay runs no model)")
         if self.profile is not None and self.server is not None:
-            raise RunError("--memory-profile needs the model in this process; a --server runs its own memory settings")
+            raise RunError(PROFILE_NEEDS_LOCAL_MODEL)
         if self.profile is not None and not Path(self.profile).is_file():  # before any task starts
             raise RunError(f"--memory-profile {self.profile}: no such file (make one with: nexus-agent calibrate)")
         if self.protect not in PROTECT_MODES:
