@@ -44,6 +44,9 @@ class EvictingCache(Cache):
         self.observers: list[Callable[[EvictingLayer], None]] = []
         # memory-profile weights by position over the opening, [L, Hkv, P] (0: not a template token); see set_prior
         self.prior: torch.Tensor | None = None
+        # while the agent's reply runs (generated or teacher-forced), the position where it starts: queries at or
+        # after it are the reply's own (ScoreContext.reply_from; set by kvstore.session), else None
+        self.reply_from: int | None = None
         if isinstance(config.budget, int) and self.policy.evicts:
             self._set_budget(config.budget)
 

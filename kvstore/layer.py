@@ -126,6 +126,7 @@ class EvictingLayer(DynamicLayer):
             self.owner.config.score_chunk,
             commit,
             self.owner.prior_at(self.layer_idx, self.positions) if with_prior else None,
+            self.owner.reply_from,
         )
 
     def pinned(self) -> torch.Tensor | None:

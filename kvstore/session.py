@@ -118,6 +118,7 @@ class Session:
             cache.protect(*span)
         if getattr(old, "prior", None) is not None:
             cache.set_prior(old.prior)
+        cache.reply_from = getattr(old, "reply_from", None)
         return cache
 
     # --- conversation ---------------------------------------------------------------------------------------------
@@ -213,7 +214,11 @@ class Session:
             raise KVStoreError("teacher_force needs a prefilled conversation (append and prefill the opening first)")
         start, before = len(self.tokens), self._logits
         self.append(messages)
-        self._turn(lambda: None, all_logits=True)
+        self.cache.reply_from = start  # the queries of a teacher-forced message are the agent's (NexusAccPolicy)
+        try:
+            self._turn(lambda: None, all_logits=True)
+        finally:
+            self.cache.reply_from = None
         n = len(self.tokens) - start
         after = self._all_logits[self._all_logits.shape[0] - n : -1]  # [n - 1, V] (re-prefill ran the whole history)
         return torch.cat([before[None].to(after.device), after]), self.tokens[start:]
@@ -231,6 +236,7 @@ class Session:
                 f"no room left to generate: {len(self.tokens)} tokens of the model's {self.max_positions} positions "
                 "are used; start a new session"
             )
+        self.cache.reply_from = len(self.tokens)  # from the generation prompt on, queries are the reply's own
         self._grow(prompt)
         return min(max_new_tokens, room)
 
@@ -262,6 +268,7 @@ class Session:
         finally:  # also when interrupted (Ctrl-C in a chat): close the turn so the history stays a conversation
             ids = list(stream.ids)
             text = self.renderer.decode(ids[:-1] if reply.get("finish") == "eos" else ids)
+            self.cache.reply_from = None
             self.tokens.extend(self.renderer.end_of_reply(ids))
             self.messages.append({"role": "assistant", "content": text})
         return Reply(text=text, token_ids=ids, finish_reason=reply["finish"], stats=stats)

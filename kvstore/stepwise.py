@@ -137,6 +137,7 @@ class ReplyInProgress:
     def _close(self) -> str:
         s, ids = self.session, list(self.stream.ids)
         text = s.renderer.decode(ids[:-1] if self.finish_reason == "eos" else ids)
+        s.cache.reply_from = None
         s.tokens.extend(s.renderer.end_of_reply(ids))
         s.messages.append({"role": "assistant", "content": text})
         return text

@@ -37,9 +37,14 @@ POLICIES: dict[str, tuple[type[Policy], dict[str, Any]]] = {
     "nexus-agent-window": (NexusPolicy, {"selector": "topk", "recent_share": 0.5}),
     "nexus-agent-mean": (NexusPolicy, {"selector": "topk", "recent_share": 0.5, "score_memory": "mean"}),
     # the product's default memory (docs/memory.md, measured with bench replay): per kv head and per token, the
-    # accumulated attention each token received plus its block's remembered per-head Nexus score, top-K, half of
-    # the budget always on the most recent tokens
+    # accumulated attention each token received, its block's remembered per-head Nexus score and the attention it
+    # received from the agent's own replies, top-K, half of the budget always on the most recent tokens
     "nexus-agent": (NexusAccPolicy, {"selector": "topk", "recent_share": 0.5, "score_memory": "mean"}),
+    # the default until the reply term came (the first two terms only)
+    "nexus-agent-acc": (
+        NexusAccPolicy,
+        {"selector": "topk", "recent_share": 0.5, "score_memory": "mean", "reply_weight": 0.0},
+    ),
 }
 
 

@@ -27,6 +27,7 @@ class ScoreContext:
     max_elems: int = 1 << 24  # attention statistics: most fp32 probabilities alive at once (CacheConfig.score_chunk)
     commit: bool = False  # True only for a real eviction step: a policy may update its per-token state in `score`
     prior: torch.Tensor | None = None  # [B, Hkv, T] memory-profile weights of the held tokens (0: none), or None
+    reply_from: int | None = None  # position where the agent's reply being run starts (None: no reply running)
 
 
 class Policy:

@@ -80,17 +80,24 @@ class NexusHeadPolicy(NexusPolicy):
 class NexusAccPolicy(NexusHeadPolicy):
     """This project's hybrid (docs/memory.md, measured with `bench replay`): per kv head and per token, the score is
     `acc_weight` x the attention the token received from every query since it arrived, divided by the queries that
-    could attend (H2O's normalised accumulated attention) plus its block's per-kv-head Nexus score (remembered over
-    the eviction steps when `score_memory` is set), each scaled to mean 1 over the held tokens.
+    could attend (H2O's normalised accumulated attention), plus its block's per-kv-head Nexus score (remembered over
+    the eviction steps when `score_memory` is set), plus `reply_weight` x the attention it received from the agent's
+    own replies only, divided by the reply queries that could attend; each term scaled to mean 1 over the held
+    tokens.
+
+    The reply term needs to know which queries are the agent's: the session marks the reply it runs (generated or
+    teacher-forced) with `EvictingCache.reply_from`; a cache nobody marks keeps the term at 0.
 
     With a memory profile (ctx.prior, kvstore.profile) the accumulated attention of the opening's fixed template
     tokens is replaced by the profile's weights, rescaled to the same mean over the held template tokens: what the
     agent's replies attended there in calibration conversations, instead of what the opening's own queries attended.
 
-    Why both: on recorded agent conversations the accumulated attention keeps what the long opening (system prompt
-    and task, compressed chunk by chunk before any reply) needs, where the window-scored Nexus score loses it; the
-    Nexus score, scored at the end of each new message, keeps what the later replies need better than H2O. Costs
-    H2O's extra attention pass over every new query (docs/benchmarks.md, overhead)."""
+    Why three terms: on recorded agent conversations the accumulated attention keeps what the long opening (system
+    prompt and task, compressed chunk by chunk before any reply) needs, where the window-scored Nexus score loses it;
+    the Nexus score, scored at the end of each new message, keeps what the later replies need better than H2O; and
+    what earlier replies attended predicts what the next reply attends better than what tool output and user text
+    attended, which is most of the queries. Costs H2O's extra attention pass over every new query
+    (docs/benchmarks.md, overhead)."""
 
     name = "nexus-agent"
     granularity = "token"
@@ -98,18 +105,31 @@ class NexusAccPolicy(NexusHeadPolicy):
 
     def __init__(self, config) -> None:
         super().__init__(config)
-        self.token_state = ("acc",) + tuple(self.token_state)
+        replies = ("reply_acc", "reply_seen") if config.reply_weight > 0 else ()
+        self.token_state = ("acc",) + replies + tuple(self.token_state)
 
     def observe(self, ctx: ScoreContext, new_queries: torch.Tensor) -> None:
-        ctx.state["acc"] += head_token_attention(ctx, new_queries)
+        received = head_token_attention(ctx, new_queries)
+        ctx.state["acc"] += received
+        if "reply_acc" not in ctx.state or ctx.reply_from is None:
+            return
+        q = new_queries.shape[-2]  # the new queries sit at positions [seen - q, seen)
+        m = min(q, max(0, ctx.seen - ctx.reply_from))  # how many of them (a suffix) belong to the reply
+        if m == 0:
+            return
+        ctx.state["reply_acc"] += received if m == q else head_token_attention(ctx, new_queries[..., q - m :, :])
+        ctx.state["reply_seen"] += (ctx.seen - ctx.positions).clamp(0, m).to(ctx.state["reply_seen"].dtype)
 
     def score(self, ctx: ScoreContext) -> torch.Tensor:
         acc = mean_received(ctx.state["acc"], ctx)  # [B, Hkv, T]
         if ctx.prior is not None:
             acc = with_prior(acc, ctx.prior)
         nexus = block_spread(super().score(ctx), self.config.block, acc.shape[-1])  # [B, Hkv, N_k] -> [B, Hkv, T]
-        w = self.config.acc_weight
-        return w * _unit_mean(acc) + _unit_mean(nexus)
+        score = self.config.acc_weight * _unit_mean(acc) + _unit_mean(nexus)
+        if "reply_acc" in ctx.state:
+            reply = ctx.state["reply_acc"] / ctx.state["reply_seen"].clamp_min(1)
+            score = score + self.config.reply_weight * _unit_mean(reply)
+        return score
 
 
 def with_prior(acc: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:

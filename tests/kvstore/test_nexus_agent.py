@@ -1,13 +1,15 @@
 """The default memory `nexus-agent` (kvstore.policies.nexus.NexusAccPolicy): per kv head and per token, the attention
-each token received from every query so far plus its block's remembered per-head Nexus score."""
+each token received from every query so far, its block's remembered per-head Nexus score, and the attention it
+received from the agent's own replies (the session marks them)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from sessionlib import tiny_chat_model
+from sessionlib import qwen_tokenizer, tiny_chat_model, words
 
 import kvstore
+from kvstore import Session, SessionConfig
 from kvstore.errors import KVStoreError
 from kvstore.state import export_state, restore_cache
 
@@ -40,16 +42,65 @@ def test_both_parts_decide_what_is_kept_per_kv_head() -> None:
         assert any(not torch.equal(a.positions, b.positions) for a, b in zip(ours.layers, other.layers, strict=True))
 
 
-def test_a_session_saved_under_an_earlier_definition_is_refused_clearly() -> None:
-    model, earlier = _prefilled("nexus-agent-mean")  # what `nexus-agent` was before this hybrid
-    tensors, meta = export_state(earlier)
+@pytest.mark.parametrize("earlier", ["nexus-agent-mean", "nexus-agent-acc"])  # what `nexus-agent` was before
+def test_a_session_saved_under_an_earlier_definition_is_refused_clearly(earlier: str) -> None:
+    model, cache = _prefilled(earlier)
+    tensors, meta = export_state(cache)
     meta["config"]["policy"] = "nexus-agent"
+    meta["config"].pop("reply_weight", None)
     with pytest.raises(KVStoreError, match="earlier definition of policy 'nexus-agent'"):
         restore_cache(model, tensors, meta)
     restored = restore_cache(model, *export_state(_prefilled("nexus-agent")[1]))  # today's definition: fine
-    assert restored.policy.token_state == ("acc", "nexus_score", "nexus_steps")
+    assert restored.policy.token_state == ("acc", "reply_acc", "reply_seen", "nexus_score", "nexus_steps")
 
 
-def test_a_negative_acc_weight_is_refused() -> None:
-    with pytest.raises(KVStoreError, match="acc_weight"):
-        kvstore.CacheConfig(acc_weight=-1.0)
+@pytest.mark.parametrize("option", ["acc_weight", "reply_weight"])
+def test_a_negative_weight_is_refused(option: str) -> None:
+    with pytest.raises(KVStoreError, match=option):
+        kvstore.CacheConfig(**{option: -1.0})
+
+
+def _session(policy: str = "nexus-agent", budget: int | None = None) -> Session:
+    config = SessionConfig(policy=policy, budget=budget, protect="none", cache_options={"chunk_size": 64, "block": 16})
+    return Session(tiny_chat_model(), qwen_tokenizer(), config)
+
+
+def _reply_seen(session: Session) -> torch.Tensor:
+    return session.cache.layers[0].state["reply_seen"][0, 0]  # [T]: reply queries that could attend each token
+
+
+def test_only_the_agents_own_replies_count_as_reply_attention() -> None:
+    s = _session()
+    s.append([{"role": "system", "content": words(80)}, {"role": "user", "content": words(120, "u")}])
+    s.prefill()
+    assert s.cache.reply_from is None and _reply_seen(s).max() == 0  # the opening's queries are not the agent's
+    start = s.num_tokens
+    reply = s.generate(max_new_tokens=6, temperature=1.0)
+    assert s.cache.reply_from is None  # closed with the reply
+    seen = _reply_seen(s)
+    # the generation prompt and every generated token ran as reply queries, except the last token (never run)
+    ran = s.prefilled - start
+    assert ran == len(s.renderer.generation_prompt_ids) + len(reply.token_ids) - 1
+    assert int(seen[0]) == ran and int(seen[-1]) == 1  # causal: the newest held token saw only its own query
+    assert s.cache.layers[0].state["reply_acc"][0, 0, :start].sum() > 0
+    s.append([{"role": "user", "content": words(60, "t")}])  # a tool's output: not the agent's queries
+    s.prefill()
+    assert int(_reply_seen(s)[0]) == ran
+    s.teacher_force([{"role": "assistant", "content": words(20, "a")}])  # a recorded reply counts like a generated one
+    assert int(_reply_seen(s)[0]) > ran and s.cache.reply_from is None
+
+
+def test_the_reply_term_changes_what_is_kept() -> None:
+    kept = {}
+    for policy in ("nexus-agent", "nexus-agent-acc"):
+        s = _session(policy, budget=160)
+        s.append([{"role": "system", "content": words(120)}, {"role": "user", "content": words(200, "u")}])
+        s.prefill()
+        for turn in range(3):
+            s.teacher_force([{"role": "assistant", "content": words(40, f"a{turn}")}])
+            s.append([{"role": "user", "content": words(120, f"t{turn}")}])
+            s.prefill()
+        kept[policy] = [layer.positions for layer in s.cache.layers]
+        assert all(layer.held() <= 160 for layer in s.cache.layers)
+    assert "reply_acc" not in s.cache.layers[0].state  # nexus-agent-acc keeps no reply state
+    assert any(not torch.equal(a, b) for a, b in zip(*kept.values(), strict=True))
