@@ -20,6 +20,9 @@ def serve_cmd(
     budget: str = typer.Option(str(_D.budget), "--budget", help="Per-session budget: tokens, a density, or 'none'."),
     protocol: str = typer.Option(_D.protocol, "--protocol", help="true-eviction or re-prefill."),
     protect: str = typer.Option(_D.protect, "--protect", help="Never evicted in a session: system+task, system, none."),
+    memory_profile: Path = typer.Option(
+        None, "--memory-profile", help="Memory profile (nexus-agent calibrate) for every session whose opening matches."
+    ),
     max_sessions: int = typer.Option(_D.max_sessions, "--max-sessions", help="Most sessions kept (then HTTP 429)."),
     max_batch: int = typer.Option(_D.max_batch, "--max-batch", help="Most sessions decoding in one forward."),
     memory_cap: str = typer.Option(None, "--memory-cap", help="KV bytes of resident sessions, e.g. 2GiB (none)."),
@@ -49,7 +52,7 @@ def serve_cmd(
 
     config = ServeConfig(
         host=host, port=port, model=model, served_name=served_name, policy=policy, budget=parse_budget(budget),
-        protocol=protocol, protect=protect, max_sessions=max_sessions, max_batch=max_batch,
+        protocol=protocol, protect=protect, profile=memory_profile, max_sessions=max_sessions, max_batch=max_batch,
         memory_cap=parse_size(memory_cap),
         park=park, park_dir=park_dir, queue_timeout_s=queue_timeout, max_new_tokens=max_new_tokens, seed=seed,
         device=device, dtype=dtype, threads=threads, chunk_size=chunk_size, interleave_prefill=interleave,
@@ -58,6 +61,8 @@ def serve_cmd(
     server = Server.load(config, verbose=verbose)
     cap = "none" if config.memory_cap is None else f"{config.memory_cap / 2**20:.0f} MiB"
     memory = describe_memory(policy, config.budget, protocol, protect)
+    if memory_profile is not None:
+        memory += f", memory profile {memory_profile}"
     print(
         f"nexus-agent serve: {config.model_id} ({memory}), max {max_sessions} "
         f"sessions, batch {max_batch}, KV cap {cap}\n  OpenAI base URL: {server.url}  (metrics: "

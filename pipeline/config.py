@@ -29,7 +29,10 @@ class RunError(AgentError):
     """A run cannot start as asked (bad flag combination, missing replay file, out dir of another run)."""
 
 
-PROFILE_NEEDS_LOCAL_MODEL = "--memory-profile needs the model in this process; a --server runs its own memory settings"
+PROFILE_NEEDS_LOCAL_MODEL = (
+    "--memory-profile needs the model in this process; a --server runs its own memory settings "
+    "(give the profile to nexus-agent serve --memory-profile)"
+)
 
 
 @dataclass

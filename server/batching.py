@@ -63,8 +63,13 @@ class Scheduler(threading.Thread):
         self.session_config = SessionConfig(
             model=config.model, policy=config.policy, budget=config.budget, protocol=config.protocol,
             seed=config.seed, chunk_size=config.chunk_size, device=config.device, dtype=config.dtype,
-            protect=config.protect,
+            protect=config.protect, profile=None if config.profile is None else str(config.profile),
         )  # fmt: skip
+        if config.profile is not None:  # a missing, corrupt or foreign profile stops the server before it listens
+            from kvstore.cache import model_identity
+            from kvstore.profile import MemoryProfile
+
+            MemoryProfile.load_for(config.profile, model_identity(model))
         self.reference = Session(model, tokenizer, self.session_config)  # renders and sizes turns, never runs
         self.per_token = bytes_per_token(model)
         # a padding mask needs sdpa or eager attention: flash-attention models decode one session at a time

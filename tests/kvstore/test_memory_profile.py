@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from profilelib import SYSTEM, conversation, save_tiny_profile
 from sessionlib import qwen_tokenizer, tiny_chat_model, words
 
 from kvstore import Session, SessionConfig
@@ -15,26 +16,10 @@ from kvstore.errors import KVStoreError
 from kvstore.policies.nexus import with_prior
 from kvstore.profile import MemoryProfile, common_template
 
-SYSTEM = "You are a coding agent. " + words(200, "rule")
-AFTER = words(120, "step")  # the standing instructions after the task, the same in every conversation
-
-
-def conversation(task: str, replies: int = 2) -> list[dict]:
-    out = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"{task}\n{AFTER}"}]
-    for i in range(replies):
-        out += [{"role": "assistant", "content": f"look {i} " + words(30, "a")}]
-        out += [{"role": "user", "content": words(60, f"o{i}")}]
-    return out[:-1]
-
 
 @pytest.fixture(scope="module")
 def profile_file(tmp_path_factory) -> Path:
-    model = tiny_chat_model()
-    convs = [conversation(words(40, t)) for t in ("alpha", "beta", "gamma")]
-    profile = calibrate(model, qwen_tokenizer(), convs, max_tokens=2000, meta={"model": "tiny"})
-    path = tmp_path_factory.mktemp("profile") / "profile.pt"
-    profile.save(path)
-    return path
+    return save_tiny_profile(tmp_path_factory.mktemp("profile") / "profile.pt")
 
 
 def test_calibration_finds_the_shared_opening_text_and_weighs_it(profile_file: Path) -> None:
