@@ -27,11 +27,13 @@ MIB = 1 << 20
 
 
 def _filled_cache(model, policy: str, context: int, chunk: int):
-    """A cache holding `context` tokens (budget above context, so nothing is evicted while filling)."""
+    """A cache holding `context` tokens (budget above context, so nothing is evicted while filling), measured as
+    inside an agent's reply: every new query is the reply's too (nexus-agent's reply term works on every call)."""
     cache = kvstore.make_cache(model, policy, budget=context + 64, seed=0)
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(0))
     kvstore.prefill(model, cache, ids.to(model.device), chunk_size=chunk)
+    cache.reply_from = 0
     return cache
 
 

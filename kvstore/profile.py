@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +59,14 @@ class MemoryProfile:
 
     @classmethod
     def load_for(cls, path: str | Path, identity: dict[str, Any]) -> MemoryProfile:
-        """`load`, then `check_model` against the model's identity (kvstore.cache.model_identity)."""
-        profile = cls.load(path)
+        """`load`, then `check_model` against the model's identity (kvstore.cache.model_identity). The file is read
+        once while it stays the same (a server opens many sessions with one profile); a changed file is read again."""
+        path = Path(path)
+        try:
+            stat = path.stat()
+        except OSError:
+            stat = None
+        profile = cls.load(path) if stat is None else _read_once(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
         profile.check_model(identity)
         return profile
 
@@ -131,6 +138,12 @@ class MemoryProfile:
             raise
         except Exception as e:  # a truncated, foreign or corrupt file
             raise KVStoreError(f"memory profile {path} cannot be read ({type(e).__name__}: {e})") from None
+
+
+@lru_cache(maxsize=8)
+def _read_once(path: str, mtime_ns: int, size: int) -> MemoryProfile:
+    """MemoryProfile.load, remembered per file version (path, modification time, size); callers never change it."""
+    return MemoryProfile.load(path)
 
 
 def _agree(a: Sequence[int], b: Sequence[int]) -> int:

@@ -11,6 +11,7 @@ from profilelib import SYSTEM, conversation, save_tiny_profile
 from sessionlib import qwen_tokenizer, tiny_chat_model, words
 
 from kvstore import Session, SessionConfig
+from kvstore.cache import model_identity
 from kvstore.calibrate import calibrate
 from kvstore.errors import KVStoreError
 from kvstore.policies.nexus import with_prior
@@ -97,3 +98,16 @@ def test_a_profile_of_another_model_is_refused(profile_file: Path) -> None:
 def test_calibration_needs_two_conversations() -> None:
     with pytest.raises(KVStoreError, match="at least two"):
         calibrate(tiny_chat_model(), qwen_tokenizer(), [conversation("only")], max_tokens=2000)
+
+
+def test_a_profile_file_is_read_once_while_it_stays_the_same(profile_file: Path, tmp_path: Path) -> None:
+    identity = model_identity(tiny_chat_model())
+    copy = tmp_path / "copy.pt"
+    copy.write_bytes(profile_file.read_bytes())
+    first = MemoryProfile.load_for(copy, identity)
+    assert MemoryProfile.load_for(copy, identity) is first  # e.g. a server opening many sessions
+    changed = MemoryProfile.load(copy)
+    changed.meta["note"] = "recalibrated"
+    changed.save(copy)
+    again = MemoryProfile.load_for(copy, identity)
+    assert again is not first and again.meta["note"] == "recalibrated"
