@@ -118,7 +118,10 @@ class NexusAccPolicy(NexusHeadPolicy):
         if m == 0:
             return
         ctx.state["reply_acc"] += received if m == q else head_token_attention(ctx, new_queries[..., q - m :, :])
-        ctx.state["reply_seen"] += (ctx.seen - ctx.positions).clamp(0, m).to(ctx.state["reply_seen"].dtype)
+        seen = ctx.state["reply_seen"]  # every held token could be attended by all m, except the m newest (causal)
+        seen += m
+        if m > 1:  # the new tokens are the last slots, in order: the i-th newest but one saw i fewer
+            seen[..., -m:] -= torch.arange(m, device=seen.device, dtype=seen.dtype)
 
     def score(self, ctx: ScoreContext) -> torch.Tensor:
         acc = mean_received(ctx.state["acc"], ctx)  # [B, Hkv, T]

@@ -88,6 +88,7 @@ def test_only_the_agents_own_replies_count_as_reply_attention() -> None:
     assert int(_reply_seen(s)[0]) == ran
     s.teacher_force([{"role": "assistant", "content": words(20, "a")}])  # a recorded reply counts like a generated one
     assert int(_reply_seen(s)[0]) > ran and s.cache.reply_from is None
+    assert _reply_seen(s)[-4:].tolist() == [4.0, 3.0, 2.0, 1.0]  # causal: the newest tokens saw fewer reply queries
 
 
 def test_the_reply_term_changes_what_is_kept() -> None:
