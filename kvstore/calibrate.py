@@ -61,9 +61,8 @@ def calibrate(
             rec = _ReplyAttention(identity["num_layers"], identity["num_kv_heads"], p.tokens)
             session.cache.add_observer(rec)
             replay(session, p, rec.stop, before_reply=rec.start)
-            opening = renderer.encode_messages(p.opening, first=True)
-            openings.append(opening)
-            weights.append(rec.sums[..., : len(opening)])
+            openings.append(p.opening_ids)
+            weights.append(rec.sums[..., : len(p.opening_ids)])
         if on_progress is not None:
             on_progress(i + 1, len(conversations))
     if len(openings) < 2:

@@ -159,11 +159,7 @@ def _agree(a: Sequence[int], b: Sequence[int]) -> int:
 def common_template(openings: Sequence[Sequence[int]]) -> tuple[int, int]:
     """(prefix length, suffix length): the longest token prefix and suffix every opening shares, never overlapping
     in the shortest one."""
-    shortest = min(len(o) for o in openings)
-    a = 0
-    while a < shortest and all(o[a] == openings[0][a] for o in openings):
-        a += 1
-    b = 0
-    while a + b < shortest and all(o[len(o) - 1 - b] == openings[0][len(openings[0]) - 1 - b] for o in openings):
-        b += 1
-    return a, b
+    first = openings[0]
+    a = min(_agree(first, o) for o in openings)
+    b = min(_agree(first[::-1], o[::-1]) for o in openings)
+    return a, min(b, min(len(o) for o in openings) - a)

@@ -20,6 +20,7 @@ class Plan:
     """The part of a conversation that is replayed."""
 
     opening: list[dict]  # system + first user message (prefilled first)
+    opening_ids: list[int]  # its tokens, rendered as the session renders them
     rest: list[dict]  # the following messages, ending with an assistant message
     tokens: int  # tokens of opening + rest
 
@@ -31,7 +32,8 @@ def plan(conversation: list[dict], renderer: ChatRenderer, max_tokens: int) -> P
     if first_user is None:
         return None
     opening = conversation[: first_user + 1]
-    total = len(renderer.encode_messages(opening, first=True))
+    opening_ids = renderer.encode_messages(opening, first=True)
+    total = len(opening_ids)
     rest, kept, kept_tokens = [], [], total
     for m in conversation[first_user + 1 :]:
         n = len(renderer.encode_messages([m], first=False))
@@ -43,7 +45,7 @@ def plan(conversation: list[dict], renderer: ChatRenderer, max_tokens: int) -> P
             kept, kept_tokens = list(rest), total
     if not kept:
         return None
-    return Plan(opening, kept, kept_tokens)
+    return Plan(opening, list(opening_ids), kept, kept_tokens)
 
 
 def scored_rows(session, content: str, n: int) -> slice:
