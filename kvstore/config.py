@@ -38,6 +38,7 @@ class CacheConfig:
     score_memory: str = "none"  # Nexus: "none" (spec) | "mean" | "max" of each block's score over the steps it was held
     acc_weight: float = 1.0  # nexus-agent: weight of the accumulated attention next to the Nexus score (weight 1)
     reply_weight: float = 1.0  # nexus-agent: weight of the attention from the agent's own replies (0: not kept)
+    opening_nexus: bool = True  # nexus-agent: Nexus term before the first reply even without a profile (False: off)
     renorm_candidates: bool = False  # renormalize weights over the candidate blocks only (ablation; spec: over all)
     reservoir_mean: float | None = None  # rescale candidate weights to this mean before selection (None: as scored)
     pool_kernel: int = 5  # SnapKV / PyramidKV average-pooling kernel over token scores

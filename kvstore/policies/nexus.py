@@ -85,6 +85,9 @@ class NexusAccPolicy(NexusHeadPolicy):
     own replies only, divided by the reply queries that could attend; each term scaled to mean 1 over the held
     tokens.
 
+    With `opening_nexus=False` (the default memory) and no memory profile, the Nexus term is left out until the
+    first reply query has been seen: the opening is then ranked by its accumulated attention alone.
+
     The reply term needs to know which queries are the agent's: the session marks the reply it runs (generated or
     teacher-forced) with `EvictingCache.reply_from`; a cache nobody marks keeps the term at 0.
 
@@ -96,7 +99,9 @@ class NexusAccPolicy(NexusHeadPolicy):
     prompt and task, compressed chunk by chunk before any reply) needs, where the window-scored Nexus score loses it;
     the Nexus score, scored at the end of each new message, keeps what the later replies need better than H2O; and
     what earlier replies attended predicts what the next reply attends better than what tool output and user text
-    attended, which is most of the queries. Costs H2O's extra attention pass over every new query
+    attended, which is most of the queries. Before any reply, the Nexus window (the last queries of a 512-token
+    chunk in the middle of the task text) ranks the opening worse than all of its queries do, unless a profile
+    ranks the fixed text. Costs H2O's extra attention pass over every new query
     (docs/benchmarks.md, overhead)."""
 
     name = "nexus-agent"
@@ -128,11 +133,18 @@ class NexusAccPolicy(NexusHeadPolicy):
         if ctx.prior is not None:
             acc = with_prior(acc, ctx.prior)
         nexus = block_spread(super().score(ctx), self.config.block, acc.shape[-1])  # [B, Hkv, N_k] -> [B, Hkv, T]
-        score = self.config.acc_weight * _unit_mean(acc) + _unit_mean(nexus)
+        score = self.config.acc_weight * _unit_mean(acc) + self._nexus_on(ctx, acc.dtype) * _unit_mean(nexus)
         if "reply_acc" in ctx.state:
             reply = ctx.state["reply_acc"] / ctx.state["reply_seen"].clamp_min(1)
             score = score + self.config.reply_weight * _unit_mean(reply)
         return score
+
+    def _nexus_on(self, ctx: ScoreContext, dtype: torch.dtype) -> torch.Tensor | float:
+        """The Nexus term's weight: 1, or with `opening_nexus=False` 0 for each row ranking an opening without a
+        memory profile before any reply query has been seen ([B, 1, 1]). Its remembered score counts either way."""
+        if self.config.opening_nexus or ctx.prior is not None or "reply_seen" not in ctx.state:
+            return 1.0
+        return (ctx.state["reply_seen"].flatten(1).amax(1) > 0).to(dtype)[:, None, None]
 
 
 def with_prior(acc: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:

@@ -31,15 +31,31 @@ def test_it_accumulates_the_attention_h2o_accumulates() -> None:
 
 
 def test_both_parts_decide_what_is_kept_per_kv_head() -> None:
-    _, ours = _prefilled("nexus-agent")
-    _, attention_only = _prefilled("nexus-agent", acc_weight=1e9)
-    _, nexus_only = _prefilled("nexus-agent", acc_weight=0.0)
+    _, ours = _prefilled("nexus-agent", opening_nexus=True)
+    _, attention_only = _prefilled("nexus-agent", opening_nexus=True, acc_weight=1e9)
+    _, nexus_only = _prefilled("nexus-agent", opening_nexus=True, acc_weight=0.0)
     layer = ours.layers[1]
     assert layer.state["nexus_steps"].max() >= 2 and all(x.held() <= 192 for x in ours.layers)
     pos = layer.positions[0]  # [Hkv, T]: each kv head keeps its own tokens
     assert any(not torch.equal(pos[0], pos[h]) for h in range(1, pos.shape[0]))
     for other in (attention_only, nexus_only):
         assert any(not torch.equal(a.positions, b.positions) for a, b in zip(ours.layers, other.layers, strict=True))
+
+
+def test_without_a_profile_the_opening_is_ranked_by_its_attention_alone_until_the_first_reply() -> None:
+    _, ours = _prefilled("nexus-agent")
+    _, h2o = _prefilled("h2o", sink=16)  # the same forced set: one 16-token sink block, half of the budget recent
+    assert ours.layers[1].state["nexus_steps"].max() >= 2  # the Nexus score is still remembered meanwhile
+    for a, b in zip(ours.layers, h2o.layers, strict=True):
+        assert torch.equal(a.positions, b.positions)
+    layer = ours.layers[1]
+    assert float(ours.policy._nexus_on(layer.score_context(), torch.float32).max()) == 0.0
+    with torch.inference_mode():  # the cache's state tensors are inference tensors
+        layer.state["reply_seen"][..., :5] = 1.0  # a reply query has been seen: the Nexus term counts again
+        assert float(ours.policy._nexus_on(layer.score_context(), torch.float32).min()) == 1.0
+        layer.state["reply_seen"].zero_()
+    ours.set_prior(torch.ones(len(ours.layers), layer.keys.shape[1], 100))  # a profile ranks the opening's template
+    assert ours.policy._nexus_on(layer.score_context(), torch.float32) == 1.0
 
 
 @pytest.mark.parametrize("earlier", ["nexus-agent-mean", "nexus-agent-acc"])  # what `nexus-agent` was before
@@ -60,8 +76,9 @@ def test_a_negative_weight_is_refused(option: str) -> None:
         kvstore.CacheConfig(**{option: -1.0})
 
 
-def _session(policy: str = "nexus-agent", budget: int | None = None) -> Session:
-    config = SessionConfig(policy=policy, budget=budget, protect="none", cache_options={"chunk_size": 64, "block": 16})
+def _session(policy: str = "nexus-agent", budget: int | None = None, **options) -> Session:
+    options = {"chunk_size": 64, "block": 16} | options
+    config = SessionConfig(policy=policy, budget=budget, protect="none", cache_options=options)
     return Session(tiny_chat_model(), qwen_tokenizer(), config)
 
 
@@ -94,7 +111,7 @@ def test_only_the_agents_own_replies_count_as_reply_attention() -> None:
 def test_the_reply_term_changes_what_is_kept() -> None:
     kept = {}
     for policy in ("nexus-agent", "nexus-agent-acc"):
-        s = _session(policy, budget=160)
+        s = _session(policy, budget=160, opening_nexus=True)  # the two differ only by the reply term
         s.append([{"role": "system", "content": words(120)}, {"role": "user", "content": words(200, "u")}])
         s.prefill()
         for turn in range(3):
