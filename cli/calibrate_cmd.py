@@ -12,7 +12,10 @@ from kvstore.defaults import DEFAULT_MODEL
 
 def calibrate_cmd(
     traces: Annotated[list[Path], typer.Argument(help="recorded conversations (.traj.json / .jsonl), two or more")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="profile file to write (e.g. profile.pt)")],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="profile file to write (default: into the profile store, used automatically)"),
+    ] = None,
     model: Annotated[str, typer.Option(help="model registry name / HF id / local directory")] = DEFAULT_MODEL,
     max_tokens: Annotated[
         int | None, typer.Option(help="tokens replayed per conversation (default: the model's positions)")
@@ -21,7 +24,12 @@ def calibrate_cmd(
     dtype: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp32 (default: the machine's choice)")] = None,
 ) -> None:
     """Measure what an agent's replies need of its fixed opening text (the system prompt and instructions every
-    conversation shares) on the full cache, and write it as a memory profile for --memory-profile / --profile."""
+    conversation shares) on the full cache, and write it as a memory profile.
+
+    By default it goes into the profile store ($NEXUS_AGENT_HOME/profiles), where solve, eval, chat and serve find
+    it for every session of this model whose opening carries the same template (--memory-profile auto); calibrating
+    the same agent and model again replaces it. With --out it is written there only, for --memory-profile FILE and
+    bench replay --profile FILE."""
     import torch
     from rich.console import Console
 
@@ -41,8 +49,16 @@ def calibrate_cmd(
     meta = {"model": model, "sources": [c.name for c in conversations]}
     with torch.inference_mode():
         profile = calibrate(m, tok, [c.messages for c in conversations], max_tokens, progress, meta)
+    if out is None:
+        from kvstore.profile import store_name
+        from pipeline.home import profile_store
+
+        out = profile_store() / store_name(profile)
+        used = "sessions of this model whose opening carries this template now use it (--memory-profile none: not)"
+    else:
+        used = f"use it with --memory-profile {out}"
     profile.save(out)
     console.print(
         f"wrote {out}: {len(profile.prefix)} prefix + {len(profile.suffix)} suffix template tokens from "
-        f"{profile.conversations} conversations"
+        f"{profile.conversations} conversations; {used}"
     )

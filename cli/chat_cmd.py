@@ -11,7 +11,7 @@ from rich.console import Console
 
 from cli.options import raw_options
 from pipeline import chat as cs
-from pipeline.config import PROFILE_NEEDS_LOCAL_MODEL, RunError
+from pipeline.config import AUTO_PROFILE, RunError, resolve_profile
 
 
 @raw_options(
@@ -46,10 +46,11 @@ def chat_cmd(
         max_steps=max_steps, max_steps_absolute=max_steps, max_new_tokens=max_new_tokens, temperature=temperature
     )
     server = given.pop("server")
-    if given.get("profile") is not None:
-        if server is not None:
-            raise RunError(PROFILE_NEEDS_LOCAL_MODEL)
-        given["profile"] = str(Path(given["profile"]).resolve())
+    if resume and given["profile"] == AUTO_PROFILE:  # a resumed session keeps the profile it started with
+        given["profile"] = None
+    else:
+        profile = resolve_profile(given["profile"], server=server is not None)
+        given["profile"] = None if profile is None else str(profile)
     if server is not None or (resume and cs.ChatState.load(folder).server):
         from pipeline.chat_served import open_served
 

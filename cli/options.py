@@ -33,8 +33,12 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
         typer.Option("--protect", help="Never evicted (counted in the budget): system+task, system or none."),
     ),
     "profile": (
-        Path | None,
-        typer.Option("--memory-profile", help="Memory profile file (nexus-agent calibrate) for the default memory."),
+        str,
+        typer.Option(
+            "--memory-profile",
+            help="Memory profile for the default memory: a file or a directory of them (nexus-agent calibrate); "
+            "'auto': the profile store when it has one; 'none'.",
+        ),
     ),
     "sandbox": (str, typer.Option("--sandbox", "-s", help="auto, docker, bwrap, or local (no isolation).")),
     "max_steps": (int | None, typer.Option("--max-steps", help="Step limit (default 5; a replay: the recording's).")),

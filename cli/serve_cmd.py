@@ -20,8 +20,11 @@ def serve_cmd(
     budget: str = typer.Option(str(_D.budget), "--budget", help="Per-session budget: tokens, a density, or 'none'."),
     protocol: str = typer.Option(_D.protocol, "--protocol", help="true-eviction or re-prefill."),
     protect: str = typer.Option(_D.protect, "--protect", help="Never evicted in a session: system+task, system, none."),
-    memory_profile: Path = typer.Option(
-        None, "--memory-profile", help="Memory profile (nexus-agent calibrate) for every session whose opening matches."
+    memory_profile: str = typer.Option(
+        "auto",
+        "--memory-profile",
+        help="Memory profile (a file or a directory of them; nexus-agent calibrate) for every session whose opening "
+        "matches; 'auto': the profile store when it has one; 'none'.",
     ),
     max_sessions: int = typer.Option(_D.max_sessions, "--max-sessions", help="Most sessions kept (then HTTP 429)."),
     max_batch: int = typer.Option(_D.max_batch, "--max-batch", help="Most sessions decoding in one forward."),
@@ -47,12 +50,14 @@ def serve_cmd(
     """Serve one model to many agent sessions at /v1/chat/completions (see docs/server.md)."""
     from kvstore.defaults import describe_memory, parse_budget
     from pipeline.backends import set_threads
+    from pipeline.config import resolve_profile
     from server.app import Server
     from server.config import parse_size
 
+    profile = resolve_profile(memory_profile)
     config = ServeConfig(
         host=host, port=port, model=model, served_name=served_name, policy=policy, budget=parse_budget(budget),
-        protocol=protocol, protect=protect, profile=memory_profile, max_sessions=max_sessions, max_batch=max_batch,
+        protocol=protocol, protect=protect, profile=profile, max_sessions=max_sessions, max_batch=max_batch,
         memory_cap=parse_size(memory_cap),
         park=park, park_dir=park_dir, queue_timeout_s=queue_timeout, max_new_tokens=max_new_tokens, seed=seed,
         device=device, dtype=dtype, threads=threads, chunk_size=chunk_size, interleave_prefill=interleave,
@@ -61,8 +66,8 @@ def serve_cmd(
     server = Server.load(config, verbose=verbose)
     cap = "none" if config.memory_cap is None else f"{config.memory_cap / 2**20:.0f} MiB"
     memory = describe_memory(policy, config.budget, protocol, protect)
-    if memory_profile is not None:
-        memory += f", memory profile {memory_profile}"
+    if profile is not None:
+        memory += f", memory profile {profile}"
     print(
         f"nexus-agent serve: {config.model_id} ({memory}), max {max_sessions} "
         f"sessions, batch {max_batch}, KV cap {cap}\n  OpenAI base URL: {server.url}  (metrics: "

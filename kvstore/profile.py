@@ -10,6 +10,8 @@ attended (docs/memory.md, "Memory profiles")."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -22,6 +24,7 @@ from kvstore.cache import ARCHITECTURE_KEYS
 from kvstore.errors import KVStoreError
 
 PROFILE_VERSION = 1
+PROFILE_SUFFIX = ".pt"  # the files of a profile directory (load_profiles)
 
 
 @dataclass
@@ -57,26 +60,16 @@ class MemoryProfile:
                     f"{key}={identity.get(key)!r} (calibrate one for this model: nexus-agent calibrate)"
                 )
 
+    def fits(self, identity: dict[str, Any]) -> bool:
+        return all(self.identity.get(key) == identity.get(key) for key in ARCHITECTURE_KEYS)
+
     @classmethod
     def load_for(cls, path: str | Path, identity: dict[str, Any]) -> MemoryProfile:
         """`load`, then `check_model` against the model's identity (kvstore.cache.model_identity). The file is read
         once while it stays the same (a server opens many sessions with one profile); a changed file is read again."""
-        path = Path(path)
-        try:
-            stat = path.stat()
-        except OSError:
-            stat = None
-        profile = cls.load(path) if stat is None else _read_once(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+        profile = _load_cached(Path(path))
         profile.check_model(identity)
         return profile
-
-    def match(self, opening: Sequence[int]) -> tuple[torch.Tensor | None, str]:
-        """`prior_for` with what happened, for people: (weights or None, "matched N of M template tokens" or
-        "opening does not carry the profile's template")."""
-        found = self.prior_for(opening)
-        if found is None:
-            return None, "opening does not carry the profile's template"
-        return found[0], f"matched {found[1]} of {self.template_tokens} template tokens"
 
     def prior_for(self, opening: Sequence[int]) -> tuple[torch.Tensor, int] | None:
         """Weights by position [L, Hkv, len(opening)] for an opening that starts with the profile's prefix and ends
@@ -140,7 +133,53 @@ class MemoryProfile:
             raise KVStoreError(f"memory profile {path} cannot be read ({type(e).__name__}: {e})") from None
 
 
-@lru_cache(maxsize=8)
+def load_profiles(path: str | Path, identity: dict[str, Any]) -> list[tuple[str, MemoryProfile]]:
+    """The profiles a session may use, as (file name, profile): one file (checked against the model: a profile of
+    another model raises), or every `*.pt` file of a directory, such as the profile store that `nexus-agent
+    calibrate` writes to by default; a directory's profiles of other models are skipped (a store may serve several
+    models). A missing or corrupt file raises."""
+    path = Path(path)
+    if not path.is_dir():
+        return [(path.name, MemoryProfile.load_for(path, identity))]
+    found = [(f.name, _load_cached(f)) for f in sorted(path.glob(f"*{PROFILE_SUFFIX}"))]
+    return [(name, profile) for name, profile in found if profile.fits(identity)]
+
+
+def best_match(
+    profiles: Sequence[tuple[str, MemoryProfile]], opening: Sequence[int]
+) -> tuple[torch.Tensor | None, str]:
+    """`prior_for` of the profile whose template covers most of this opening, with what happened, for people:
+    (weights or None, "matched N of M template tokens (file)" or why none applies)."""
+    best = None
+    for name, profile in profiles:
+        found = profile.prior_for(opening)
+        if found is not None and (best is None or found[1] > best[1]):
+            best = (found[0], found[1], f"{profile.template_tokens} template tokens ({name})")
+    if best is None:
+        if not profiles:
+            return None, "no memory profile for this model"
+        what = "the profile's template" if len(profiles) == 1 else f"the template of any of {len(profiles)} profiles"
+        return None, f"opening does not carry {what}"
+    return best[0], f"matched {best[1]} of {best[2]}"
+
+
+def store_name(profile: MemoryProfile) -> str:
+    """A file name for a profile in a store: the model's name and a digest of the template tokens, so that two
+    calibrations of one agent and model replace each other and other agents or models sit beside them."""
+    model = re.sub(r"[^A-Za-z0-9._-]+", "-", str(profile.meta.get("model", "model"))).strip("-.") or "model"
+    digest = hashlib.sha256(repr((profile.prefix, profile.suffix, sorted(profile.identity.items()))).encode())
+    return f"{model}-{digest.hexdigest()[:12]}{PROFILE_SUFFIX}"
+
+
+def _load_cached(path: Path) -> MemoryProfile:
+    try:
+        stat = path.stat()
+    except OSError:
+        return MemoryProfile.load(path)  # says that it does not exist
+    return _read_once(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=32)
 def _read_once(path: str, mtime_ns: int, size: int) -> MemoryProfile:
     """MemoryProfile.load, remembered per file version (path, modification time, size); callers never change it."""
     return MemoryProfile.load(path)

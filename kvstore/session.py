@@ -126,7 +126,7 @@ class Session:
         """Add messages (role system/user/assistant/tool); only they are rendered and tokenized, nothing is run."""
         if not messages:
             return
-        profile = self._profile_for(messages)  # read (and checked) before anything changes
+        profiles = self._profiles_for(messages)  # read (and checked) before anything changes
         cut = self._protected_count(messages)
         if cut:
             start = len(self.tokens)
@@ -140,23 +140,26 @@ class Session:
         if cut < len(messages):
             self._grow(self.renderer.encode_messages(messages[cut:], first=not self.tokens))
         self.messages.extend(dict(m) for m in messages)
-        if profile is not None:  # the opening is complete: its template tokens get the profile's weights
+        if profiles is not None:  # the opening is complete: its template tokens get the best profile's weights
+            from kvstore.profile import best_match
+
             first_user = next(i for i, m in enumerate(self.messages) if m["role"] == "user")
             opening = self.renderer.encode_messages(self.messages[: first_user + 1], first=True)
-            prior, self.profile_status = profile.match(self.tokens[: len(opening)])
+            prior, self.profile_status = best_match(profiles, self.tokens[: len(opening)])
             if prior is not None:
                 self.cache.set_prior(prior)
 
-    def _profile_for(self, messages: list[dict]):
-        """The memory profile (kvstore.profile) when these messages complete the opening (system prompt + first
-        user message) before the cache has seen it, else None; a missing, corrupt or foreign one raises."""
+    def _profiles_for(self, messages: list[dict]):
+        """The memory profiles (kvstore.profile.load_profiles: a file, or a directory of them) when these messages
+        complete the opening (system prompt + first user message) before the cache has seen it, else None; a
+        missing or corrupt file, or a profile file of another model, raises."""
         done = any(m["role"] == "user" for m in self.messages)
         if self.config.profile is None or done or self.prefilled or not any(m["role"] == "user" for m in messages):
             return None
         from kvstore.cache import model_identity
-        from kvstore.profile import MemoryProfile
+        from kvstore.profile import load_profiles
 
-        return MemoryProfile.load_for(self.config.profile, model_identity(self.model))
+        return load_profiles(self.config.profile, model_identity(self.model))
 
     def check_protected(self) -> None:
         """Raise when the smallest layer budget cannot hold the protected spans beside the policy's forced set."""

@@ -124,7 +124,7 @@ def session_config(cfg: RunConfig):
 
     return SessionConfig(
         model=cfg.model, policy=cfg.policy, budget=cfg.budget, protocol=cfg.protocol, seed=cfg.seed, device=cfg.device,
-        protect=cfg.protect, profile=None if cfg.profile is None else str(cfg.profile.resolve()),
+        protect=cfg.protect, profile=None if cfg.profile is None else str(cfg.profile),
     )  # fmt: skip
 
 

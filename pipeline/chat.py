@@ -11,7 +11,6 @@ step in progress.
 from __future__ import annotations
 
 import json
-import os
 import signal
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 from agent.protocols import ToolCall, ToolResult
 from pipeline.config import RunError
 from pipeline.files import atomic_write
+from pipeline.home import home
 
 SESSION_FILE, STATE_FILE, TRAJECTORY_FILE = "session.safetensors", "chat.json", "trajectory.jsonl"
 SERVED_FILE = "conversation.json"  # a --server chat's conversation (pipeline/chat_served.py)
@@ -43,11 +43,6 @@ NEXT_REQUEST = """\
 </request>
 
 As before: use the tools, then call finish with command=submit and your answer or account in `result`."""
-
-
-def home() -> Path:
-    """Where chat sessions live: $NEXUS_AGENT_HOME, else ~/.local/share/nexus-agent."""
-    return Path(os.environ.get("NEXUS_AGENT_HOME") or Path.home() / ".local" / "share" / "nexus-agent")
 
 
 def session_dir(name: str) -> Path:

@@ -33,6 +33,28 @@ PROFILE_NEEDS_LOCAL_MODEL = (
     "--memory-profile needs the model in this process; a --server runs its own memory settings "
     "(give the profile to nexus-agent serve --memory-profile)"
 )
+AUTO_PROFILE = "auto"  # --memory-profile's default: the profile store (pipeline.home), when it holds a profile
+
+
+def resolve_profile(value: str | Path | None, server: bool = False) -> Path | None:
+    """--memory-profile's value as the file or directory of profiles a session reads (kvstore.profile.load_profiles:
+    each session takes the profile whose template its opening carries, if any).
+
+    "auto": the profile store when it holds a profile, else none; with a --server none (the server applies its
+    own). "none" or None: none. A path: itself, which must exist (with a --server: an error)."""
+    if value is None or str(value) == "none":
+        return None
+    if str(value) == AUTO_PROFILE:
+        from pipeline.home import profile_store
+
+        store = profile_store()
+        return store.resolve() if not server and any(store.glob("*.pt")) else None
+    if server:
+        raise RunError(PROFILE_NEEDS_LOCAL_MODEL)
+    path = Path(value).expanduser()
+    if not path.exists():
+        raise RunError(f"--memory-profile {value}: no such file or directory (make one with: nexus-agent calibrate)")
+    return path.resolve()
 
 
 @dataclass
@@ -45,7 +67,8 @@ class RunConfig:
     budget: int | float | None = DEFAULT_SESSION_BUDGET  # tokens per layer, or a density in (0, 1]; None = never evict
     protocol: str = DEFAULT_PROTOCOL  # "true-eviction" (one persistent cache) or "re-prefill" (new cache each turn)
     protect: str = DEFAULT_PROTECT  # never evicted, counted in the budget: "system+task", "system" or "none"
-    profile: Path | None = None  # memory profile (nexus-agent calibrate) for the opening's template tokens
+    profile: Path | str | None = AUTO_PROFILE  # memory profile file or directory (nexus-agent calibrate); "auto": the
+    # profile store when it holds one; "none"/None: none. Resolved to a path or None when the config is made
     sandbox: str = "auto"  # sandbox backend: auto, docker, bwrap, local
     max_steps: int | None = None  # step limit (soft and hard); None: 5 for a local model, the recording's for replay
     seed: int = 0  # seed of sampling and of the cache's randomness
@@ -71,10 +94,7 @@ class RunConfig:
                 raise RunError(f"{name.replace('_', '-')} must be at least 1, got {value}")
         if self.server is not None and self.replaying:
             raise RunError("--server and --replay/--replay-dir exclude each other (a replay runs no model)")
-        if self.profile is not None and self.server is not None:
-            raise RunError(PROFILE_NEEDS_LOCAL_MODEL)
-        if self.profile is not None and not Path(self.profile).is_file():  # before any task starts
-            raise RunError(f"--memory-profile {self.profile}: no such file (make one with: nexus-agent calibrate)")
+        self.profile = resolve_profile(self.profile, server=self.server is not None)  # before any task starts
         if self.protect not in PROTECT_MODES:
             raise RunError(f"--protect {self.protect!r}: use one of {', '.join(PROTECT_MODES)}")
         if self.workers < 1:

@@ -67,9 +67,9 @@ class Scheduler(threading.Thread):
         )  # fmt: skip
         if config.profile is not None:  # a missing, corrupt or foreign profile stops the server before it listens
             from kvstore.cache import model_identity
-            from kvstore.profile import MemoryProfile
+            from kvstore.profile import load_profiles
 
-            MemoryProfile.load_for(config.profile, model_identity(model))
+            load_profiles(config.profile, model_identity(model))
         self.reference = Session(model, tokenizer, self.session_config)  # renders and sizes turns, never runs
         self.per_token = bytes_per_token(model)
         # a padding mask needs sdpa or eager attention: flash-attention models decode one session at a time

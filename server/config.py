@@ -42,7 +42,7 @@ class ServeConfig:
     budget: int | float | None = DEFAULT_SESSION_BUDGET  # per session: tokens per layer, a density, None = never evict
     protocol: str = DEFAULT_PROTOCOL  # "true-eviction" (one cache per session) or "re-prefill"
     protect: str = DEFAULT_PROTECT  # never evicted in a session, counted in its budget: "system+task", "system", "none"
-    profile: Path | None = None  # memory profile (nexus-agent calibrate) every session's opening is matched against
+    profile: Path | None = None  # memory profile file or directory (nexus-agent calibrate) openings are matched against
     seed: int = 0  # seed of each new session's cache and sampling (a request's "seed" overrides it for new sessions)
     chunk_size: int = 512  # prefill chunk in tokens (each session's cache evicts after each chunk)
     interleave_prefill: bool = True  # a newcomer's prefill runs one chunk per decode step of the others (False: whole)

@@ -111,3 +111,52 @@ def test_a_profile_file_is_read_once_while_it_stays_the_same(profile_file: Path,
     changed.save(copy)
     again = MemoryProfile.load_for(copy, identity)
     assert again is not first and again.meta["note"] == "recalibrated"
+
+
+def test_a_profile_directory_gives_each_opening_the_profile_that_fits_it(profile_file: Path, tmp_path: Path) -> None:
+    from kvstore.profile import best_match, load_profiles, store_name
+
+    model, tok = tiny_chat_model(), qwen_tokenizer()
+    mine = MemoryProfile.load(profile_file)
+    narrow = MemoryProfile.load(profile_file)  # the same agent, a profile that knows only part of its template
+    narrow.suffix, narrow.suffix_weight = narrow.suffix[:0], narrow.suffix_weight[..., :0]
+    other = MemoryProfile.load(profile_file)
+    other.identity = dict(other.identity, num_layers=other.identity["num_layers"] + 1)
+    other.prefix_weight = torch.ones(other.identity["num_layers"], *other.prefix_weight.shape[1:])
+    other.suffix_weight = torch.ones(other.identity["num_layers"], *other.suffix_weight.shape[1:])
+    store = tmp_path / "store"
+    for name, p in (("a-narrow.pt", narrow), (store_name(mine), mine), ("z-other-model.pt", other)):
+        p.save(store / name)
+    (store / "notes.txt").write_text("not a profile")  # other files are not read
+    found = load_profiles(store, model_identity(model))
+    assert sorted(name for name, _ in found) == sorted(["a-narrow.pt", store_name(mine)])  # other models: skipped
+    s = Session(model, tok, SessionConfig(budget=256, profile=str(store)))
+    s.append(conversation("epsilon")[:2])
+    assert s.profile_status.startswith("matched ")  # the full profile, not the narrow one that also matches
+    assert s.profile_status.endswith(f" of {mine.template_tokens} template tokens ({store_name(mine)})")
+    assert best_match(found, [5] * 300) == (None, "opening does not carry the template of any of 2 profiles")
+    assert best_match([], [5] * 300) == (None, "no memory profile for this model")
+    (store / "broken.pt").write_bytes(b"\x00")  # a corrupt file is a clear error, not a silent skip
+    with pytest.raises(KVStoreError, match="broken.pt cannot be read"):
+        load_profiles(store, model_identity(model))
+    assert store_name(mine) == store_name(MemoryProfile.load(profile_file))  # recalibrating replaces it
+    assert store_name(mine).startswith("tiny-") and store_name(mine) != store_name(other)
+
+
+def test_the_memory_profile_option_resolves_auto_none_and_paths(tmp_path: Path, monkeypatch, profile_file) -> None:
+    from pipeline.config import RunConfig, RunError, resolve_profile
+
+    monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))
+    assert resolve_profile("auto") is None and RunConfig().profile is None  # no store yet
+    store = tmp_path / "home" / "profiles"
+    store.mkdir(parents=True)
+    assert resolve_profile("auto") is None  # an empty store
+    (store / "p.pt").write_bytes(profile_file.read_bytes())
+    assert resolve_profile("auto") == store.resolve() and RunConfig().profile == store.resolve()
+    assert resolve_profile("auto", server=True) is None  # a server applies its own
+    assert resolve_profile("none") is None and RunConfig(profile="none").profile is None
+    assert resolve_profile(str(profile_file)) == profile_file.resolve()
+    with pytest.raises(RunError, match="no such file or directory"):
+        resolve_profile(str(tmp_path / "missing.pt"))
+    with pytest.raises(RunError, match="needs the model in this process"):
+        RunConfig(profile=str(profile_file), server="http://127.0.0.1:1/v1")

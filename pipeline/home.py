@@ -1,0 +1,16 @@
+"""Where nexus-agent keeps a user's own files: $NEXUS_AGENT_HOME, else ~/.local/share/nexus-agent (chat sessions
+under sessions/, memory profiles under profiles/)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def home() -> Path:
+    return Path(os.environ.get("NEXUS_AGENT_HOME") or Path.home() / ".local" / "share" / "nexus-agent")
+
+
+def profile_store() -> Path:
+    """Where `nexus-agent calibrate` writes a profile unless told otherwise, and where sessions look for one."""
+    return home() / "profiles"

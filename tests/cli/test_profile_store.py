@@ -1,0 +1,40 @@
+"""The profile store: `nexus-agent calibrate` without --out writes the profile under $NEXUS_AGENT_HOME/profiles,
+and every later session of that model whose opening carries the template uses it (--memory-profile auto, the
+default); `--memory-profile none` turns it off."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from clilib import GOLD_DIR, cli_env, nexus
+
+TASK = "nexus-demo__pagekit-1"  # not one of the two calibration conversations
+pytestmark = pytest.mark.usefixtures("bwrap_installed")
+
+
+def _memory_profile_stats(out: Path) -> list[str | None]:
+    steps = [json.loads(line) for line in (out / "trajectory.jsonl").read_text().splitlines()]
+    return [s.get("stats", {}).get("memory_profile") for s in steps if "stats" in s]
+
+
+@pytest.mark.slow  # one calibration of two recorded runs, two one-step solves of the tiny model: ~40 s
+def test_a_calibrated_profile_is_used_by_later_sessions_of_the_same_agent(tmp_path: Path, tiny_model_dir: Path) -> None:
+    env = cli_env(tmp_path / "home")
+    sources = [str(GOLD_DIR / f"nexus-demo__{name}.gold.jsonl") for name in ("csvkit-lite-1", "iniconf-1")]
+    res = nexus("calibrate", *sources, "--model", str(tiny_model_dir), "--dtype", "fp32", "--max-tokens", "2600",
+                env=env, cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    (stored,) = (tmp_path / "home" / "profiles").glob("*.pt")
+    assert "now use it" in res.stderr.replace("\n", " ")
+
+    args = ["--model", str(tiny_model_dir), "--max-steps", "1", "--max-new-tokens", "4", "--sandbox", "bwrap"]
+    res = nexus("solve", TASK, *args, "--out", str(tmp_path / "auto"), env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    used = _memory_profile_stats(tmp_path / "auto")
+    assert used and all(s is not None and s.startswith("matched") and stored.name in s for s in used)
+
+    res = nexus("solve", TASK, *args, "--memory-profile", "none", "--out", str(tmp_path / "off"), env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert _memory_profile_stats(tmp_path / "off") and not any(_memory_profile_stats(tmp_path / "off"))
