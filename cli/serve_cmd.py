@@ -65,9 +65,7 @@ def serve_cmd(
     set_threads(threads)
     server = Server.load(config, verbose=verbose)
     cap = "none" if config.memory_cap is None else f"{config.memory_cap / 2**20:.0f} MiB"
-    memory = describe_memory(policy, config.budget, protocol, protect)
-    if profile is not None:
-        memory += f", memory profile {profile}"
+    memory = describe_memory(policy, config.budget, protocol, protect, profile)
     print(
         f"nexus-agent serve: {config.model_id} ({memory}), max {max_sessions} "
         f"sessions, batch {max_batch}, KV cap {cap}\n  OpenAI base URL: {server.url}  (metrics: "

@@ -19,9 +19,12 @@ DEFAULT_SESSION_BUDGET = 2048  # tokens per layer of an agent session (solve, ev
 _NO_BUDGET = ("none", "full")
 
 
-def describe_memory(policy: str, budget: object, protocol: str, protect: str = DEFAULT_PROTECT) -> str:
+def describe_memory(
+    policy: str, budget: object, protocol: str, protect: str = DEFAULT_PROTECT, profile: object = None
+) -> str:
     """A session's memory settings for people, the same everywhere (live views, chat status, serve banner)."""
-    return f"{policy}, budget {budget}, {protocol}, protect {protect}"
+    text = f"{policy}, budget {budget}, {protocol}, protect {protect}"
+    return text if profile is None else f"{text}, memory profile {profile}"
 
 
 def parse_budget(text: str | None) -> int | float | None:

@@ -73,7 +73,7 @@ def describe_model(cfg: RunConfig) -> str:
     if cfg.replaying:
         return "replay"
     if cfg.server is None:
-        return f"{cfg.model} ({describe_memory(cfg.policy, cfg.budget, cfg.protocol, cfg.protect)})"
+        return f"{cfg.model} ({describe_memory(cfg.policy, cfg.budget, cfg.protocol, cfg.protect, cfg.profile)})"
     served = server_settings(cfg.server)
     if "policy" not in served:  # another OpenAI-compatible server: its cache is its own business
         return f"{served['id']} at {cfg.server}"

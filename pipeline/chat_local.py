@@ -60,7 +60,7 @@ class LocalConversation:
         from kvstore.defaults import describe_memory
 
         c = self.session.config
-        return f"{c.model}, {describe_memory(c.policy, c.budget, c.protocol, c.protect)}"
+        return f"{c.model}, {describe_memory(c.policy, c.budget, c.protocol, c.protect, c.profile)}"
 
     def token_limit_note(self) -> str:
         s = self.session

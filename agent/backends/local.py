@@ -22,7 +22,7 @@ class LocalModel:
         self.session = session
         self.on_token = on_token  # called with each piece of decoded text (live views)
         c = session.config
-        self.name = name or f"{c.model} ({describe_memory(c.policy, c.budget, c.protocol, c.protect)})"
+        self.name = name or f"{c.model} ({describe_memory(c.policy, c.budget, c.protocol, c.protect, c.profile)})"
 
     @classmethod
     def open(cls, config: SessionConfig, on_token: Callable[[str], None] | None = None) -> LocalModel:

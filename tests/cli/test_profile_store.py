@@ -32,9 +32,12 @@ def test_a_calibrated_profile_is_used_by_later_sessions_of_the_same_agent(tmp_pa
     args = ["--model", str(tiny_model_dir), "--max-steps", "1", "--max-new-tokens", "4", "--sandbox", "bwrap"]
     res = nexus("solve", TASK, *args, "--out", str(tmp_path / "auto"), env=env, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
+    report = json.loads((tmp_path / "auto" / "report.json").read_text())
+    assert report["model"].endswith(f"memory profile {stored.parent})")  # the run says it used the store
     used = _memory_profile_stats(tmp_path / "auto")
     assert used and all(s is not None and s.startswith("matched") and stored.name in s for s in used)
 
     res = nexus("solve", TASK, *args, "--memory-profile", "none", "--out", str(tmp_path / "off"), env=env, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert _memory_profile_stats(tmp_path / "off") and not any(_memory_profile_stats(tmp_path / "off"))
+    assert "memory profile" not in json.loads((tmp_path / "off" / "report.json").read_text())["model"]
