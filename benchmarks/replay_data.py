@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvstore.errors import KVStoreError
+from pipeline.files import TRAJECTORY  # the file every solve / eval run folder holds
 
 TRACES_DIR = "agent-traces/deepseek-chat-swebench-lite-dev"  # under the shared data folder
 
@@ -49,7 +50,8 @@ def load_conversation(path: Path) -> Conversation:
         from agent.trajectory import load_trajectory
 
         messages = [_plain(m) for m in load_trajectory(path).messages()]
-        return Conversation(path.stem, [m for m in messages if m])
+        name = path.parent.resolve().name if path.name == TRAJECTORY else path.stem  # solve / eval: the run folder
+        return Conversation(name, [m for m in messages if m])
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:

@@ -45,6 +45,15 @@ def test_mini_swe_agent_traces_become_project_conversations(tmp_path: Path) -> N
     assert conv.messages[3]["content"].startswith("<returncode>0")  # the tool result is the next observation
 
 
+def test_a_run_folders_trajectory_is_named_after_its_folder(tmp_path: Path) -> None:
+    gold = GOLD_DIR / "nexus-demo__pagekit-1.gold.jsonl"
+    for run in ("run-a", "run-b"):  # solve and eval write trajectory.jsonl into each run's own folder
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "trajectory.jsonl").write_bytes(gold.read_bytes())
+    names = [load_conversation(tmp_path / run / "trajectory.jsonl").name for run in ("run-a", "run-b")]
+    assert names == ["run-a", "run-b"] and load_conversation(gold).name == "nexus-demo__pagekit-1.gold"
+
+
 def test_every_recorded_call_of_a_real_trace_parses() -> None:
     root = shared_data_dir()
     if root is None:
