@@ -129,8 +129,10 @@ class MemoryProfile:
             )
         except KVStoreError:
             raise
-        except Exception as e:  # a truncated, foreign or corrupt file
-            raise KVStoreError(f"memory profile {path} cannot be read ({type(e).__name__}: {e})") from None
+        except Exception as e:  # a truncated, foreign or corrupt file (torch's own text would advise unsafe loading)
+            raise KVStoreError(
+                f"memory profile {path} cannot be read: not a memory profile, or a damaged one ({type(e).__name__})"
+            ) from None
 
 
 def load_profiles(path: str | Path, identity: dict[str, Any]) -> list[tuple[str, MemoryProfile]]:
@@ -141,8 +143,18 @@ def load_profiles(path: str | Path, identity: dict[str, Any]) -> list[tuple[str,
     path = Path(path)
     if not path.is_dir():
         return [(path.name, MemoryProfile.load_for(path, identity))]
-    found = [(f.name, _load_cached(f)) for f in sorted(path.glob(f"*{PROFILE_SUFFIX}"))]
+    found = [(f.name, _load_cached(f, path)) for f in sorted(path.glob(f"*{PROFILE_SUFFIX}"))]
     return [(name, profile) for name, profile in found if profile.fits(identity)]
+
+
+def check_readable(path: str | Path) -> int:
+    """Read every profile at `path` (a file, or a directory's `*.pt` files) so that a missing or corrupt one stops a
+    run before its first task rather than in each; how many were read. Reads are remembered (load_profiles)."""
+    path = Path(path)
+    files = sorted(path.glob(f"*{PROFILE_SUFFIX}")) if path.is_dir() else [path]
+    for f in files:
+        _load_cached(f, path if path.is_dir() else None)
+    return len(files)
 
 
 def best_match(
@@ -171,12 +183,17 @@ def store_name(profile: MemoryProfile) -> str:
     return f"{model}-{digest.hexdigest()[:12]}{PROFILE_SUFFIX}"
 
 
-def _load_cached(path: Path) -> MemoryProfile:
+def _load_cached(path: Path, folder: Path | None = None) -> MemoryProfile:
     try:
         stat = path.stat()
     except OSError:
         return MemoryProfile.load(path)  # says that it does not exist
-    return _read_once(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    try:
+        return _read_once(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    except KVStoreError as e:
+        if folder is None:
+            raise
+        raise KVStoreError(f"{e}; remove it from {folder}, or run with --memory-profile none") from None
 
 
 @lru_cache(maxsize=32)

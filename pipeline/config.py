@@ -48,12 +48,18 @@ def resolve_profile(value: str | Path | None, server: bool = False) -> Path | No
         from pipeline.home import profile_store
 
         store = profile_store()
-        return store.resolve() if not server and any(store.glob("*.pt")) else None
-    if server:
+        if server or not any(store.glob("*.pt")):
+            return None
+        path = store
+    elif server:
         raise RunError(PROFILE_NEEDS_LOCAL_MODEL)
-    path = Path(value).expanduser()
+    else:
+        path = Path(value).expanduser()
     if not path.exists():
         raise RunError(f"--memory-profile {value}: no such file or directory (make one with: nexus-agent calibrate)")
+    from kvstore.profile import check_readable
+
+    check_readable(path)  # a corrupt profile stops the run here, not in every task
     return path.resolve()
 
 

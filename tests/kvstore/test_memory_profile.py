@@ -137,7 +137,8 @@ def test_a_profile_directory_gives_each_opening_the_profile_that_fits_it(profile
     assert best_match(found, [5] * 300) == (None, "opening does not carry the template of any of 2 profiles")
     assert best_match([], [5] * 300) == (None, "no memory profile for this model")
     (store / "broken.pt").write_bytes(b"\x00")  # a corrupt file is a clear error, not a silent skip
-    with pytest.raises(KVStoreError, match="broken.pt cannot be read"):
+    damaged = r"broken.pt cannot be read: not a memory profile.*\); remove it from .*--memory-profile none$"
+    with pytest.raises(KVStoreError, match=damaged):
         load_profiles(store, model_identity(model))
     assert store_name(mine) == store_name(MemoryProfile.load(profile_file))  # recalibrating replaces it
     assert store_name(mine).startswith("tiny-") and store_name(mine) != store_name(other)
@@ -160,3 +161,7 @@ def test_the_memory_profile_option_resolves_auto_none_and_paths(tmp_path: Path, 
         resolve_profile(str(tmp_path / "missing.pt"))
     with pytest.raises(RunError, match="needs the model in this process"):
         RunConfig(profile=str(profile_file), server="http://127.0.0.1:1/v1")
+    (store / "q.pt").write_bytes(b"junk")  # a corrupt profile in the store stops a run before its first task
+    with pytest.raises(KVStoreError, match="q.pt cannot be read"):
+        RunConfig()
+    assert RunConfig(profile="none").profile is None
