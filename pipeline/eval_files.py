@@ -17,9 +17,10 @@ from tasks.schema import Task
 
 RUN_FILE, PREDICTIONS, SUMMARY = "run.json", "predictions.jsonl", "summary.json"
 _RESULT_FIELDS = (
-    "model", "policy", "budget", "protocol", "protect", "seed", "temperature", "max_new_tokens", "max_steps",
+    "model", "policy", "budget", "protocol", "protect", "profile", "seed", "temperature", "max_new_tokens", "max_steps",
 )  # fmt: skip
-_OLDER_RUNS = {"protect": "none"}  # the value of a field a run.json written before it existed stands for
+# the value a field stands for in a run.json written before the field existed
+_OLDER_RUNS = {"protect": "none", "profile": None}
 
 
 def select(tasks: list[Task], instances: str | None, slice_: str | None) -> list[Task]:

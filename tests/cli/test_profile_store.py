@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from clilib import GOLD_DIR, cli_env, nexus
+from profilelib import save_tiny_profile
 
 TASK = "nexus-demo__pagekit-1"  # not one of the two calibration conversations
 pytestmark = pytest.mark.usefixtures("bwrap_installed")
@@ -41,3 +42,22 @@ def test_a_calibrated_profile_is_used_by_later_sessions_of_the_same_agent(tmp_pa
     assert res.returncode == 0, res.stdout + res.stderr
     assert _memory_profile_stats(tmp_path / "off") and not any(_memory_profile_stats(tmp_path / "off"))
     assert "memory profile" not in json.loads((tmp_path / "off" / "report.json").read_text())["model"]
+
+
+def test_an_eval_folder_does_not_resume_with_another_profile(tmp_path: Path, monkeypatch) -> None:
+    from pipeline.config import RunConfig, RunError
+    from pipeline.eval_files import RUN_FILE, claim_out_dir
+
+    monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))
+    out = tmp_path / "run"
+    claim_out_dir(out, RunConfig())  # started before any profile was calibrated
+    store = tmp_path / "home" / "profiles"
+    store.mkdir(parents=True)
+    save_tiny_profile(store / "agent.pt")  # then one enters the store: the rest of the run would differ
+    with pytest.raises(RunError, match=r"profile: None -> '.*profiles'"):
+        claim_out_dir(out, RunConfig())
+    claim_out_dir(out, RunConfig(profile="none"))  # as it was
+    held = json.loads((out / RUN_FILE).read_text())
+    del held["profile"]  # a run folder from before the option
+    (out / RUN_FILE).write_text(json.dumps(held))
+    claim_out_dir(out, RunConfig(profile="none"))
