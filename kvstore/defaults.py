@@ -15,6 +15,7 @@ PROTECT_MODES = ("system+task", "system", "none")  # the values of SessionConfig
 DEFAULT_PROTOCOL = "true-eviction"  # one persistent cache per session ("re-prefill": a new cache each turn)
 DEFAULT_DENSITY = 0.2  # budget of `make_cache` when none is given: the paper's 20% (80% of the tokens evicted)
 DEFAULT_SESSION_BUDGET = 2048  # tokens per layer of an agent session (solve, eval, chat)
+PROFILE_SUFFIX = ".pt"  # memory-profile files: what a profile directory (the store) holds (kvstore.profile)
 
 _NO_BUDGET = ("none", "full")
 

@@ -21,10 +21,10 @@ from typing import Any
 import torch
 
 from kvstore.cache import ARCHITECTURE_KEYS
+from kvstore.defaults import PROFILE_SUFFIX
 from kvstore.errors import KVStoreError
 
 PROFILE_VERSION = 1
-PROFILE_SUFFIX = ".pt"  # the files of a profile directory (load_profiles)
 
 
 @dataclass
@@ -53,15 +53,19 @@ class MemoryProfile:
 
     def check_model(self, identity: dict[str, Any]) -> None:
         """Raise when the profile was calibrated on a model of another architecture."""
-        for key in ARCHITECTURE_KEYS:
-            if self.identity.get(key) != identity.get(key):
-                raise KVStoreError(
-                    f"memory profile was calibrated on a model with {key}={self.identity.get(key)!r}; this model has "
-                    f"{key}={identity.get(key)!r} (calibrate one for this model: nexus-agent calibrate)"
-                )
+        key = self._mismatch(identity)
+        if key is not None:
+            raise KVStoreError(
+                f"memory profile was calibrated on a model with {key}={self.identity.get(key)!r}; this model has "
+                f"{key}={identity.get(key)!r} (calibrate one for this model: nexus-agent calibrate)"
+            )
 
     def fits(self, identity: dict[str, Any]) -> bool:
-        return all(self.identity.get(key) == identity.get(key) for key in ARCHITECTURE_KEYS)
+        return self._mismatch(identity) is None
+
+    def _mismatch(self, identity: dict[str, Any]) -> str | None:
+        """The first architecture key on which the profile's model and this one differ, or None."""
+        return next((k for k in ARCHITECTURE_KEYS if self.identity.get(k) != identity.get(k)), None)
 
     @classmethod
     def load_for(cls, path: str | Path, identity: dict[str, Any]) -> MemoryProfile:
@@ -143,18 +147,20 @@ def load_profiles(path: str | Path, identity: dict[str, Any]) -> list[tuple[str,
     path = Path(path)
     if not path.is_dir():
         return [(path.name, MemoryProfile.load_for(path, identity))]
-    found = [(f.name, _load_cached(f, path)) for f in sorted(path.glob(f"*{PROFILE_SUFFIX}"))]
-    return [(name, profile) for name, profile in found if profile.fits(identity)]
+    return [(name, profile) for name, profile in _read_all(path) if profile.fits(identity)]
 
 
 def check_readable(path: str | Path) -> int:
     """Read every profile at `path` (a file, or a directory's `*.pt` files) so that a missing or corrupt one stops a
     run before its first task rather than in each; how many were read. Reads are remembered (load_profiles)."""
-    path = Path(path)
-    files = sorted(path.glob(f"*{PROFILE_SUFFIX}")) if path.is_dir() else [path]
-    for f in files:
-        _load_cached(f, path if path.is_dir() else None)
-    return len(files)
+    return len(_read_all(Path(path)))
+
+
+def _read_all(path: Path) -> list[tuple[str, MemoryProfile]]:
+    """(file name, profile) of one file, or of every profile file of a directory, read once per file version."""
+    if not path.is_dir():
+        return [(path.name, _load_cached(path))]
+    return [(f.name, _load_cached(f, path)) for f in sorted(path.glob(f"*{PROFILE_SUFFIX}"))]
 
 
 def best_match(

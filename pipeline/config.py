@@ -17,6 +17,7 @@ from kvstore.defaults import (
     DEFAULT_PROTECT,
     DEFAULT_PROTOCOL,
     DEFAULT_SESSION_BUDGET,
+    PROFILE_SUFFIX,
     PROTECT_MODES,
     parse_budget,
 )
@@ -48,7 +49,7 @@ def resolve_profile(value: str | Path | None, server: bool = False) -> Path | No
         from pipeline.home import profile_store
 
         store = profile_store()
-        if server or not any(store.glob("*.pt")):
+        if server or not any(store.glob(f"*{PROFILE_SUFFIX}")):
             return None
         path = store
     elif server:
