@@ -17,6 +17,8 @@ import typer
 from rich.console import Console
 
 from benchmarks.common import console, write_json
+from benchmarks.replay_bound import LABEL as BOUND
+from benchmarks.replay_bound import query_top_b
 from benchmarks.replay_data import Conversation, default_traces, load_conversation
 from benchmarks.replay_report import curves, plot, summarize, summary_table, target_rows, target_table
 from benchmarks.replay_run import Spec, budget_tokens, compare, reference, session_for
@@ -40,6 +42,7 @@ class ReplayConfig:
     seeds: int = 1  # cache seeds per spec (reservoir selectors draw differently per seed)
     traces: list[Path] = field(default_factory=list)  # conversation files
     profile: Path | None = None  # memory profile every replayed session gets (runs labelled SPEC+profile)
+    bound: bool = False  # also replay the query-specific bound at every budget (benchmarks.replay_bound)
 
 
 def parse_spec(text: str) -> Spec:
@@ -125,6 +128,15 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
                     result["runs"].append(run_ | {"turns": [t.to_dict() for t in turns]})
                     if on_progress is not None:  # a stopped run keeps every finished replay
                         on_progress(result)
+            if cfg.bound:
+                t1 = time.perf_counter()
+                with query_top_b(model, tokens):
+                    turns = compare(session_for(model, tokenizer, Spec("full"), None, 0), p, ref)
+                run_ = {"spec": BOUND, "budget": budget, "budget_tokens": tokens, "seed": 0}
+                run_ |= {"conversation": conv.name, "seconds": time.perf_counter() - t1}
+                result["runs"].append(run_ | {"turns": [t.to_dict() for t in turns]})
+                if on_progress is not None:
+                    on_progress(result)
         console.print(f"{conv.name}: {p.tokens} tokens, {replies} replies, {time.perf_counter() - t0:.0f}s")
     return result
 
@@ -163,6 +175,9 @@ def replay_cmd(
     profile: Annotated[
         Path | None, typer.Option(help="memory profile (nexus-agent calibrate) for every replayed session")
     ] = None,
+    bound: Annotated[
+        bool, typer.Option(help=f"also replay the query-specific bound ({BOUND}): a ceiling for every memory")
+    ] = False,
     quick: Annotated[bool, typer.Option(help="1 conversation, 3072 tokens, 3 specs, budget 0.5")] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
     plot_out: Annotated[Path | None, typer.Option("--plot", help="write the PNG plot")] = None,
@@ -182,7 +197,7 @@ def replay_cmd(
         spec_list, budget_list = specs and spec_list or list(QUICK["specs"]), list(QUICK["budgets"])
     files = files[:limit] if limit else files
     specs_ = tuple(parse_spec(s) for s in spec_list)
-    cfg = ReplayConfig(specs_, tuple(budget_list), max_tokens, seeds, files, profile)
+    cfg = ReplayConfig(specs_, tuple(budget_list), max_tokens, seeds, files, profile, bound)
     if profile is not None:
         from kvstore.profile import MemoryProfile
 
@@ -190,7 +205,7 @@ def replay_cmd(
     m, tok, info = load_model(model, dtype=dtype)
     cfg_info = {"model": model, "dtype": info.dtype, "specs": [run_label(s, profile is not None) for s in spec_list]}
     cfg_info["budgets"] = budget_list
-    cfg_info |= {"max_tokens": max_tokens, "seeds": seeds, "traces": [str(f) for f in files]}
+    cfg_info |= {"max_tokens": max_tokens, "seeds": seeds, "traces": [str(f) for f in files], "bound": bound}
 
     def checkpoint(result: dict) -> None:  # a stopped run keeps the replays it finished
         write_json(json_out, result | {"config": cfg_info, "partial": True})

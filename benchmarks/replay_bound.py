@@ -1,0 +1,72 @@
+"""The query-specific bound of `bench replay --bound`: how close to the full cache any eviction at a budget could
+come, at best.
+
+An evicting cache with a budget of B tokens per layer lets every query of a forward attend to at most B tokens of
+the past (what the cache held before that forward) plus the forward's own tokens. The bound gives each query head of
+each query its *own* best B tokens of the past, the B with the highest attention scores on the full cache, plus the
+forward's own tokens (causal). No eviction can do that: an evicting cache keeps one set for all queries of a kv head,
+and has to choose it before the queries exist. The bound's fidelity is therefore a ceiling for every memory at that
+budget, up to two approximations: the most-attended keys are not always the set with the least effect on the output,
+and an evicting layer may hold up to one block more than its budget between forwards.
+
+It runs on the full cache with the model's sdpa attention swapped for a masked one while the bound is replayed
+(`query_top_b`), so the queries see exactly the held keys of a full-cache replay, masked per row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from transformers import AttentionInterface
+
+from kvstore.errors import KVStoreError
+
+LABEL = "bound:query-top-B"  # the bound's name in tables and JSON
+IMPL = "sdpa"  # the attention implementation the bound masks
+
+
+def top_b_mask(
+    query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, budget: int, scaling: float
+) -> torch.Tensor:
+    """Boolean mask [B, Hq, q, kv]: per query head and query row, the `budget` past keys with the highest scores
+    and every new key up to the query (causal). query [B, Hq, q, D]; key [B, Hkv, kv, D]; mask: the mask the model
+    passed (boolean, or additive with 0 for allowed), or None for plain causal attention."""
+    bsz, hq, q, _ = query.shape
+    kv = key.shape[-2]
+    past = kv - q
+    j = torch.arange(kv, device=query.device)
+    i = torch.arange(q, device=query.device)
+    allowed = (j[None, :] <= past + i[:, None])[None, None].expand(bsz, hq, q, kv)
+    if mask is not None:
+        allowed = allowed & (mask if mask.dtype == torch.bool else mask == 0)
+    allowed = allowed.clone()
+    if past <= budget:
+        return allowed
+    keys = key[:, :, :past].repeat_interleave(hq // key.shape[1], dim=1)  # [B, Hq, past, D]
+    scores = torch.matmul(query.float(), keys.float().transpose(-1, -2)) * scaling  # [B, Hq, q, past]
+    scores = scores.masked_fill(~allowed[..., :past], float("-inf"))
+    keep = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, scores.topk(budget, dim=-1).indices, True)
+    allowed[..., :past] &= keep
+    return allowed
+
+
+@contextmanager
+def query_top_b(model: torch.nn.Module, budget: int) -> Iterator[None]:
+    """While inside, every sdpa attention call masks each query row to its top-`budget` past keys (top_b_mask)."""
+    impl = model.config._attn_implementation.removeprefix("nexus_")
+    if impl != IMPL:
+        raise KVStoreError(f"the query-specific bound needs sdpa attention, not {impl!r}")
+    base = AttentionInterface._global_mapping[IMPL]
+
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        scaling = kwargs.get("scaling") or query.shape[-1] ** -0.5
+        allowed = top_b_mask(query, key, attention_mask, budget, scaling)
+        return base(module, query, key, value, allowed, **kwargs)
+
+    AttentionInterface._global_mapping[IMPL] = attention
+    try:
+        yield
+    finally:
+        AttentionInterface._global_mapping[IMPL] = base
