@@ -125,12 +125,15 @@ class RunConfig:
             return "nexus-agent__replay"
         if served is not None and "policy" in served:
             model, policy, budget, protocol = (served[k] for k in ("model", "policy", "budget", "protocol"))
-            protect = served.get("protect", "none")
+            protect, profile = served.get("protect", "none"), served.get("memory_profile")
         elif served is not None:  # another OpenAI-compatible server: only its model id is known
             return f"nexus-agent__{_safe(served['id'])}__server"
         else:
             model, policy, budget, protocol, protect = self.model, self.policy, self.budget, self.protocol, self.protect
+            profile = self.profile
         suffix = "" if protect == "none" else f"-protect-{protect}"  # unprotected labels stay as they were
+        if profile is not None:  # a profile file by its stem, a profile folder by its name
+            suffix += f"-profile-{Path(profile).stem}"
         return f"nexus-agent__{_safe(model)}__{policy}-{budget}-{protocol}{suffix}"
 
 

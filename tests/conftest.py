@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
+import tempfile
 
 import pytest
 
@@ -12,6 +14,11 @@ import pytest
 # the kernel tests can use, so it is chosen before any test module loads.
 if shutil.which("nvidia-smi") is None:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# The tests never read or write the user's own data folder (chat sessions, the memory-profile store): a profile
+# stored there would change every run's memory and its labels. Tests that need a store set their own.
+os.environ["NEXUS_AGENT_HOME"] = tempfile.mkdtemp(prefix="nexus-agent-home-")
+atexit.register(shutil.rmtree, os.environ["NEXUS_AGENT_HOME"], True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -157,6 +157,10 @@ def test_the_memory_profile_option_resolves_auto_none_and_paths(tmp_path: Path, 
     assert resolve_profile("auto", server=True) is None  # a server applies its own
     assert resolve_profile("none") is None and RunConfig(profile="none").profile is None
     assert resolve_profile(str(profile_file)) == profile_file.resolve()
+    # the predictions' label names the profile (a file by its stem, the store by its folder); none: as before
+    assert RunConfig().model_label().endswith("true-eviction-profile-profiles")
+    assert RunConfig(profile=str(profile_file)).model_label().endswith(f"-profile-{profile_file.stem}")
+    assert RunConfig(profile="none").model_label().endswith("-true-eviction")
     with pytest.raises(RunError, match="no such file or directory"):
         resolve_profile(str(tmp_path / "missing.pt"))
     with pytest.raises(RunError, match="needs the model in this process"):
