@@ -60,7 +60,16 @@ def test_split_runs_merge_and_different_settings_are_refused(tmp_path: Path) -> 
     )
     result, info = merge([a, b, d])
     assert [c["name"] for c in result["conversations"]] == ["c1", "c2"] and len(result["runs"]) == 3
-    assert info["specs"] == ["h2o", "nexus-agent"] and info["traces"] == ["t1", "t2"]
+    assert info["specs"] == ["h2o", "nexus-agent"] and info["traces"] == ["t1", "t2"] and info["bound"] is False
+    e = tmp_path / "e.json"  # the query-specific bound replayed later joins too, and the result says it has it
+    e.write_text(
+        json.dumps(
+            {"conversations": [{"name": "c1"}], "runs": [_run("bound:query-top-B", 0.25, 0.01, 10)], "failed": []}
+            | {"config": config | {"specs": [], "traces": ["t1"], "bound": True}}
+        )
+    )
+    result, info = merge([a, e])
+    assert len(result["runs"]) == 2 and info["bound"] is True
 
 
 def test_spec_options_keep_their_types() -> None:
