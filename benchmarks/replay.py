@@ -18,7 +18,7 @@ from rich.console import Console
 
 from benchmarks.common import console, write_json
 from benchmarks.replay_bound import LABEL as BOUND
-from benchmarks.replay_bound import query_top_b
+from benchmarks.replay_bound import check_model, query_top_b
 from benchmarks.replay_data import Conversation, default_traces, load_conversation
 from benchmarks.replay_report import curves, plot, summarize, summary_table, target_rows, target_table
 from benchmarks.replay_run import Spec, budget_tokens, compare, reference, session_for
@@ -203,6 +203,8 @@ def replay_cmd(
 
         MemoryProfile.load(profile)  # a missing or corrupt file fails here, before any replay
     m, tok, info = load_model(model, dtype=dtype)
+    if bound:
+        check_model(m)  # before any replay, not after the policies' runs
     cfg_info = {"model": model, "dtype": info.dtype, "specs": [run_label(s, profile is not None) for s in spec_list]}
     cfg_info["budgets"] = budget_list
     cfg_info |= {"max_tokens": max_tokens, "seeds": seeds, "traces": [str(f) for f in files], "bound": bound}

@@ -52,12 +52,17 @@ def top_b_mask(
     return allowed
 
 
+def check_model(model: torch.nn.Module) -> None:
+    """KVStoreError unless the model runs sdpa attention, the one implementation the bound masks."""
+    impl = model.config._attn_implementation.removeprefix("nexus_")
+    if impl != IMPL:
+        raise KVStoreError(f"the query-specific bound (--bound) needs sdpa attention, not {impl!r}")
+
+
 @contextmanager
 def query_top_b(model: torch.nn.Module, budget: int) -> Iterator[None]:
     """While inside, every sdpa attention call masks each query row to its top-`budget` past keys (top_b_mask)."""
-    impl = model.config._attn_implementation.removeprefix("nexus_")
-    if impl != IMPL:
-        raise KVStoreError(f"the query-specific bound needs sdpa attention, not {impl!r}")
+    check_model(model)
     base = AttentionInterface._global_mapping[IMPL]
 
     def attention(module, query, key, value, attention_mask, **kwargs):
