@@ -21,6 +21,7 @@ from contextlib import contextmanager
 import torch
 from transformers import AttentionInterface
 
+from kvstore.capture import causal_mask
 from kvstore.errors import KVStoreError
 
 LABEL = "bound:query-top-B"  # the bound's name in tables and JSON
@@ -36,9 +37,7 @@ def top_b_mask(
     bsz, hq, q, _ = query.shape
     kv = key.shape[-2]
     past = kv - q
-    j = torch.arange(kv, device=query.device)
-    i = torch.arange(q, device=query.device)
-    allowed = (j[None, :] <= past + i[:, None])[None, None].expand(bsz, hq, q, kv)
+    allowed = causal_mask(q, kv, query.device).expand(bsz, hq, q, kv)
     if mask is not None:
         allowed = allowed & (mask if mask.dtype == torch.bool else mask == 0)
     allowed = allowed.clone()

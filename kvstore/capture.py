@@ -44,6 +44,14 @@ def _base_function(impl: str, module: torch.nn.Module):
     return AttentionInterface._global_mapping[impl]
 
 
+def causal_mask(q: int, kv: int, device: torch.device) -> torch.Tensor:
+    """The mask sdpa implies for q new queries after kv - q held keys: [1, 1, q, kv] bool, every held key and the
+    new keys up to each query."""
+    j = torch.arange(kv, device=device)
+    i = torch.arange(q, device=device)
+    return (j[None, :] <= kv - q + i[:, None])[None, None]
+
+
 def _align_mask(mask: torch.Tensor | None, kv_len: int) -> torch.Tensor | None:
     """Keep the right-most kv_len columns: the cache reports the largest held length over layers, and a layer
     holding fewer keys must keep the causal block of the new tokens aligned to the right edge."""

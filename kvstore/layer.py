@@ -79,10 +79,8 @@ class EvictingLayer(DynamicLayer):
         bsz, hq, q, _ = query.shape
         kv = self.valid.shape[-1]
         allowed = self.valid.repeat_interleave(hq // self.valid.shape[1], dim=1)[:, :, None, :]  # [B, Hq, 1, kv]
-        if mask is None:  # build the causal mask sdpa would have implied: held keys are past, new ones causal
-            j = torch.arange(kv, device=query.device)
-            i = torch.arange(q, device=query.device)
-            mask = (j[None, :] <= kv - q + i[:, None])[None, None]
+        if mask is None:  # the causal mask sdpa would have implied: held keys are past, new ones causal
+            mask = capture.causal_mask(q, kv, query.device)
         if mask.dtype == torch.bool:
             return mask & allowed
         return mask.masked_fill(~allowed, torch.finfo(mask.dtype).min)
