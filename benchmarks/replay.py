@@ -19,7 +19,7 @@ from rich.console import Console
 from benchmarks.common import console, write_json
 from benchmarks.replay_bound import LABEL as BOUND
 from benchmarks.replay_bound import check_model, query_top_b
-from benchmarks.replay_data import Conversation, default_traces, load_conversation
+from benchmarks.replay_data import Conversation, conversation_files, default_traces, load_conversation
 from benchmarks.replay_report import curves, plot, summarize, summary_table, target_rows, target_table
 from benchmarks.replay_run import Spec, budget_tokens, compare, reference, session_for
 from kvstore import POLICIES, CacheConfig
@@ -163,7 +163,9 @@ def finish(result: dict, cfg_info: dict, json_path: Path | None, plot_path: Path
 
 
 def replay_cmd(
-    traces: Annotated[list[Path] | None, typer.Argument(help="conversation files (.traj.json / .jsonl)")] = None,
+    traces: Annotated[
+        list[Path] | None, typer.Argument(help="conversation files (.traj.json / .jsonl) or folders of them")
+    ] = None,
     model: Annotated[str, typer.Option(help="model registry name / HF id / local directory")] = "smollm2-135m",
     specs: Annotated[str | None, typer.Option(help="';'-separated 'nexus;nexus@window=64,protect=system'")] = None,
     budgets: Annotated[str, typer.Option(help="shares of the replayed length or tokens, comma-separated")] = "0.25,0.5",
@@ -187,7 +189,7 @@ def replay_cmd(
     from kvstore.models import load_model
 
     torch.set_num_threads(threads)
-    files = list(traces or default_traces())
+    files = conversation_files(traces) if traces else default_traces()
     if not files:
         raise KVStoreError("no conversations: give files, or set NEXUS_SHARED_DATA to the shared data folder")
     spec_list = [s for s in (specs or "").split(";") if s.strip()] or [p for p in POLICIES if p != "full"]

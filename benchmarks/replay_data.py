@@ -42,6 +42,27 @@ def default_traces() -> list[Path]:
     return sorted((root / TRACES_DIR).glob("*.traj.json")) if root else []
 
 
+def conversation_files(paths: list[Path]) -> list[Path]:
+    """Each path as conversation files: a file stays itself; a folder gives every conversation under it, sorted:
+    mini-swe-agent `*.traj.json` files and the `trajectory.jsonl` of each solve / eval / chat run folder (an eval's
+    --out, a folder of runs, the chat sessions folder). Links are not followed. A folder without any is an error."""
+    files: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            files.append(path)
+            continue
+        found = sorted(
+            Path(root) / name
+            for root, _dirs, names in os.walk(path)  # does not descend into linked folders
+            for name in names
+            if (name == TRAJECTORY or name.endswith(".traj.json")) and not os.path.islink(os.path.join(root, name))
+        )
+        if not found:
+            raise KVStoreError(f"{path}: no conversations in this folder (no *.traj.json or {TRAJECTORY} under it)")
+        files += found
+    return files
+
+
 def load_conversation(path: Path) -> Conversation:
     """A `.traj.json` (mini-swe-agent) or `.jsonl` (this project's trajectory) file as a conversation."""
     if not path.is_file():

@@ -11,7 +11,13 @@ from kvstore.defaults import DEFAULT_MODEL
 
 
 def calibrate_cmd(
-    traces: Annotated[list[Path], typer.Argument(help="recorded conversations (.traj.json / .jsonl), two or more")],
+    traces: Annotated[
+        list[Path],
+        typer.Argument(
+            help="recorded conversations (.traj.json / .jsonl), two or more, or folders of them: an eval's --out, "
+            "solve runs, the chat sessions folder"
+        ),
+    ],
     out: Annotated[
         Path | None,
         typer.Option("--out", "-o", help="profile file to write (default: into the profile store, used automatically)"),
@@ -33,14 +39,15 @@ def calibrate_cmd(
     import torch
     from rich.console import Console
 
-    from benchmarks.replay_data import load_conversation
+    from benchmarks.replay_data import conversation_files, load_conversation
     from kvstore.calibrate import calibrate
     from kvstore.models import load_model
 
     console = Console(stderr=True)
     if threads:
         torch.set_num_threads(threads)
-    conversations = [load_conversation(p) for p in traces]  # a bad file fails here, before the model loads
+    files = conversation_files(traces)
+    conversations = [load_conversation(p) for p in files]  # a bad file fails here, before the model loads
     m, tok, _ = load_model(model, dtype=dtype)
 
     def progress(done: int, total: int) -> None:

@@ -13,8 +13,9 @@ from sessionlib import save_tiny_chat_model
 from typer.testing import CliRunner
 
 from agent.parsing import parse_call
-from benchmarks.replay_data import TRACES_DIR, load_conversation, shared_data_dir
+from benchmarks.replay_data import TRACES_DIR, conversation_files, load_conversation, shared_data_dir
 from cli.app import app
+from kvstore.errors import KVStoreError
 
 TRAJECTORY = GOLD_DIR / "nexus-demo__invoicer-1.gold.jsonl"
 MINI_SWE = {
@@ -52,6 +53,43 @@ def test_a_run_folders_trajectory_is_named_after_its_folder(tmp_path: Path) -> N
         (tmp_path / run / "trajectory.jsonl").write_bytes(gold.read_bytes())
     names = [load_conversation(tmp_path / run / "trajectory.jsonl").name for run in ("run-a", "run-b")]
     assert names == ["run-a", "run-b"] and load_conversation(gold).name == "nexus-demo__pagekit-1.gold"
+
+
+def _eval_folder(out: Path, *names: str) -> Path:
+    """An eval --out folder as `nexus-agent eval` leaves it: one run folder per task beside the batch's files."""
+    for name in names:
+        (out / f"nexus-demo__{name}").mkdir(parents=True)
+        gold = GOLD_DIR / f"nexus-demo__{name}.gold.jsonl"
+        (out / f"nexus-demo__{name}" / "trajectory.jsonl").write_bytes(gold.read_bytes())
+        (out / f"nexus-demo__{name}" / "report.json").write_text("{}")
+    (out / "predictions.jsonl").write_text('{"instance_id": "x"}\n')  # JSON lines, but not a conversation
+    (out / "summary.json").write_text("{}")
+    return out
+
+
+def test_a_folder_gives_the_conversations_under_it(tmp_path: Path) -> None:
+    out = _eval_folder(tmp_path / "eval", "iniconf-1", "csvkit-lite-1")
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "demo__demo-1.traj.json").write_text(json.dumps(MINI_SWE))
+    (tmp_path / "traces" / "notes.json").write_text("{}")
+    files = conversation_files([out, tmp_path / "traces", TRAJECTORY])
+    assert files == [
+        out / "nexus-demo__csvkit-lite-1" / "trajectory.jsonl",  # sorted within a folder
+        out / "nexus-demo__iniconf-1" / "trajectory.jsonl",
+        tmp_path / "traces" / "demo__demo-1.traj.json",
+        TRAJECTORY,  # a file stays itself, in its place
+    ]
+    assert [load_conversation(f).name for f in files[:2]] == ["nexus-demo__csvkit-lite-1", "nexus-demo__iniconf-1"]
+
+
+def test_a_folder_does_not_follow_links_and_must_hold_a_conversation(tmp_path: Path) -> None:
+    outside = _eval_folder(tmp_path / "elsewhere", "iniconf-1")
+    runs = tmp_path / "runs"
+    (runs / "linked").mkdir(parents=True)
+    (runs / "linked" / "trajectory.jsonl").symlink_to(outside / "nexus-demo__iniconf-1" / "trajectory.jsonl")
+    (runs / "folder").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(KVStoreError, match=r"runs: no conversations in this folder"):
+        conversation_files([runs])
 
 
 def test_every_recorded_call_of_a_real_trace_parses() -> None:
@@ -98,8 +136,9 @@ def test_bench_replay_compares_each_memory_with_the_full_cache(tmp_path: Path) -
 def test_calibrate_writes_a_profile_that_bench_replay_uses(tmp_path: Path) -> None:
     model = save_tiny_chat_model(tmp_path / "model")
     profile = tmp_path / "profile.pt"
-    sources = [str(GOLD_DIR / f"nexus-demo__{name}.gold.jsonl") for name in ("csvkit-lite-1", "iniconf-1")]
-    args = ["calibrate", *sources, "--model", str(model), "--dtype", "fp32", "--max-tokens", "2600", "-o", str(profile)]
+    runs = _eval_folder(tmp_path / "eval", "csvkit-lite-1", "iniconf-1")  # an eval's --out: its runs calibrate
+    args = ["calibrate", str(runs), "--model", str(model), "--dtype", "fp32", "--max-tokens", "2600"]
+    args += ["-o", str(profile)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "template tokens from 2 conversations" in result.output.replace("\n", " ")
