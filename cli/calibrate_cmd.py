@@ -50,8 +50,12 @@ def calibrate_cmd(
     conversations = [load_conversation(p) for p in files]  # a bad file fails here, before the model loads
     m, tok, _ = load_model(model, dtype=dtype)
 
-    def progress(done: int, total: int) -> None:
-        console.print(f"calibrated {done}/{total}: {conversations[done - 1].name}")
+    def progress(done: int, total: int, used: bool) -> None:
+        name = conversations[done - 1].name
+        if used:
+            console.print(f"calibrated {done}/{total}: {name}")
+        else:
+            console.print(f"left out {done}/{total}: {name} (no opening and reply inside the replayed tokens)")
 
     meta = {"model": model, "sources": [c.name for c in conversations]}
     with torch.inference_mode():

@@ -45,11 +45,12 @@ def calibrate(
     tokenizer,
     conversations: list[list[dict]],
     max_tokens: int | None = None,
-    on_progress: Callable[[int, int], None] | None = None,
+    on_progress: Callable[[int, int, bool], None] | None = None,
     meta: dict | None = None,
 ) -> MemoryProfile:
     """A profile from recorded conversations (each a list of {role, content} messages; at least two, sharing the
-    text of their openings). Each is replayed up to `max_tokens` (default: the model's positions)."""
+    text of their openings). Each is replayed up to `max_tokens` (default: the model's positions); one without an
+    opening and a reply inside that is left out. `on_progress(done, total, used)` after each."""
     renderer = ChatRenderer(tokenizer)
     limit = min(max_tokens or 10**9, int(model.config.max_position_embeddings))
     identity = model_identity(model)
@@ -64,7 +65,7 @@ def calibrate(
             openings.append(p.opening_ids)
             weights.append(rec.sums[..., : len(p.opening_ids)])
         if on_progress is not None:
-            on_progress(i + 1, len(conversations))
+            on_progress(i + 1, len(conversations), p is not None)
     if len(openings) < 2:
         raise KVStoreError(
             f"calibration needs at least two conversations with an opening and a reply inside {limit} tokens; "

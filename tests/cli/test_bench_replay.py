@@ -137,11 +137,16 @@ def test_calibrate_writes_a_profile_that_bench_replay_uses(tmp_path: Path) -> No
     model = save_tiny_chat_model(tmp_path / "model")
     profile = tmp_path / "profile.pt"
     runs = _eval_folder(tmp_path / "eval", "csvkit-lite-1", "iniconf-1")  # an eval's --out: its runs calibrate
+    failed = runs / "nexus-demo__pagekit-1"  # a task that stopped before its first reply
+    failed.mkdir()
+    header = (GOLD_DIR / "nexus-demo__pagekit-1.gold.jsonl").read_text().splitlines()[0]
+    (failed / "trajectory.jsonl").write_text(header + "\n")
     args = ["calibrate", str(runs), "--model", str(model), "--dtype", "fp32", "--max-tokens", "2600"]
     args += ["-o", str(profile)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "template tokens from 2 conversations" in result.output.replace("\n", " ")
+    assert "left out 3/3: nexus-demo__pagekit-1" in result.output
     out = tmp_path / "replay.json"
     args = ["bench", "replay", str(TRAJECTORY), "--model", str(model), "--dtype", "fp32", "--max-tokens", "2600"]
     args += ["--specs", "nexus-agent", "--budgets", "0.5", "--profile", str(profile), "--json", str(out)]
