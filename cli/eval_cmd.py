@@ -15,6 +15,7 @@ from pipeline.config import RunConfig
 @run_options(
     "dataset", "workers", "model", "policy", "budget", "protocol", "protect", "profile", "sandbox", "max_steps", "seed",
     "temperature", "threads", "max_new_tokens", "replay_dir", "command_timeout", "test_timeout", "repo_cache", "server",
+    "warmup",
 )  # fmt: skip
 def eval_cmd(
     cfg: RunConfig,
@@ -44,6 +45,7 @@ def run_eval(
     from pipeline import eval_files as ef
     from pipeline.config import RunError
     from pipeline.executors import Job
+    from pipeline.warmup import check, stages
     from swe_env.sandbox.owners import sweep
     from tasks import load_tasks
 
@@ -53,18 +55,20 @@ def run_eval(
     if not tasks:
         raise RunError("no tasks selected")
     _preflight(cfg, tasks)
+    check(cfg, out, tasks)
     sweep()  # what a batch killed earlier left behind (temp folders, containers)
     ef.claim_out_dir(out, cfg, _served(cfg))
     todo = [t for t in tasks if not _finished(ef.read_report(out, t.instance_id), retry_errors)]
     console = Console()
     console.print(f"eval: {len(tasks)} tasks, {len(tasks) - len(todo)} already finished, {len(todo)} to run -> {out}")
     start = time.monotonic()
-    jobs = [Job(t, cfg, ef.task_dir(out, t.instance_id)) for t in todo]
     try:
         with EvalView(console, len(tasks), len(tasks) - len(todo)) as view:
-            for _job, report in _execute(jobs, workers, executor, ray_address, view.event):
-                view.finished_one(report)
-                ef.write_outputs(out, tasks, time.monotonic() - start)
+            for stage in stages(cfg, out, tasks, todo, console.print):  # --warmup: calibrating between two stages
+                jobs = [Job(t, c, ef.task_dir(out, t.instance_id)) for c, t in stage]
+                for _job, report in _execute(jobs, workers, executor, ray_address, view.event):
+                    view.finished_one(report)
+                    ef.write_outputs(out, tasks, time.monotonic() - start)
     finally:  # Ctrl-C included: the files describe exactly the finished tasks
         summary = ef.write_outputs(out, tasks, time.monotonic() - start)
     _print_summary(console, summary, out)

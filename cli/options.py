@@ -58,6 +58,14 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
             "--repo-cache", help="Dir of repo mirrors (owner__name) or git bundles (default: $NEXUS_REPO_CACHE)."
         ),
     ),
+    "warmup": (
+        int,
+        typer.Option(
+            "--warmup",
+            help="Learn a memory profile from the first N tasks (run without one, then calibrated); the other tasks "
+            "use it. 0: off.",
+        ),
+    ),
     "server": (str | None, typer.Option("--server", help="URL of a `nexus-agent serve` (…/v1) all workers share.")),
 }
 

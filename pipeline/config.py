@@ -91,6 +91,8 @@ class RunConfig:
     repo_cache: Path | None = None  # dir of repo mirrors (owner__name) or git bundles; None: $NEXUS_REPO_CACHE
     server: str | None = None  # base URL (…/v1) of a running `nexus-agent serve`: the model runs there, shared by
     # every worker (its policy, budget and protocol are the server's); None: load the model in this process
+    warmup: int = 0  # eval: the first N tasks run without a memory profile, the others with one calibrated from
+    # their conversations (pipeline.warmup); 0: off
 
     def __post_init__(self) -> None:
         if isinstance(self.budget, str):
@@ -101,6 +103,8 @@ class RunConfig:
                 raise RunError(f"{name.replace('_', '-')} must be at least 1, got {value}")
         if self.server is not None and self.replaying:
             raise RunError("--server and --replay/--replay-dir exclude each other (a replay runs no model)")
+        if self.warmup:
+            self._check_warmup()
         self.profile = resolve_profile(self.profile, server=self.server is not None)  # before any task starts
         if self.protect not in PROTECT_MODES:
             raise RunError(f"--protect {self.protect!r}: use one of {', '.join(PROTECT_MODES)}")
@@ -108,6 +112,17 @@ class RunConfig:
             raise RunError(f"workers must be at least 1, got {self.workers}")
         if self.temperature < 0 or self.command_timeout <= 0 or self.test_timeout <= 0:
             raise RunError("temperature must be >= 0 and the timeouts > 0")
+
+    def _check_warmup(self) -> None:
+        """--warmup learns the run's profile with the model in this process; the warm-up tasks run without one."""
+        if self.warmup < 2:
+            raise RunError(f"--warmup needs at least 2 tasks to calibrate from (0: off), got {self.warmup}")
+        if self.server is not None or self.replaying:
+            raise RunError("--warmup calibrates with the model in this process: it excludes --server and --replay-dir")
+        if isinstance(self.profile, str):  # as given; the learned profile comes as a Path (pipeline.warmup)
+            if self.profile != AUTO_PROFILE:
+                raise RunError("--warmup learns this run's memory profile: leave --memory-profile at auto")
+            self.profile = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
@@ -132,7 +147,9 @@ class RunConfig:
             model, policy, budget, protocol, protect = self.model, self.policy, self.budget, self.protocol, self.protect
             profile = self.profile
         suffix = "" if protect == "none" else f"-protect-{protect}"  # unprotected labels stay as they were
-        if profile is not None:  # a profile file by its stem, a profile folder by its name
+        if self.warmup and served is None:  # every task of the batch, before and after its profile was learned
+            suffix += f"-warmup{self.warmup}"
+        elif profile is not None:  # a profile file by its stem, a profile folder by its name
             suffix += f"-profile-{Path(profile).stem}"
         return f"nexus-agent__{_safe(model)}__{policy}-{budget}-{protocol}{suffix}"
 

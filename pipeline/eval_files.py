@@ -18,9 +18,10 @@ from tasks.schema import Task
 RUN_FILE, PREDICTIONS, SUMMARY = "run.json", "predictions.jsonl", "summary.json"
 _RESULT_FIELDS = (
     "model", "policy", "budget", "protocol", "protect", "profile", "seed", "temperature", "max_new_tokens", "max_steps",
+    "warmup",
 )  # fmt: skip
 # the value a field stands for in a run.json written before the field existed
-_OLDER_RUNS = {"protect": "none", "profile": None}
+_OLDER_RUNS = {"protect": "none", "profile": None, "warmup": 0}
 
 
 def select(tasks: list[Task], instances: str | None, slice_: str | None) -> list[Task]:
