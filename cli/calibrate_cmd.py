@@ -26,6 +26,10 @@ def calibrate_cmd(
     max_tokens: Annotated[
         int | None, typer.Option(help="tokens replayed per conversation (default: the model's positions)")
     ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(help="calibrate on the first N conversations (default: all; two were enough in bench replay)"),
+    ] = None,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's)")] = None,
     dtype: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp32 (default: the machine's choice)")] = None,
 ) -> None:
@@ -35,7 +39,7 @@ def calibrate_cmd(
     By default it goes into the profile store ($NEXUS_AGENT_HOME/profiles), where solve, eval, chat and serve find
     it for every session of this model whose opening carries the same template (--memory-profile auto); calibrating
     the same agent and model again replaces it. With --out it is written there only, for --memory-profile FILE and
-    bench replay --profile FILE."""
+    bench replay --profile FILE. Two conversations make as good a profile as twelve (docs/memory.md)."""
     import torch
     from rich.console import Console
 
@@ -44,9 +48,11 @@ def calibrate_cmd(
     from kvstore.models import load_model
 
     console = Console(stderr=True)
+    if limit is not None and limit < 2:
+        raise typer.BadParameter(f"--limit {limit}: a profile needs at least two conversations")
     if threads:
         torch.set_num_threads(threads)
-    files = conversation_files(traces)
+    files = conversation_files(traces)[:limit]
     conversations = [load_conversation(p) for p in files]  # a bad file fails here, before the model loads
     m, tok, _ = load_model(model, dtype=dtype)
 

@@ -143,6 +143,8 @@ def test_calibrate_writes_a_profile_that_bench_replay_uses(tmp_path: Path) -> No
     (failed / "trajectory.jsonl").write_text(header + "\n")
     args = ["calibrate", str(runs), "--model", str(model), "--dtype", "fp32", "--max-tokens", "2600"]
     args += ["-o", str(profile)]
+    result = CliRunner().invoke(app, [*args, "--limit", "1"])
+    assert result.exit_code != 0 and "at least two conversations" in result.output
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "template tokens from 2 conversations" in result.output.replace("\n", " ")
