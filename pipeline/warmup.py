@@ -91,6 +91,10 @@ def _calibrated_on(profile: Path) -> list[str]:
     """The instance ids a learned profile was calibrated on ([] when there is none yet)."""
     if not profile.is_file():
         return []
+    from kvstore.errors import KVStoreError
     from kvstore.profile import MemoryProfile
 
-    return [str(i) for i in MemoryProfile.load(profile).meta.get("warmup", [])]
+    try:
+        return [str(i) for i in MemoryProfile.load(profile).meta.get("warmup", [])]
+    except KVStoreError as e:
+        raise RunError(f"{e}; remove it and the batch calibrates its profile again from its warm-up tasks") from None

@@ -71,6 +71,10 @@ def test_stages_calibrate_once_between_the_warmup_tasks_and_the_rest(tmp_path: P
     ]
     assert list(warmup.stages(RunConfig(), out, TASKS, TASKS[:2], print)) == [[(RunConfig(), t) for t in TASKS[:2]]]
 
+    (out / warmup.WARMUP_PROFILE).write_bytes(b"not a profile")
+    with pytest.raises(RunError, match="remove it and the batch calibrates its profile again"):
+        next(warmup.stages(cfg, out, TASKS, TASKS, print))
+
 
 @pytest.mark.slow  # three one-step tasks of the tiny model and one calibration: ~60 s
 @pytest.mark.usefixtures("bwrap_installed")
