@@ -39,7 +39,8 @@ def calibrate_cmd(
     By default it goes into the profile store ($NEXUS_AGENT_HOME/profiles), where solve, eval, chat and serve find
     it for every session of this model whose opening carries the same template (--memory-profile auto); calibrating
     the same agent and model again replaces it. With --out it is written there only, for --memory-profile FILE and
-    bench replay --profile FILE. Two conversations make as good a profile as twelve (docs/memory.md)."""
+    bench replay --profile FILE. In bench replay two conversations made about as good a profile as twelve
+    (docs/memory.md)."""
     import torch
     from rich.console import Console
 

@@ -2,8 +2,8 @@
 
 The first N selected tasks run without a profile; once they have finished, their conversations are calibrated
 (kvstore.calibrate) into `<out>/memory-profile.pt`, and every other task's session uses it. In `bench replay` a
-profile calibrated on two conversations did as well as one calibrated on twelve (docs/memory.md), so a batch pays
-for its profile with two or three tasks run on the plain default memory.
+profile calibrated on two conversations did about as well as one calibrated on twelve (docs/memory.md), so a batch
+pays for its profile with two or three tasks run on the plain default memory.
 
 The profile records which tasks it was calibrated on, so a resumed batch keeps the same warm-up tasks whatever it
 selects, and never calibrates twice.
