@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 from clilib import GOLD_DIR, cli_env, nexus
 from profilelib import save_tiny_profile
+from typer.testing import CliRunner
+
+from cli.app import app
 
 TASK = "nexus-demo__pagekit-1"  # not one of the two calibration conversations
 pytestmark = pytest.mark.usefixtures("bwrap_installed")
@@ -61,3 +64,21 @@ def test_an_eval_folder_does_not_resume_with_another_profile(tmp_path: Path, mon
     del held["profile"]  # a run folder from before the option
     (out / RUN_FILE).write_text(json.dumps(held))
     claim_out_dir(out, RunConfig(profile="none"))
+
+
+def test_profiles_lists_the_store_and_names_a_damaged_file(tmp_path: Path) -> None:
+    env = {"NEXUS_AGENT_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
+    empty = CliRunner().invoke(app, ["profiles"], env=env)
+    assert empty.exit_code == 0 and "no memory profiles in" in empty.output and "nexus-agent calibrate" in empty.output
+    store = tmp_path / "home" / "profiles"
+    store.mkdir(parents=True)
+    save_tiny_profile(store / "agent.pt")
+    (store / "broken.pt").write_bytes(b"not a profile")
+    listed = CliRunner().invoke(app, ["profiles"], env=env)
+    assert listed.exit_code == 0, listed.output
+    assert "2 memory profiles in" in listed.output
+    row = next(line for line in listed.output.splitlines() if "agent.pt" in line)
+    assert "tiny" in row and "2 x 2" in row and " 3 " in row  # model, layers x kv heads, conversations
+    assert "damaged" in next(line for line in listed.output.splitlines() if "broken.pt" in line)
+    missing = CliRunner().invoke(app, ["profiles", str(tmp_path / "nowhere")], env=env)
+    assert missing.exit_code != 0 and "no such folder" in str(missing.exception)
