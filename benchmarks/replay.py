@@ -19,7 +19,7 @@ from rich.console import Console
 from benchmarks.common import console, write_json
 from benchmarks.replay_bound import LABEL as BOUND
 from benchmarks.replay_bound import check_model, query_top_b
-from benchmarks.replay_data import Conversation, conversation_files, default_traces, load_conversation
+from benchmarks.replay_data import default_traces
 from benchmarks.replay_report import curves, plot, summarize, summary_table, target_rows, target_table
 from benchmarks.replay_run import Spec, budget_tokens, compare, reference, session_for
 from kvstore import POLICIES, CacheConfig
@@ -27,6 +27,7 @@ from kvstore.chat import ChatRenderer
 from kvstore.defaults import DEFAULT_POLICY
 from kvstore.errors import KVStoreError
 from kvstore.teacher import plan
+from pipeline.conversations import Conversation, conversation_files, load_conversation
 
 # one conversation, its first ~3k tokens (the shared traces' openings are 2.1-4.2k tokens), three specs, one budget
 QUICK = {"traces": 1, "max_tokens": 3072, "budgets": (0.5,), "specs": ("streaming", "nexus", "nexus-agent")}

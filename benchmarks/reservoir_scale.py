@@ -15,9 +15,10 @@ import torch
 import typer
 
 from benchmarks.common import console, table, write_json
-from benchmarks.replay_data import default_traces, load_conversation
+from benchmarks.replay_data import default_traces
 from kvstore.scoring import nexus_weights, window_block_scores
 from kvstore.selection import select
+from pipeline.conversations import load_conversation
 
 
 def real_weights(model, tokenizer, messages: list[dict], tokens: int, block: int = 32) -> list[torch.Tensor]:

@@ -44,9 +44,9 @@ def calibrate_cmd(
     import torch
     from rich.console import Console
 
-    from benchmarks.replay_data import conversation_files, load_conversation
     from kvstore.calibrate import calibrate
     from kvstore.models import load_model
+    from pipeline.conversations import conversation_files, load_conversation
 
     console = Console(stderr=True)
     if limit is not None and limit < 2:

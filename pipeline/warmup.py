@@ -55,10 +55,10 @@ def calibrate_warmup(cfg: RunConfig, out: Path, warm: list[Task], dest: Path, sa
     an interrupted calibration leaves nothing and is redone on resume)."""
     import torch
 
-    from benchmarks.replay_data import load_conversation
     from kvstore.calibrate import calibrate
     from kvstore.errors import KVStoreError
     from pipeline.backends import set_threads
+    from pipeline.conversations import load_conversation
     from pipeline.eval_files import task_dir
 
     files = [task_dir(out, t.instance_id) / TRAJECTORY for t in warm]

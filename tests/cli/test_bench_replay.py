@@ -13,9 +13,10 @@ from sessionlib import save_tiny_chat_model
 from typer.testing import CliRunner
 
 from agent.parsing import parse_call
-from benchmarks.replay_data import TRACES_DIR, conversation_files, load_conversation, shared_data_dir
+from benchmarks.replay_data import TRACES_DIR, shared_data_dir
 from cli.app import app
 from kvstore.errors import KVStoreError
+from pipeline.conversations import conversation_files, load_conversation
 
 TRAJECTORY = GOLD_DIR / "nexus-demo__invoicer-1.gold.jsonl"
 MINI_SWE = {

@@ -1,0 +1,104 @@
+"""Recorded agent conversations as plain chat messages in this project's format: mini-swe-agent `.traj.json` files
+and this project's trajectory JSONL (solve / eval / chat runs). `nexus-agent calibrate`, `eval --warmup` and
+`bench replay` read them.
+
+A mini-swe-agent trace (OpenAI tool calls, `bash` tool) becomes the conversation this project's agent would have
+had: this project's system prompt (its tools and call format), the recorded task message, each assistant message
+with its tool calls written in the `<function=...>` call format, and each tool result as the next user message
+(the observation, as agent.loop sends it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvstore.errors import KVStoreError
+from pipeline.files import TRAJECTORY  # the file every solve / eval run folder holds
+
+
+@dataclass
+class Conversation:
+    """One recorded conversation."""
+
+    name: str  # the file's stem (instance id)
+    messages: list[dict[str, str]]  # role + content, roles system/user/assistant
+
+
+def conversation_files(paths: list[Path]) -> list[Path]:
+    """Each path as conversation files: a file stays itself; a folder gives every conversation under it, sorted:
+    mini-swe-agent `*.traj.json` files and the `trajectory.jsonl` of each solve / eval / chat run folder (an eval's
+    --out, a folder of runs, the chat sessions folder). Links are not followed. A folder without any is an error."""
+    files: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            files.append(path)
+            continue
+        found = sorted(
+            Path(root) / name
+            for root, _dirs, names in os.walk(path)  # does not descend into linked folders
+            for name in names
+            if (name == TRAJECTORY or name.endswith(".traj.json")) and not os.path.islink(os.path.join(root, name))
+        )
+        if not found:
+            raise KVStoreError(f"{path}: no conversations in this folder (no *.traj.json or {TRAJECTORY} under it)")
+        files += found
+    return files
+
+
+def load_conversation(path: Path) -> Conversation:
+    """A `.traj.json` (mini-swe-agent) or `.jsonl` (this project's trajectory) file as a conversation."""
+    if not path.is_file():
+        raise KVStoreError(f"no conversation file at {path}")
+    if path.suffix == ".jsonl":
+        from agent.trajectory import load_trajectory
+
+        messages = [_plain(m) for m in load_trajectory(path).messages()]
+        name = path.parent.resolve().name if path.name == TRAJECTORY else path.stem  # solve / eval: the run folder
+        return Conversation(name, [m for m in messages if m])
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise KVStoreError(f"{path}: not JSON ({e})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+        raise KVStoreError(f"{path}: not a mini-swe-agent trajectory (no 'messages' list)")
+    return Conversation(path.name.removesuffix(".traj.json"), mini_swe_messages(data["messages"]))
+
+
+def mini_swe_messages(raw: list[dict]) -> list[dict[str, str]]:
+    """mini-swe-agent messages in this project's format (see the module docstring)."""
+    from agent.prompts import system_prompt
+
+    out = [{"role": "system", "content": system_prompt()}]
+    for m in raw:
+        role, content = m.get("role"), m.get("content") or ""
+        if role == "user":
+            out.append({"role": "user", "content": content})
+        elif role == "tool":
+            out.append({"role": "user", "content": content})
+        elif role == "assistant":
+            calls = "".join(render_call(c) for c in m.get("tool_calls") or [])
+            out.append({"role": "assistant", "content": (content.strip() + calls).strip()})
+    return out
+
+
+def render_call(call: dict) -> str:
+    """One OpenAI tool call in the `<function=NAME>` format; mini-swe-agent's `bash` is execute_bash(cmd)."""
+    fn = call.get("function") or {}
+    try:
+        args = json.loads(fn.get("arguments") or "{}")
+    except json.JSONDecodeError:
+        args = {"cmd": fn.get("arguments", "")}
+    if fn.get("name") == "bash":
+        args = {"cmd": args.get("command", "")}
+    params = "".join(f"<parameter={k}>{v}</parameter>\n" for k, v in args.items())
+    return f"\n\n<function={'execute_bash' if fn.get('name') == 'bash' else fn.get('name')}>\n{params}</function>"
+
+
+def _plain(message: dict) -> dict[str, str] | None:
+    role = message.get("role")
+    if role not in ("system", "user", "assistant", "tool"):
+        return None
+    return {"role": "user" if role == "tool" else role, "content": str(message.get("content") or "")}
