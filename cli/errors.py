@@ -33,6 +33,10 @@ def run(app: typer.Typer) -> None:
     except KeyboardInterrupt:
         _err.print("[yellow]interrupted[/yellow]")
         sys.exit(130)
+    except SystemExit as exc:  # typer turns Ctrl-C inside a command into a silent exit 130
+        if exc.code == 130:
+            _err.print("[yellow]interrupted[/yellow]")
+        raise
     except user_error_types() as exc:
         message = " ".join(str(exc).split())  # one line, whatever the message holds; never wrapped by the console
         _err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)

@@ -61,7 +61,7 @@ def run_eval(
     todo = [t for t in tasks if not _finished(ef.read_report(out, t.instance_id), retry_errors)]
     console = Console()
     console.print(f"eval: {len(tasks)} tasks, {len(tasks) - len(todo)} already finished, {len(todo)} to run -> {out}")
-    start = time.monotonic()
+    start, stopped = time.monotonic(), False
     try:
         with EvalView(console, len(tasks), len(tasks) - len(todo)) as view:
             for stage in stages(cfg, out, tasks, todo, console.print):  # --warmup: calibrating between two stages
@@ -69,8 +69,17 @@ def run_eval(
                 for _job, report in _execute(jobs, workers, executor, ray_address, view.event):
                     view.finished_one(report)
                     ef.write_outputs(out, tasks, time.monotonic() - start)
+    except KeyboardInterrupt:
+        stopped = True
+        raise
     finally:  # Ctrl-C included: the files describe exactly the finished tasks
         summary = ef.write_outputs(out, tasks, time.monotonic() - start)
+        if stopped:
+            console.print(
+                f"stopped: {summary['finished']} of {summary['total']} tasks finished, their files complete in "
+                f"{out}; the same command resumes the rest",
+                highlight=False,
+            )
     _print_summary(console, summary, out)
     return summary
 

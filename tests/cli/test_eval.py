@@ -26,10 +26,10 @@ def _eval_args(out: Path, *extra: str, ids: list[str] = IDS) -> list[str]:
             "--out", str(out), *extra]  # fmt: skip
 
 
-def _start(out: Path, home: Path, ids: list[str] = IDS) -> subprocess.Popen:
+def _start(out: Path, home: Path, ids: list[str] = IDS, output=subprocess.DEVNULL) -> subprocess.Popen:
     cmd = [sys.executable, "-c", "from cli.app import main; main()", *_eval_args(out, ids=ids)]
     return subprocess.Popen(cmd, env=cli_env(home), cwd=home, start_new_session=True, preexec_fn=default_sigint,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                            stdout=output, stderr=subprocess.STDOUT, text=True)  # fmt: skip
 
 
 def _reports(out: Path) -> dict[str, Path]:
@@ -84,12 +84,16 @@ def test_resume_after_kill_redoes_nothing_and_loses_nothing(tmp_path: Path) -> N
 def test_ctrl_c_leaves_a_consistent_run(tmp_path: Path) -> None:
     out = tmp_path / "run"
     ids = sorted(p.name.removesuffix(".gold.jsonl") for p in GOLD_DIR.glob("*.gold.jsonl"))
-    proc = _start(out, tmp_path, ids)  # every recorded task: far more work left than the signal can take to arrive
-    _wait_for(lambda: any(out.glob("*/trajectory.jsonl")))
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
-    assert proc.wait(timeout=120) == 130
+    log = tmp_path / "eval.log"
+    with log.open("w") as output:  # every recorded task: far more work left than the signal can take to arrive
+        proc = _start(out, tmp_path, ids, output)
+        _wait_for(lambda: any(out.glob("*/trajectory.jsonl")))
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
+        assert proc.wait(timeout=120) == 130
     _check_outputs(out, set(_reports(out)), len(ids))
     assert len(_reports(out)) < len(ids)
+    said = " ".join(log.read_text().split())
+    assert f"stopped: {len(_reports(out))} of {len(ids)} tasks finished" in said and "interrupted" in said
 
 
 @pytest.mark.slow
