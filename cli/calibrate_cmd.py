@@ -44,9 +44,8 @@ def calibrate_cmd(
     import torch
     from rich.console import Console
 
-    from kvstore.calibrate import calibrate
     from kvstore.models import load_model
-    from pipeline.conversations import conversation_files, load_conversation
+    from pipeline.conversations import calibrate_recorded, conversation_files, load_conversation
 
     console = Console(stderr=True)
     if limit is not None and limit < 2:
@@ -56,17 +55,7 @@ def calibrate_cmd(
     files = conversation_files(traces)[:limit]
     conversations = [load_conversation(p) for p in files]  # a bad file fails here, before the model loads
     m, tok, _ = load_model(model, dtype=dtype)
-
-    def progress(done: int, total: int, used: bool) -> None:
-        name = conversations[done - 1].name
-        if used:
-            console.print(f"calibrated {done}/{total}: {name}")
-        else:
-            console.print(f"left out {done}/{total}: {name} (no opening and reply inside the replayed tokens)")
-
-    meta = {"model": model, "sources": [c.name for c in conversations]}
-    with torch.inference_mode():
-        profile = calibrate(m, tok, [c.messages for c in conversations], max_tokens, progress, meta)
+    profile = calibrate_recorded(m, tok, conversations, console.print, max_tokens, {"model": model})
     if out is None:
         from kvstore.profile import store_name
         from pipeline.home import profile_store
@@ -76,7 +65,4 @@ def calibrate_cmd(
     else:
         used = f"use it with --memory-profile {out}"
     profile.save(out)
-    console.print(
-        f"wrote {out}: {len(profile.prefix)} prefix + {len(profile.suffix)} suffix template tokens from "
-        f"{profile.conversations} conversations; {used}"
-    )
+    console.print(f"wrote {out}: {profile.summary}; {used}")

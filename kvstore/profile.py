@@ -51,6 +51,12 @@ class MemoryProfile:
     def template_tokens(self) -> int:
         return len(self.prefix) + len(self.suffix)
 
+    @property
+    def summary(self) -> str:
+        """What it holds, for people: "P prefix + S suffix template tokens from N conversations"."""
+        template = f"{len(self.prefix)} prefix + {len(self.suffix)} suffix template tokens"
+        return f"{template} from {self.conversations} conversations"
+
     def check_model(self, identity: dict[str, Any]) -> None:
         """Raise when the profile was calibrated on a model of another architecture."""
         key = self._mismatch(identity)

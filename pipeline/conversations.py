@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +66,32 @@ def load_conversation(path: Path) -> Conversation:
     if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
         raise KVStoreError(f"{path}: not a mini-swe-agent trajectory (no 'messages' list)")
     return Conversation(path.name.removesuffix(".traj.json"), mini_swe_messages(data["messages"]))
+
+
+def calibrate_recorded(
+    model,
+    tokenizer,
+    conversations: list[Conversation],
+    say: Callable[[str], None],
+    max_tokens: int | None = None,
+    meta: dict | None = None,
+):
+    """kvstore.calibrate over recorded conversations, saying of each whether it was calibrated or left out (no
+    opening and reply inside the replayed tokens); the profile's meta names them as its sources."""
+    import torch
+
+    from kvstore.calibrate import calibrate
+
+    def progress(done: int, total: int, used: bool) -> None:
+        name = conversations[done - 1].name
+        if used:
+            say(f"calibrated {done}/{total}: {name}")
+        else:
+            say(f"left out {done}/{total}: {name} (no opening and reply inside the replayed tokens)")
+
+    meta = (meta or {}) | {"sources": [c.name for c in conversations]}
+    with torch.inference_mode():
+        return calibrate(model, tokenizer, [c.messages for c in conversations], max_tokens, progress, meta)
 
 
 def mini_swe_messages(raw: list[dict]) -> list[dict[str, str]]:

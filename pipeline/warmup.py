@@ -53,38 +53,28 @@ def stages(
 def calibrate_warmup(cfg: RunConfig, out: Path, warm: list[Task], dest: Path, say: Callable[[str], None]) -> None:
     """Calibrate a profile from the warm-up tasks' conversations in this process, into `dest` (written at once, so
     an interrupted calibration leaves nothing and is redone on resume)."""
-    import torch
-
-    from kvstore.calibrate import calibrate
     from kvstore.errors import KVStoreError
+    from kvstore.models import load_model
     from pipeline.backends import set_threads
-    from pipeline.conversations import load_conversation
+    from pipeline.conversations import calibrate_recorded, load_conversation
     from pipeline.eval_files import task_dir
 
     files = [task_dir(out, t.instance_id) / TRAJECTORY for t in warm]
     found = [f for f in files if f.is_file()]
     say(f"warm-up: calibrating a memory profile from {len(found)} finished tasks' conversations -> {dest}")
-    conversations = [load_conversation(f).messages for f in found]
+    conversations = [load_conversation(f) for f in found]
     set_threads(cfg.threads, 1)
-    from kvstore.models import load_model
-
     model, tokenizer, _ = load_model(cfg.model, device=cfg.device)
-    meta = {"model": cfg.model, "sources": [f.parent.name for f in found], "warmup": [t.instance_id for t in warm]}
+    meta = {"model": cfg.model, "warmup": [t.instance_id for t in warm]}
     try:
-        with torch.inference_mode():
-            profile = calibrate(model, tokenizer, conversations, meta=meta)
+        profile = calibrate_recorded(model, tokenizer, conversations, say, meta=meta)
     except KVStoreError as e:
         raise RunError(
             f"--warmup {cfg.warmup}: cannot calibrate from the warm-up tasks ({e}); their results are kept: rerun "
             "with --retry-errors, or use another --out with a larger --warmup or without it"
         ) from None
-    finally:
-        del model
     profile.save(dest)
-    say(
-        f"warm-up: {len(profile.prefix)} prefix + {len(profile.suffix)} suffix template tokens from "
-        f"{profile.conversations} conversations; the other tasks use this profile"
-    )
+    say(f"warm-up: {profile.summary}; the other tasks use this profile")
 
 
 def _calibrated_on(profile: Path) -> list[str]:
