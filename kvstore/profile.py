@@ -100,6 +100,13 @@ class MemoryProfile:
             out[..., n - b :] = self.suffix_weight[..., len(self.suffix) - b :]
         return out, a + b
 
+    def digest(self) -> str:
+        """A digest of what a session takes from this profile: its template tokens and their weights."""
+        h = hashlib.sha256(repr((self.prefix, self.suffix)).encode())
+        for weights in (self.prefix_weight, self.suffix_weight):
+            h.update(weights.float().contiguous().numpy().tobytes())
+        return h.hexdigest()
+
     # --- files ----------------------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
         path = Path(path)
@@ -185,6 +192,12 @@ def best_match(
         what = "the profile's template" if len(profiles) == 1 else f"the template of any of {len(profiles)} profiles"
         return None, f"opening does not carry {what}"
     return best[0], f"matched {best[1]} of {best[2]}"
+
+
+def fingerprint(path: str | Path) -> dict[str, str]:
+    """{file name: digest of its content} of the profiles at `path` (a file, or a directory's profile files): a run
+    records it so that resuming the run after a calibration changed them is noticed (pipeline.eval_files)."""
+    return {name: profile.digest()[:16] for name, profile in _read_all(Path(path))}
 
 
 def store_name(profile: MemoryProfile) -> str:

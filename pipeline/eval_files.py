@@ -76,16 +76,20 @@ def claim_out_dir(out: Path, cfg: RunConfig, served: dict[str, Any] | None = Non
             raise RunError(f"{out / name} is a folder where this run writes a file; move it away or use another --out")
     path = out / RUN_FILE
     wanted = {k: cfg.to_dict()[k] for k in _RESULT_FIELDS} | {"replay": cfg.replaying}
+    wanted["profiles"] = _fingerprint(cfg.profile)
     if served is not None:
         wanted["server"] = {k: served.get(k) for k in ("id", "model", "policy", "budget", "protocol")}
     if path.is_file():
         held = _read_run_file(path)
         held = _OLDER_RUNS | held
+        profiles = wanted.pop("profiles")
         diff = [f"{k}: {held.get(k)!r} -> {v!r}" for k, v in wanted.items() if held.get(k) != v]
         if diff:
             settings = "; ".join(diff)
             hint = "resume it as it was or use another --out"
             raise RunError(f"{out} holds a run with other settings ({settings}); {hint}")
+        if "profiles" in held:  # a run.json from before the record: its profiles are not known
+            _check_profiles(out, cfg.profile, held["profiles"], profiles)
         return
     if any(out.iterdir()):
         raise RunError(
@@ -96,6 +100,26 @@ def claim_out_dir(out: Path, cfg: RunConfig, served: dict[str, Any] | None = Non
         atomic_write(path, json.dumps(wanted, indent=2) + "\n")
     except OSError as exc:
         raise RunError(f"--out {out} is not writable ({exc.strerror})") from None
+
+
+def _fingerprint(path: Path | None) -> dict[str, str] | None:
+    if path is None:
+        return None
+    from kvstore.profile import fingerprint  # torch: only for a run with profiles
+
+    return fingerprint(path)
+
+
+def _check_profiles(out: Path, path: Path | None, held: dict | None, now: dict | None) -> None:
+    """Refuse to resume a run whose memory profiles changed since it started (the path alone is in `profile`)."""
+    held, now = (held if isinstance(held, dict) else {}), now or {}
+    changed = [f"{n} (changed)" for n in held if n in now and now[n] != held[n]]
+    changed += [f"{n} (removed)" for n in held if n not in now] + [f"{n} (new)" for n in now if n not in held]
+    if changed:
+        raise RunError(
+            f"{out} holds a run whose memory profiles in {path} changed since it started: {', '.join(changed)}; "
+            "its finished tasks ran with the earlier ones: restore them, or use another --out"
+        )
 
 
 def _read_run_file(path: Path) -> dict[str, Any]:

@@ -66,6 +66,32 @@ def test_an_eval_folder_does_not_resume_with_another_profile(tmp_path: Path, mon
     claim_out_dir(out, RunConfig(profile="none"))
 
 
+def test_an_eval_folder_does_not_resume_after_its_profiles_changed(tmp_path: Path, monkeypatch) -> None:
+    from kvstore.profile import MemoryProfile
+    from pipeline.config import RunConfig, RunError
+    from pipeline.eval_files import RUN_FILE, claim_out_dir
+
+    monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))
+    store = tmp_path / "home" / "profiles"
+    stored = save_tiny_profile(store / "agent.pt")
+    out = tmp_path / "run"
+    claim_out_dir(out, RunConfig())  # with the store's profile
+    assert json.loads((out / RUN_FILE).read_text())["profiles"].keys() == {"agent.pt"}
+    claim_out_dir(out, RunConfig())  # unchanged: resumes
+    profile = MemoryProfile.load(stored)
+    profile.prefix_weight = profile.prefix_weight * 2  # a new calibration replaced it, under the same name
+    profile.save(stored)
+    with pytest.raises(RunError, match=r"profiles in .*profiles changed since it started: agent\.pt \(changed\)"):
+        claim_out_dir(out, RunConfig())
+    MemoryProfile.load(stored).save(store / "other.pt")
+    with pytest.raises(RunError, match=r"agent\.pt \(changed\), other\.pt \(new\)"):
+        claim_out_dir(out, RunConfig())
+    held = json.loads((out / RUN_FILE).read_text())
+    del held["profiles"]  # a run folder from before the record: its profiles are not known
+    (out / RUN_FILE).write_text(json.dumps(held))
+    claim_out_dir(out, RunConfig())
+
+
 def test_profiles_lists_the_store_and_names_a_damaged_file(tmp_path: Path) -> None:
     env = {"NEXUS_AGENT_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
     empty = CliRunner().invoke(app, ["profiles"], env=env)
