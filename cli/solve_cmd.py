@@ -73,10 +73,30 @@ def print_summary(console: Console, report: dict[str, Any], out: Path | None = N
         f"evict {t['evict_s']:.2f} s",
         highlight=False,
     )
+    memory = _memory_line(report)
+    if memory:
+        console.print("  " + memory, highlight=False)
     if report["grade"].get("error"):
         console.print(f"  grading: {report['grade']['error']}", style="red", highlight=False)
     if out is not None:
         console.print(f"  files: {out}/trajectory.jsonl, patch.diff, report.json", highlight=False)
+
+
+def _memory_line(report: dict[str, Any]) -> str | None:
+    """What the memory profile did for this run; for the default memory without one, how to get one."""
+    from kvstore.defaults import DEFAULT_POLICY
+
+    said = [t["memory_profile"] for t in report["turns"] if t.get("memory_profile")]
+    if said:
+        return f"memory profile: {said[0]}"
+    config = report.get("config") or {}
+    if report["turns"] and config.get("policy") == DEFAULT_POLICY and not config.get("server"):
+        if config.get("profile") is None and not config.get("replay"):
+            return (
+                "memory profile: none for this agent and model; `nexus-agent calibrate` on two finished runs' "
+                "folders learns one, which later runs use (docs/memory.md)"
+            )
+    return None
 
 
 def _recorded_task(replay: Path | None) -> str | None:

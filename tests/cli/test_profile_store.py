@@ -40,11 +40,13 @@ def test_a_calibrated_profile_is_used_by_later_sessions_of_the_same_agent(tmp_pa
     assert report["model"].endswith(f"memory profile {stored.parent})")  # the run says it used the store
     used = _memory_profile_stats(tmp_path / "auto")
     assert used and all(s is not None and s.startswith("matched") and stored.name in s for s in used)
+    assert "memory profile: matched" in res.stdout and stored.name in res.stdout  # the summary says so
 
     res = nexus("solve", TASK, *args, "--memory-profile", "none", "--out", str(tmp_path / "off"), env=env, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert _memory_profile_stats(tmp_path / "off") and not any(_memory_profile_stats(tmp_path / "off"))
     assert "memory profile" not in json.loads((tmp_path / "off" / "report.json").read_text())["model"]
+    assert "memory profile: none for this agent and model; `nexus-agent calibrate`" in " ".join(res.stdout.split())
 
 
 def test_an_eval_folder_does_not_resume_with_another_profile(tmp_path: Path, monkeypatch) -> None:
