@@ -62,8 +62,8 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
         int,
         typer.Option(
             "--warmup",
-            help="Learn a memory profile from the first N tasks (run without one, then calibrated); the other tasks "
-            "use it. 0: off.",
+            help="Learn a memory profile from the first N tasks (run without one, then calibrated, here or on the "
+            "--server); the other tasks use it. 0: off.",
         ),
     ),
     "server": (str | None, typer.Option("--server", help="URL of a `nexus-agent serve` (…/v1) all workers share.")),

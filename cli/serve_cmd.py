@@ -24,7 +24,7 @@ def serve_cmd(
         "auto",
         "--memory-profile",
         help="Memory profile (a file or a directory of them; nexus-agent calibrate) for every session whose opening "
-        "matches; 'auto': the profile store when it has one; 'none'.",
+        "matches; 'auto': the profile store, also where POST /v1/nexus/profiles saves; 'none'.",
     ),
     max_sessions: int = typer.Option(_D.max_sessions, "--max-sessions", help="Most sessions kept (then HTTP 429)."),
     max_batch: int = typer.Option(_D.max_batch, "--max-batch", help="Most sessions decoding in one forward."),
@@ -50,11 +50,10 @@ def serve_cmd(
     """Serve one model to many agent sessions at /v1/chat/completions (see docs/server.md)."""
     from kvstore.defaults import describe_memory, parse_budget
     from pipeline.backends import set_threads
-    from pipeline.config import resolve_profile
     from server.app import Server
     from server.config import parse_size
 
-    profile = resolve_profile(memory_profile)
+    profile = _served_profile(memory_profile)
     config = ServeConfig(
         host=host, port=port, model=model, served_name=served_name, policy=policy, budget=parse_budget(budget),
         protocol=protocol, protect=protect, profile=profile, max_sessions=max_sessions, max_batch=max_batch,
@@ -76,3 +75,17 @@ def serve_cmd(
         server.serve_forever()
     except KeyboardInterrupt:
         pass
+
+
+def _served_profile(value: str) -> Path | None:
+    """--memory-profile's path; 'auto' is the profile store even while it is empty: sessions read it as they open,
+    so a profile calibrated later (nexus-agent calibrate, or POST /v1/nexus/profiles) is used without a restart."""
+    from pipeline.config import AUTO_PROFILE, resolve_profile
+
+    if value != AUTO_PROFILE:
+        return resolve_profile(value)
+    from pipeline.home import profile_store
+
+    store = profile_store()
+    store.mkdir(parents=True, exist_ok=True)
+    return resolve_profile(store)

@@ -11,6 +11,7 @@ attended (docs/memory.md, "Memory profiles")."""
 from __future__ import annotations
 
 import hashlib
+import io
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ class MemoryProfile:
         for name, ids, w in (("prefix", self.prefix, self.prefix_weight), ("suffix", self.suffix, self.suffix_weight)):
             if tuple(w.shape) != (layers, heads, len(ids)):
                 raise KVStoreError(f"memory profile: {name} weights {tuple(w.shape)} != {(layers, heads, len(ids))}")
+            if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
+                raise KVStoreError(f"memory profile: {name} weights must be finite and >= 0")
         if not self.prefix and not self.suffix:
             raise KVStoreError("memory profile: no fixed opening text (empty prefix and suffix)")
 
@@ -111,6 +114,12 @@ class MemoryProfile:
     def save(self, path: str | Path) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        self.save_to(tmp)
+        tmp.replace(path)
+
+    def save_to(self, f) -> None:
+        """Write the profile file's content to `f` (a path or a binary file object)."""
         data = {
             "version": PROFILE_VERSION,
             "prefix": torch.tensor(self.prefix, dtype=torch.int64),
@@ -121,9 +130,7 @@ class MemoryProfile:
             "conversations": self.conversations,
             "meta": dict(self.meta),
         }
-        tmp = path.with_name(f".{path.name}.tmp")
-        torch.save(data, tmp)
-        tmp.replace(path)
+        torch.save(data, f)
 
     @classmethod
     def load(cls, path: str | Path) -> MemoryProfile:
@@ -131,10 +138,19 @@ class MemoryProfile:
         path = Path(path)
         if not path.is_file():
             raise KVStoreError(f"memory profile {path} does not exist (make one with: nexus-agent calibrate)")
+        return cls._read(path, f"memory profile {path}")
+
+    @classmethod
+    def load_bytes(cls, data: bytes) -> MemoryProfile:
+        """A profile from the content of a profile file (sent over the network: checked like a file)."""
+        return cls._read(io.BytesIO(data), "the memory profile sent")
+
+    @classmethod
+    def _read(cls, source, what: str) -> MemoryProfile:
         try:
-            data = torch.load(path, map_location="cpu", weights_only=True)
+            data = torch.load(source, map_location="cpu", weights_only=True)
             if data.get("version") != PROFILE_VERSION:
-                raise KVStoreError(f"memory profile {path}: version {data.get('version')!r} is not supported")
+                raise KVStoreError(f"{what}: version {data.get('version')!r} is not supported")
             return cls(
                 prefix=data["prefix"].tolist(),
                 suffix=data["suffix"].tolist(),
@@ -148,7 +164,7 @@ class MemoryProfile:
             raise
         except Exception as e:  # a truncated, foreign or corrupt file (torch's own text would advise unsafe loading)
             raise KVStoreError(
-                f"memory profile {path} cannot be read: not a memory profile, or a damaged one ({type(e).__name__})"
+                f"{what} cannot be read: not a memory profile, or a damaged one ({type(e).__name__})"
             ) from None
 
 

@@ -114,11 +114,12 @@ class RunConfig:
             raise RunError("temperature must be >= 0 and the timeouts > 0")
 
     def _check_warmup(self) -> None:
-        """--warmup learns the run's profile with the model in this process; the warm-up tasks run without one."""
+        """--warmup learns the run's profile with the model (in this process, or the --server's); the warm-up tasks
+        run without one."""
         if self.warmup < 2:
             raise RunError(f"--warmup needs at least 2 tasks to calibrate from (0: off), got {self.warmup}")
-        if self.server is not None or self.replaying:
-            raise RunError("--warmup calibrates with the model in this process: it excludes --server and --replay-dir")
+        if self.replaying:
+            raise RunError("--warmup calibrates with a model: it excludes --replay-dir")
         if isinstance(self.profile, str):  # as given; the learned profile comes as a Path (pipeline.warmup)
             if self.profile != AUTO_PROFILE:
                 raise RunError("--warmup learns this run's memory profile: leave --memory-profile at auto")
@@ -147,7 +148,7 @@ class RunConfig:
             model, policy, budget, protocol, protect = self.model, self.policy, self.budget, self.protocol, self.protect
             profile = self.profile
         suffix = "" if protect == "none" else f"-protect-{protect}"  # unprotected labels stay as they were
-        if self.warmup and served is None:  # every task of the batch, before and after its profile was learned
+        if self.warmup:  # every task of the batch, before and after its profile was learned
             suffix += f"-warmup{self.warmup}"
         elif profile is not None:  # a profile file by its stem, a profile folder by its name
             suffix += f"-profile-{Path(profile).stem}"

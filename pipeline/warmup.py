@@ -7,6 +7,10 @@ pays for its profile with two or three tasks run on the plain default memory.
 
 The profile records which tasks it was calibrated on, so a resumed batch keeps the same warm-up tasks whatever it
 selects, and never calibrates twice.
+
+Under --server the model is the server's: the server calibrates (POST /v1/nexus/profiles, server/profiles.py) and
+saves the profile in the directory its sessions read profiles from, so the other tasks' sessions find it there; the
+batch keeps a copy in `<out>/memory-profile.pt` and gives it to the server again when it resumes.
 """
 
 from __future__ import annotations
@@ -23,7 +27,10 @@ WARMUP_PROFILE = "memory-profile.pt"  # in the eval's --out folder
 
 
 def check(cfg: RunConfig, out: Path, tasks: list[Task]) -> None:
-    """Before any work: a batch that has still to learn its profile needs tasks beyond the warm-up ones."""
+    """Before any work: a batch that has still to learn its profile needs tasks beyond the warm-up ones (and under
+    --server, a server that can use what it learns)."""
+    if cfg.warmup and cfg.server:
+        check_server(cfg.server)
     if cfg.warmup and not (out / WARMUP_PROFILE).is_file() and len(tasks) <= cfg.warmup:
         raise RunError(
             f"--warmup {cfg.warmup} learns a profile for the tasks after the first {cfg.warmup}, but only "
@@ -42,12 +49,16 @@ def stages(
     profile = out / WARMUP_PROFILE
     warm = set(_calibrated_on(profile)) or {t.instance_id for t in tasks[: cfg.warmup]}
     first = [(cfg, t) for t in todo if t.instance_id in warm]
+    rest = [t for t in todo if t.instance_id not in warm]
     if not profile.is_file():
         yield first
         first = []
-        calibrate_warmup(cfg, out, [t for t in tasks if t.instance_id in warm], profile, say)
-    learned = replace(cfg, profile=profile)
-    yield first + [(learned, t) for t in todo if t.instance_id not in warm]
+        calibrate = calibrate_served if cfg.server else calibrate_warmup
+        calibrate(cfg, out, [t for t in tasks if t.instance_id in warm], profile, say)
+    elif cfg.server and rest:  # resumed: the server may have been restarted, or its profiles replaced, since
+        install_served(cfg.server, profile, say)
+    learned = cfg if cfg.server else replace(cfg, profile=profile)  # a server reads its profile directory
+    yield first + [(learned, t) for t in rest]
 
 
 def calibrate_warmup(cfg: RunConfig, out: Path, warm: list[Task], dest: Path, say: Callable[[str], None]) -> None:
@@ -56,13 +67,9 @@ def calibrate_warmup(cfg: RunConfig, out: Path, warm: list[Task], dest: Path, sa
     from kvstore.errors import KVStoreError
     from kvstore.models import load_model
     from pipeline.backends import set_threads
-    from pipeline.conversations import calibrate_recorded, load_conversation
-    from pipeline.eval_files import task_dir
+    from pipeline.conversations import calibrate_recorded
 
-    files = [task_dir(out, t.instance_id) / TRAJECTORY for t in warm]
-    found = [f for f in files if f.is_file()]
-    say(f"warm-up: calibrating a memory profile from {len(found)} finished tasks' conversations -> {dest}")
-    conversations = [load_conversation(f) for f in found]
+    conversations = _warmup_conversations(out, warm, dest, say)
     set_threads(cfg.threads, 1)
     model, tokenizer, _ = load_model(cfg.model, device=cfg.device)
     meta = {"model": cfg.model, "warmup": [t.instance_id for t in warm]}
@@ -75,6 +82,84 @@ def calibrate_warmup(cfg: RunConfig, out: Path, warm: list[Task], dest: Path, sa
         ) from None
     profile.save(dest)
     say(f"warm-up: {profile.summary}; the other tasks use this profile")
+
+
+def calibrate_served(cfg: RunConfig, out: Path, warm: list[Task], dest: Path, say: Callable[[str], None]) -> None:
+    """Under --server: the server calibrates a profile on its model from the warm-up tasks' conversations and saves
+    it where its sessions read profiles (POST /v1/nexus/profiles); a copy, with the warm-up tasks, goes to `dest`."""
+    import base64
+
+    from kvstore.profile import MemoryProfile
+
+    conversations = _warmup_conversations(out, warm, dest, say)
+    if len(conversations) < 2:
+        raise RunError(
+            f"--warmup {cfg.warmup}: only {len(conversations)} of the warm-up tasks left a conversation; their results "
+            "are kept: rerun with --retry-errors, or use another --out with a larger --warmup or without it"
+        )
+    body = {"conversations": [c.messages for c in conversations], "sources": [c.name for c in conversations]}
+    answer = _post_profiles(cfg, body)
+    for name in answer.get("left_out", []):
+        say(f"left out: {name} (no opening and reply inside the replayed tokens)")
+    profile = MemoryProfile.load_bytes(base64.b64decode(answer["profile"]))
+    profile.meta["warmup"] = [t.instance_id for t in warm]
+    profile.save(dest)
+    say(f"warm-up: {profile.summary}, saved by the server as {answer['name']}; the other tasks' sessions use it")
+
+
+def install_served(server: str, profile: Path, say: Callable[[str], None]) -> None:
+    """Give the server the batch's learned profile again (the same file: it replaces itself)."""
+    import base64
+
+    answer = _post_profiles(server, {"profile": base64.b64encode(profile.read_bytes()).decode()})
+    say(f"warm-up: the server holds the batch's memory profile as {answer['name']}")
+
+
+def check_server(server: str) -> None:
+    """--warmup with --server needs a `nexus-agent serve` that reads a profile directory."""
+    from pipeline.backends import server_settings
+
+    settings = server_settings(server)
+    if "policy" not in settings:
+        raise RunError(f"--warmup needs a `nexus-agent serve` server; {server} serves {settings['id']!r} otherwise")
+    if not settings.get("profile_directory"):
+        raise RunError(
+            f"--warmup: the server at {server} reads no profile directory (memory profile: "
+            f"{settings.get('memory_profile')}), so the profile learned would not be used; restart it with "
+            "--memory-profile auto (the default) or --memory-profile DIR"
+        )
+
+
+def _warmup_conversations(out: Path, warm: list[Task], dest: Path, say: Callable[[str], None]) -> list:
+    from pipeline.conversations import load_conversation
+    from pipeline.eval_files import task_dir
+
+    found = [f for t in warm if (f := task_dir(out, t.instance_id) / TRAJECTORY).is_file()]
+    say(f"warm-up: calibrating a memory profile from {len(found)} finished tasks' conversations -> {dest}")
+    return [load_conversation(f) for f in found]
+
+
+def _post_profiles(cfg_or_server: RunConfig | str, body: dict) -> dict:
+    """POST /v1/nexus/profiles; its answer, or a RunError with the server's message."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    server = cfg_or_server if isinstance(cfg_or_server, str) else cfg_or_server.server
+    request = urllib.request.Request(
+        server.rstrip("/") + "/nexus/profiles", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=3600) as resp:
+            return json.load(resp)
+    except urllib.error.HTTPError as exc:
+        try:
+            message = json.load(exc)["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = f"HTTP {exc.code}"
+        raise RunError(f"--warmup: the server at {server} did not take the memory profile: {message}") from None
+    except (OSError, ValueError) as exc:
+        raise RunError(f"--warmup: no answer from the server at {server} ({exc})") from None
 
 
 def _calibrated_on(profile: Path) -> list[str]:

@@ -81,6 +81,17 @@ class Server:
         self.scheduler.submit(job)
         return job
 
+    def profiles(self, body: object) -> dict[str, Any]:
+        """POST /v1/nexus/profiles (server.profiles): calibrate a memory profile on the served model from the
+        conversations sent, or install one sent; either is saved where new sessions read their profiles."""
+        from server import profiles
+
+        profiles.profile_dir(self.config)  # refused before any work
+        kind, request = profiles.parse(body)
+        if kind == "install":
+            return self.scheduler.call(lambda model, _tok: profiles.install(model, self.config, request))
+        return self.scheduler.call(lambda model, tok: profiles.calibrate(model, tok, self.config, request))
+
     def metrics_text(self) -> str:
         return self.metrics.render(self.registry.counts(), self.config.memory_cap, self.scheduler.queued)
 

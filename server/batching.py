@@ -75,6 +75,7 @@ class Scheduler(threading.Thread):
         # a padding mask needs sdpa or eager attention: flash-attention models decode one session at a time
         self.batch_ok = config.max_batch > 1 and "flash" not in model.config._attn_implementation
         self.inbox: queue.Queue[Job] = queue.Queue()
+        self.calls: queue.Queue = queue.Queue()  # (fn, answer queue) to run on this thread (call)
         self.waiting: list[Job] = []
         self.active: list[Job] = []  # admitted jobs: decoding, or the one prefilling
         self.prefilling: Job | None = None  # the newcomer whose prefill runs chunk by chunk between decode steps
@@ -82,6 +83,34 @@ class Scheduler(threading.Thread):
 
     def submit(self, job: Job) -> None:
         self.inbox.put(job)
+
+    def call(self, fn):
+        """Run `fn(model, tokenizer)` on this thread, between two loops (the model is this thread's alone); its
+        result, or the exception it raised, here. Decoding sessions wait meanwhile."""
+        done: queue.Queue = queue.Queue()
+        self.calls.put((fn, done))
+        self.inbox.put(None)  # wake the loop
+        while True:
+            try:
+                ok, value = done.get(timeout=1.0)
+                break
+            except queue.Empty:
+                if self._stop.is_set() or not self.is_alive():
+                    raise ServeError("the server is shutting down", 503, "server_busy") from None
+        if not ok:
+            raise value
+        return value
+
+    def _run_calls(self) -> None:
+        while True:
+            try:
+                fn, done = self.calls.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                done.put((True, fn(self.model, self.tokenizer)))
+            except Exception as exc:  # noqa: BLE001 - handed to the caller; the scheduler goes on
+                done.put((False, exc))
 
     def stop(self) -> None:
         self._stop.set()
@@ -98,6 +127,7 @@ class Scheduler(threading.Thread):
     def loop_once(self) -> None:
         """One scheduler loop: intake, admission, one prefill chunk of the newcomer, one decode step of the others."""
         self._take(block=not self.active and not self.waiting)
+        self._run_calls()
         if self.prefilling is None:
             self._admit()
         self._expire_waiting()
@@ -301,7 +331,8 @@ class Scheduler(threading.Thread):
                 "first_token_s": round(job.first_token - job.submitted, 4),
                 "mean_batch": round(job.batch_rows / steps, 2) if completion > 1 else 1.0,
                 "turn": reply.stats.to_dict(),
-            },
+            }
+            | ({"memory_profile": status} if (status := job.entry.session.profile_status) is not None else {}),
         }
 
     def _abort(self, job: Job, error: ServeError | None) -> None:

@@ -79,6 +79,7 @@ class ServeConfig:
             "model": self.model, "policy": self.policy, "budget": self.budget, "protocol": self.protocol,
             "protect": self.protect, "chunk_size": self.chunk_size, "seed": self.seed,
             "memory_profile": None if self.profile is None else str(self.profile),
+            "profile_directory": self.profile is not None and Path(self.profile).is_dir(),  # POST /v1/nexus/profiles
             "interleave_prefill": self.interleave_prefill,
         }  # fmt: skip
 

@@ -1,6 +1,7 @@
 """The HTTP side (stdlib, one thread per connection): /v1/chat/completions (JSON or SSE), /v1/models, /metrics,
-/health, /v1/sessions (list, DELETE one). Each request is parsed here, matched to its session by the registry and
-handed to the scheduler, whose events (text pieces, the result, an error) this thread turns into the answer."""
+/health, /v1/sessions (list, DELETE one), /v1/nexus/profiles (POST: server.profiles). Each chat request is parsed
+here, matched to its session by the registry and handed to the scheduler, whose events (text pieces, the result, an
+error) this thread turns into the answer."""
 
 from __future__ import annotations
 
@@ -57,6 +58,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         path = self.path.split("?")[0].rstrip("/")
+        if path == "/v1/nexus/profiles":
+            self._profiles()
+            return
         if path not in ("/v1/chat/completions", "/chat/completions"):
             self._error(ServeError(f"no route POST {path}", 404, "not_found"))
             return
@@ -72,6 +76,22 @@ class Handler(BaseHTTPRequestHandler):
             self._error(exc)
             return
         (self._stream if req.stream else self._complete)(job, req)
+
+    def _profiles(self) -> None:
+        try:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
+            answer = self.server.app.profiles(body)
+        except json.JSONDecodeError:
+            self._error(ServeError("the request body is not valid JSON"))
+            return
+        except ServeError as exc:
+            self._error(exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - a request must never take the server down
+            self._error(ServeError(f"internal error: {type(exc).__name__}: {exc}", 500, "server_error"))
+            return
+        self._count(200)
+        self._json(200, answer)
 
     # --- chat completions ---------------------------------------------------------------------------------------
     def _complete(self, job: Job, req: api.ChatRequest) -> None:

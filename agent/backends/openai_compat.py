@@ -63,7 +63,8 @@ class OpenAICompatModel:
         usage = data.get("usage") or {}
         stats = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens") if k in usage}
         nexus = self.nexus = data.get("nexus") or {}  # nexus-agent serve: the session and the turn's cache stats
-        stats |= dict(nexus.get("turn") or {}) | ({"session_id": nexus["session_id"]} if "session_id" in nexus else {})
+        stats |= dict(nexus.get("turn") or {})
+        stats |= {k: nexus[k] for k in ("session_id", "memory_profile") if k in nexus}
         return ModelReply(text=text, stats=stats, context_tokens=usage.get("total_tokens"), finish_reason=finish)
 
     def _payload(self, sampling: Sampling) -> dict[str, Any]:

@@ -27,8 +27,8 @@ def test_warmup_settings_and_label(tmp_path: Path) -> None:
         ({"warmup": 1}, "at least 2"),
         ({"warmup": -3}, "at least 2"),
         ({"warmup": 2, "profile": "none"}, "leave --memory-profile at auto"),
-        ({"warmup": 2, "server": "http://127.0.0.1:9/v1"}, "excludes --server"),
-        ({"warmup": 2, "replay_dir": tmp_path}, "excludes --server and --replay-dir"),
+        ({"warmup": 2, "replay_dir": tmp_path}, "excludes --replay-dir"),
+        ({"warmup": 2, "server": "http://127.0.0.1:9/v1", "profile": str(tmp_path)}, "leave --memory-profile"),
     ):
         with pytest.raises(RunError, match=match):
             RunConfig(**bad)

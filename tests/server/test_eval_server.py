@@ -52,3 +52,46 @@ def test_eval_workers_share_one_server(make_server, tmp_path: Path) -> None:
     claim_out_dir(out, cfg, server_settings(server.url))  # the same server: resumable
     with pytest.raises(RunError, match="holds a run with other settings"):
         claim_out_dir(out, cfg, {**server_settings(server.url), "policy": "snapkv"})
+
+
+def _eval(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NEXUS_AGENT_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1", "NO_COLOR": "1"}
+    return subprocess.run(
+        [sys.executable, "-c", "from cli.app import main; main()", *args],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+
+
+def test_eval_warmup_on_a_server_learns_the_profile_there(make_server, tmp_path: Path) -> None:
+    from kvstore.profile import MemoryProfile
+
+    ids = [*TASKS, "nexus-demo__csvkit-lite-1"]
+    base = ["eval", "--instances", ",".join(ids), "--sandbox", "local", "--max-steps", "1", "--max-new-tokens", "4"]
+    out = tmp_path / "run"
+    refused = _eval([*base, "--server", make_server().url, "--warmup", "2", "--out", str(out)], tmp_path)
+    assert refused.returncode != 0 and "reads no profile directory" in refused.stdout + refused.stderr
+    assert not out.exists()  # refused before any work
+
+    store = tmp_path / "store"
+    store.mkdir()
+    server = make_server(budget=512, profile=store)
+    args = [*base, "--server", server.url, "--warmup", "2", "--out", str(out)]
+    res = _eval(args, tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    text = " ".join(res.stdout.split())
+    assert "warm-up: calibrating a memory profile from 2 finished tasks" in text and "saved by the server" in text
+    (stored,) = store.glob("*.pt")
+    kept = MemoryProfile.load(out / "memory-profile.pt")
+    assert kept.meta["warmup"] == ids[:2] and kept.digest() == MemoryProfile.load(stored).digest()
+    for i, name in enumerate(ids):
+        steps = [json.loads(x) for x in (out / name / "trajectory.jsonl").read_text().splitlines()]
+        used = [s["stats"].get("memory_profile") for s in steps if s["type"] == "step"]
+        assert used and all((u or "").startswith("matched") == (i == 2) for u in used), (name, used)
+    labels = {json.loads(x)["model_name_or_path"] for x in (out / "predictions.jsonl").read_text().splitlines()}
+    assert labels == {"nexus-agent__tiny-qwen3__nexus-agent-512-true-eviction-warmup2"}
+
+    stored.unlink()  # the server lost it (another store, a restart): a resume with tasks left gives it back
+    (out / ids[2] / "report.json").unlink()
+    res = _eval(args, tmp_path)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "the server holds the batch's memory profile" in " ".join(res.stdout.split()) and stored.is_file()

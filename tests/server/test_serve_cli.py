@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -54,6 +55,9 @@ def test_serve_the_default_model(tmp_path) -> None:
         wait_healthy(f"http://127.0.0.1:{port}", proc, log=log)
         c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
         assert [m.id for m in c.models.list().data] == ["smollm2-135m"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models") as r:  # auto: the store, even while empty
+            nexus = json.load(r)["data"][0]["nexus"]
+        assert nexus["profile_directory"] and Path(nexus["memory_profile"]).name == "profiles"
         messages = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
         r1 = c.chat.completions.create(model="smollm2-135m", messages=messages, max_tokens=16, temperature=0)
         assert "paris" in r1.choices[0].message.content.lower()

@@ -3,7 +3,10 @@ server reports the profile it runs with, and a bad profile stops the server befo
 
 from __future__ import annotations
 
+import base64
+import io
 import json
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -13,6 +16,7 @@ from profilelib import conversation, save_tiny_profile
 from sessionlib import qwen_tokenizer, tiny_chat_model, words
 
 from kvstore.errors import KVStoreError
+from kvstore.profile import MemoryProfile
 from server.app import Server
 from server.config import ServeConfig
 
@@ -43,3 +47,80 @@ def test_a_missing_or_corrupt_profile_stops_the_server(tmp_path: Path, content: 
         path.write_bytes(content)
     with pytest.raises(KVStoreError, match="profile"):
         Server(tiny_chat_model(), qwen_tokenizer(), ServeConfig(port=0, model="tiny-qwen3", profile=path))
+
+
+def _post_profiles(server: Server, body: object) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        server.url + "/nexus/profiles", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=120) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
+
+
+def test_the_server_calibrates_a_profile_that_its_later_sessions_use(make_server, tmp_path: Path) -> None:
+    store = tmp_path / "profiles"
+    store.mkdir()
+    server = make_server(budget=256, profile=store)
+    with urllib.request.urlopen(server.url + "/models") as r:
+        assert json.load(r)["data"][0]["nexus"]["profile_directory"] is True
+    client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+    opening = conversation(words(40, "delta"), replies=1)[:2]
+    client.chat.completions.create(model="tiny-qwen3", messages=opening, max_tokens=3, temperature=0)
+    (before,) = [e.session for e in server.registry.entries.values()]
+    assert before.cache.prior is None and before.profile_status == "no memory profile for this model"
+
+    convs = [conversation(words(40, t)) for t in ("alpha", "beta")] + [[{"role": "user", "content": "hi"}]]
+    status, answer = _post_profiles(server, {"conversations": convs, "sources": ["a", "b", "c"], "max_tokens": 2000})
+    assert status == 200, answer
+    assert answer["object"] == "nexus.profile" and answer["conversations"] == 2 and answer["left_out"] == ["c"]
+    saved = store / answer["name"]
+    assert saved.is_file() and answer["prefix_tokens"] > 0 and answer["suffix_tokens"] > 0
+    sent = MemoryProfile.load_bytes(base64.b64decode(answer["profile"]))
+    assert sent.digest() == MemoryProfile.load(saved).digest() and sent.meta["sources"] == ["a", "b", "c"]
+
+    later = conversation(words(40, "epsilon"), replies=1)[:2]  # a new session of that agent uses it
+    client.chat.completions.create(model="tiny-qwen3", messages=later, max_tokens=3, temperature=0)
+    (after,) = [e.session for e in server.registry.entries.values() if e.session is not before]
+    assert after.cache.prior is not None and after.profile_status.startswith("matched")
+    assert after.profile_status.endswith(f"({answer['name']})")
+
+    saved.unlink()  # installing the file sent back puts it there again, under the same name
+    status, again = _post_profiles(server, {"profile": answer["profile"]})
+    assert status == 200 and again["name"] == answer["name"] and saved.is_file()
+
+
+def test_the_profiles_endpoint_refuses_what_it_cannot_use(make_server, tmp_path: Path) -> None:
+    no_dir = make_server()
+    status, answer = _post_profiles(no_dir, {"conversations": []})
+    assert status == 409 and "--memory-profile auto" in answer["error"]["message"]
+    store = tmp_path / "profiles"
+    store.mkdir()
+    server = make_server(profile=store)
+    other = MemoryProfile.load(save_tiny_profile(tmp_path / "tiny.pt"))
+    other.identity = other.identity | {"num_layers": other.identity["num_layers"] + 1}
+    other.prefix_weight = other.prefix_weight.repeat(2, 1, 1)[: other.identity["num_layers"]]
+    other.suffix_weight = other.suffix_weight.repeat(2, 1, 1)[: other.identity["num_layers"]]
+    foreign = io.BytesIO()
+    other.save_to(foreign)
+    for body, message in (
+        ([], "either 'conversations' or 'profile'"),
+        ({"conversations": [], "profile": ""}, "either 'conversations' or 'profile'"),
+        ({"conversations": [[{"role": "user", "content": "x"}]]}, "at least two conversations"),
+        ({"conversations": [[{"role": "pilot", "content": "x"}]] * 2}, "unsupported role"),
+        ({"conversations": [[{"role": "user", "content": "x"}]] * 2, "max_tokens": 0}, "positive integer"),
+        ({"conversations": [[{"role": "user", "content": "x"}]] * 2, "sources": ["a"]}, "name each conversation"),
+        ({"conversations": [[{"role": "user", "content": "x"}]] * 2}, "cannot calibrate"),
+        ({"profile": "%%%"}, "base64"),
+        ({"profile": base64.b64encode(b"not a profile").decode()}, "not a memory profile"),
+        ({"profile": base64.b64encode(foreign.getvalue()).decode()}, "num_layers"),
+    ):
+        status, answer = _post_profiles(server, body)
+        assert status == 400 and message in answer["error"]["message"], (body, answer)
+    assert not list(store.iterdir())  # nothing was saved
+    client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+    reply = client.chat.completions.create(model="tiny-qwen3", messages=[{"role": "user", "content": "hi"}],
+                                           max_tokens=2)  # fmt: skip
+    assert reply.choices[0].message.content is not None  # the scheduler goes on serving

@@ -1,0 +1,118 @@
+"""POST /v1/nexus/profiles: memory profiles for the server's sessions, made or installed while it serves.
+
+A server started with a profile directory (`serve --memory-profile auto`, the profile store, or a folder) reads
+every new session's profile from it, so a profile written there is used by every later session of that agent.
+This endpoint writes one, in either of two ways:
+
+- {"conversations": [[message, ...], ...], "max_tokens": N, "sources": [name, ...]}: calibrate on the served
+  model (kvstore.calibrate, teacher-forced on a full cache, on the scheduler thread: the other sessions' decoding
+  waits meanwhile) from at least two finished conversations of the agent;
+- {"profile": "<base64 of a profile file>"}: install a profile calibrated elsewhere for this model.
+
+The profile is saved under its store name (kvstore.profile.store_name: the model and a digest of the template), so
+it replaces an earlier one of the same agent and model. The answer describes it and, for a calibration, carries
+the file (base64) so that the client can keep it (`eval --server --warmup` does, to install it again on resume).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+from typing import Any
+
+from kvstore.errors import KVStoreError
+from server.config import ServeConfig, ServeError
+from server.messages import normalize
+
+NEEDS_DIRECTORY = (
+    "this server reads no profile directory, so a profile made here would not be used; start it with "
+    "--memory-profile auto (the profile store) or --memory-profile DIR"
+)
+
+
+def profile_dir(config: ServeConfig) -> Path:
+    """Where this server's sessions read their profiles; ServeError 409 when it reads none or one file."""
+    if config.profile is None or not Path(config.profile).is_dir():
+        raise ServeError(NEEDS_DIRECTORY, 409, "conflict")
+    return Path(config.profile)
+
+
+def parse(body: object) -> tuple[str, Any]:
+    """("calibrate", (conversations, max_tokens, sources)) or ("install", profile bytes); ServeError 400."""
+    if not isinstance(body, dict) or ("conversations" in body) == ("profile" in body):
+        raise ServeError("the body must be a JSON object with either 'conversations' or 'profile'")
+    if "profile" in body:
+        try:
+            return "install", base64.b64decode(str(body["profile"]), validate=True)
+        except ValueError:
+            raise ServeError("'profile' must be a profile file in base64") from None
+    conversations = body["conversations"]
+    if not isinstance(conversations, list) or len(conversations) < 2:
+        raise ServeError("'conversations' must be a list of at least two conversations (lists of messages)")
+    try:
+        parsed = [normalize(c) for c in conversations]
+    except ServeError as exc:
+        raise ServeError(f"conversations: {exc}") from None
+    max_tokens = body.get("max_tokens")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        raise ServeError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+    sources = body.get("sources") or [f"conversation-{i + 1}" for i in range(len(parsed))]
+    if not isinstance(sources, list) or len(sources) != len(parsed) or not all(isinstance(s, str) for s in sources):
+        raise ServeError("'sources' must name each conversation (a list of strings as long as 'conversations')")
+    return "calibrate", (parsed, max_tokens, sources)
+
+
+def calibrate(model, tokenizer, config: ServeConfig, request: tuple) -> dict[str, Any]:
+    """Calibrate from the request's conversations on the served model and save the profile; the answer."""
+    import torch
+
+    from kvstore.calibrate import calibrate as run
+
+    conversations, max_tokens, sources = request
+    folder = profile_dir(config)
+    meta = {"model": config.model, "sources": sources, "served": True}
+    left_out: list[str] = []
+
+    def progress(done: int, _total: int, used: bool) -> None:
+        if not used:
+            left_out.append(sources[done - 1])
+
+    try:
+        with torch.inference_mode():
+            profile = run(model, tokenizer, conversations, max_tokens, progress, meta)
+    except KVStoreError as exc:
+        raise ServeError(f"cannot calibrate from these conversations: {exc}") from None
+    answer = _save(profile, folder)
+    data = io.BytesIO()
+    profile.save_to(data)
+    return answer | {"left_out": left_out, "profile": base64.b64encode(data.getvalue()).decode()}
+
+
+def install(model, config: ServeConfig, data: bytes) -> dict[str, Any]:
+    """Check a profile file sent by a client against the served model and save it; the answer."""
+    from kvstore.cache import model_identity
+    from kvstore.profile import MemoryProfile
+
+    folder = profile_dir(config)
+    try:
+        profile = MemoryProfile.load_bytes(data)
+        profile.check_model(model_identity(model))
+    except KVStoreError as exc:
+        raise ServeError(str(exc)) from None
+    return _save(profile, folder)
+
+
+def _save(profile, folder: Path) -> dict[str, Any]:
+    from kvstore.profile import store_name
+
+    name = store_name(profile)
+    profile.save(folder / name)
+    return {
+        "object": "nexus.profile",
+        "name": name,
+        "summary": profile.summary,
+        "prefix_tokens": len(profile.prefix),
+        "suffix_tokens": len(profile.suffix),
+        "conversations": profile.conversations,
+    }
