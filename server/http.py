@@ -66,24 +66,23 @@ class Handler(BaseHTTPRequestHandler):
             return
         app = self.server.app
         try:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
-            req = api.parse_request(body, self.headers.get(api.SESSION_HEADER), app.config)
+            req = api.parse_request(self._body(), self.headers.get(api.SESSION_HEADER), app.config)
             job = app.submit(req)
-        except json.JSONDecodeError:
-            self._error(ServeError("the request body is not valid JSON"))
-            return
         except ServeError as exc:
             self._error(exc)
             return
         (self._stream if req.stream else self._complete)(job, req)
 
+    def _body(self) -> object:
+        """The request's JSON body (null when empty); ServeError 400 when it is not JSON."""
+        try:
+            return json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
+        except json.JSONDecodeError:
+            raise ServeError("the request body is not valid JSON") from None
+
     def _profiles(self) -> None:
         try:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
-            answer = self.server.app.profiles(body)
-        except json.JSONDecodeError:
-            self._error(ServeError("the request body is not valid JSON"))
-            return
+            answer = self.server.app.profiles(self._body())
         except ServeError as exc:
             self._error(exc)
             return
