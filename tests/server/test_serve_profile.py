@@ -49,10 +49,9 @@ def test_a_missing_or_corrupt_profile_stops_the_server(tmp_path: Path, content: 
         Server(tiny_chat_model(), qwen_tokenizer(), ServeConfig(port=0, model="tiny-qwen3", profile=path))
 
 
-def _post_profiles(server: Server, body: object) -> tuple[int, dict]:
-    request = urllib.request.Request(
-        server.url + "/nexus/profiles", json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
+def _post_profiles(server: Server, body: object, route: str = "/nexus/profiles") -> tuple[int, dict]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(server.url + route, data, {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=120) as resp:
             return resp.status, json.load(resp)
@@ -119,6 +118,9 @@ def test_the_profiles_endpoint_refuses_what_it_cannot_use(make_server, tmp_path:
     ):
         status, answer = _post_profiles(server, body)
         assert status == 400 and message in answer["error"]["message"], (body, answer)
+    for route in ("/nexus/profiles", "/chat/completions"):
+        status, answer = _post_profiles(server, b'{"conversations": [', route)
+        assert status == 400 and answer["error"]["message"] == "the request body is not valid JSON"
     assert not list(store.iterdir())  # nothing was saved
     client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
     reply = client.chat.completions.create(model="tiny-qwen3", messages=[{"role": "user", "content": "hi"}],
