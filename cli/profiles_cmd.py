@@ -32,7 +32,7 @@ def profiles_cmd(
         hint = " (make one with: nexus-agent calibrate TRACES...)" if folder is None else ""
         console.print(f"no memory profiles in {where}{hint}", highlight=False)
         return
-    table = Table(title=f"{len(files)} memory profiles in {where}")
+    table = Table(title=f"{len(files)} memory profile{'' if len(files) == 1 else 's'} in {where}")
     for column in ("file", "model", "layers x kv heads", "template tokens", "conversations", "written"):
         table.add_column(column, justify="right" if column in ("template tokens", "conversations") else "left")
     for f in files:
