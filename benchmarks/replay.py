@@ -7,6 +7,7 @@ full cache's: mean KL(full || policy), extra NLL of the recorded token, top-1 ag
 
 from __future__ import annotations
 
+import tempfile
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -44,6 +45,7 @@ class ReplayConfig:
     traces: list[Path] = field(default_factory=list)  # conversation files
     profile: Path | None = None  # memory profile every replayed session gets (runs labelled SPEC+profile)
     bound: bool = False  # also replay the query-specific bound at every budget (benchmarks.replay_bound)
+    fold_profiles: dict[Path, Path] = field(default_factory=dict)  # --cross-fit: each trace's own profile
 
 
 def parse_spec(text: str) -> Spec:
@@ -96,8 +98,9 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
     renderer = ChatRenderer(tokenizer)
     limit = min(cfg.max_tokens or 10**9, int(model.config.max_position_embeddings))
     result: dict = {"conversations": [], "runs": [], "failed": []}
-    profile = None if cfg.profile is None else str(cfg.profile)
     for path in cfg.traces:
+        profile = cfg.fold_profiles.get(path, cfg.profile)
+        profile = None if profile is None else str(profile)
         conv: Conversation = load_conversation(path)
         p = plan(conv.messages, renderer, limit)
         if p is None:
@@ -124,8 +127,9 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
                         console.print(f"[yellow]{conv.name} {spec.name} @ {budget}: {e}")
                         continue
                     run_ |= {"conversation": conv.name, "seconds": time.perf_counter() - t1}
-                    if profile is not None:
-                        run_ |= {"profile": profile, "profile_status": session.profile_status}
+                    if profile is not None:  # a cross-fitted fold's profile by its file name (fold1.pt, ...)
+                        shown = Path(profile).name if path in cfg.fold_profiles else profile
+                        run_ |= {"profile": shown, "profile_status": session.profile_status}
                     result["runs"].append(run_ | {"turns": [t.to_dict() for t in turns]})
                     if on_progress is not None:  # a stopped run keeps every finished replay
                         on_progress(result)
@@ -140,6 +144,50 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
                     on_progress(result)
         console.print(f"{conv.name}: {p.tokens} tokens, {replies} replies, {time.perf_counter() - t0:.0f}s")
     return result
+
+
+def folds(traces: list[Path], k: int) -> list[list[Path]]:
+    """The conversations in `k` consecutive folds of (nearly) equal size, the larger ones first."""
+    if k < 2 or k > len(traces) // 2:
+        raise KVStoreError(
+            f"--cross-fit {k}: give at least 2 folds, and at most half as many as the {len(traces)} conversations "
+            "(each profile is calibrated on conversations outside its fold)"
+        )
+    size, extra = divmod(len(traces), k)
+    bounds = [i * size + min(i, extra) for i in range(k + 1)]
+    return [traces[bounds[i] : bounds[i + 1]] for i in range(k)]
+
+
+def check_cross_fit(traces: list[Path], k: int, sources: int) -> None:
+    folds(traces, k)
+    if sources < 2:
+        raise KVStoreError(f"--calibrate-on {sources}: a profile needs at least two conversations")
+
+
+def cross_fit(
+    traces: list[Path], k: int, sources: int, model, tokenizer, max_tokens: int | None, where: Path
+) -> tuple[dict[Path, Path], list[dict]]:
+    """One profile per fold, calibrated on the first `sources` conversations outside it (in the given order), so
+    that no conversation is replayed with a profile that saw it; (trace -> profile file, what each fold got)."""
+    from pipeline.conversations import calibrate_recorded
+
+    check_cross_fit(traces, k, sources)
+    mapping, record = {}, []
+    for i, fold in enumerate(folds(traces, k)):
+        others = [t for t in traces if t not in fold][:sources]
+        conversations = [load_conversation(t) for t in others]
+        console.print(
+            f"fold {i + 1}/{k} ({len(fold)} conversations): calibrating on {', '.join(c.name for c in conversations)}"
+        )
+        profile = calibrate_recorded(model, tokenizer, conversations, console.print, max_tokens, {"fold": i + 1})
+        path = where / f"fold{i + 1}.pt"
+        profile.save(path)
+        mapping |= {t: path for t in fold}
+        names = [load_conversation(t).name for t in fold]
+        record.append(
+            {"fold": i + 1, "conversations": names, "profile": profile.summary, "sources": profile.meta["sources"]}
+        )
+    return mapping, record
 
 
 def finish(result: dict, cfg_info: dict, json_path: Path | None, plot_path: Path | None, table_path: Path | None):
@@ -181,6 +229,17 @@ def replay_cmd(
     bound: Annotated[
         bool, typer.Option(help=f"also replay the query-specific bound ({BOUND}): a ceiling for every memory")
     ] = False,
+    cross_fit_folds: Annotated[
+        int | None,
+        typer.Option(
+            "--cross-fit",
+            help="split the conversations into K folds (in order) and replay each fold with a memory profile "
+            "calibrated outside it (runs labelled SPEC+profile)",
+        ),
+    ] = None,
+    calibrate_on: Annotated[
+        int, typer.Option(help="with --cross-fit: the conversations each fold's profile is calibrated on")
+    ] = 2,
     quick: Annotated[bool, typer.Option(help="1 conversation, 3072 tokens, 3 specs, budget 0.5")] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
     plot_out: Annotated[Path | None, typer.Option("--plot", help="write the PNG plot")] = None,
@@ -204,15 +263,24 @@ def replay_cmd(
     if profile is not None:
         from kvstore.profile import MemoryProfile
 
+        if cross_fit_folds is not None:
+            raise KVStoreError("give --profile or --cross-fit, not both")
         MemoryProfile.load(profile)  # a missing or corrupt file fails here, before any replay
+    if cross_fit_folds is not None:
+        check_cross_fit(files, cross_fit_folds, calibrate_on)  # before the model loads
     m, tok, info = load_model(model, dtype=dtype)
     if bound:
         check_model(m)  # before any replay, not after the policies' runs
-    cfg_info = {"model": model, "dtype": info.dtype, "specs": [run_label(s, profile is not None) for s in spec_list]}
+    profiled = profile is not None or cross_fit_folds is not None
+    cfg_info = {"model": model, "dtype": info.dtype, "specs": [run_label(s, profiled) for s in spec_list]}
     cfg_info["budgets"] = budget_list
     cfg_info |= {"max_tokens": max_tokens, "seeds": seeds, "traces": [str(f) for f in files], "bound": bound}
 
     def checkpoint(result: dict) -> None:  # a stopped run keeps the replays it finished
         write_json(json_out, result | {"config": cfg_info, "partial": True})
 
-    finish(run(cfg, m, tok, checkpoint if json_out else None), cfg_info, json_out, plot_out, table_out)
+    with tempfile.TemporaryDirectory(prefix="nexus-cross-fit-") as where:
+        if cross_fit_folds is not None:
+            cfg.fold_profiles, record = cross_fit(files, cross_fit_folds, calibrate_on, m, tok, max_tokens, Path(where))
+            cfg_info["cross_fit"] = {"folds": cross_fit_folds, "calibrate_on": calibrate_on, "profiles": record}
+        finish(run(cfg, m, tok, checkpoint if json_out else None), cfg_info, json_out, plot_out, table_out)

@@ -159,3 +159,32 @@ def test_calibrate_writes_a_profile_that_bench_replay_uses(tmp_path: Path) -> No
     assert run["spec"] == "nexus-agent+profile" and run["profile_status"].startswith("matched")
     missing = CliRunner().invoke(app, [*args[:-4], "--profile", str(tmp_path / "no.pt")])
     assert missing.exit_code != 0 and "does not exist" in str(missing.exception)  # one line under `main`
+
+
+@pytest.mark.slow  # four calibration replays and four evicting replays of the tiny model
+def test_cross_fit_replays_each_fold_with_a_profile_calibrated_outside_it(tmp_path: Path) -> None:
+    model = save_tiny_chat_model(tmp_path / "model")
+    names = ["csvkit-lite-1", "iniconf-1", "invoicer-1", "semver-lite-1"]
+    traces = [str(GOLD_DIR / f"nexus-demo__{n}.gold.jsonl") for n in names]
+    out = tmp_path / "replay.json"
+    args = ["bench", "replay", *traces, "--model", str(model), "--dtype", "fp32", "--max-tokens", "2600"]
+    args += ["--specs", "nexus-agent", "--budgets", "0.5", "--json", str(out)]
+    result = CliRunner().invoke(app, [*args, "--cross-fit", "2"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    first, second = data["config"]["cross_fit"]["profiles"]
+    assert [first["fold"], second["fold"]] == [1, 2] and data["config"]["specs"] == ["nexus-agent+profile"]
+    stems = [f"nexus-demo__{n}.gold" for n in names]
+    assert first["conversations"] == stems[:2] and first["sources"] == stems[2:]  # calibrated outside the fold
+    assert second["conversations"] == stems[2:] and second["sources"] == stems[:2]
+    runs = {r["conversation"]: r for r in data["runs"]}
+    assert [runs[s]["profile"] for s in stems] == ["fold1.pt", "fold1.pt", "fold2.pt", "fold2.pt"]
+    assert all(r["spec"] == "nexus-agent+profile" and r["profile_status"].startswith("matched") for r in runs.values())
+    for bad, message in (
+        (["--cross-fit", "1"], "at least 2 folds"),
+        (["--cross-fit", "3"], "at most half"),
+        (["--cross-fit", "2", "--calibrate-on", "1"], "at least two conversations"),
+        (["--cross-fit", "2", "--profile", str(out)], "not both"),
+    ):
+        result = CliRunner().invoke(app, [*args, *bad])
+        assert result.exit_code != 0 and message in str(result.exception) + result.output, bad
