@@ -98,7 +98,12 @@ def calibrate_served(cfg: RunConfig, out: Path, warm: list[Task], dest: Path, sa
             "are kept: rerun with --retry-errors, or use another --out with a larger --warmup or without it"
         )
     body = {"conversations": [c.messages for c in conversations], "sources": [c.name for c in conversations]}
-    answer = _post_profiles(cfg, body)
+    try:
+        answer = _post_profiles(cfg.server, body)
+    except RunError as e:
+        raise RunError(
+            f"{e}; the warm-up tasks' results are kept: rerun with --retry-errors, or use another --out"
+        ) from None
     for name in answer.get("left_out", []):
         say(f"left out: {name} (no opening and reply inside the replayed tokens)")
     profile = MemoryProfile.load_bytes(base64.b64decode(answer["profile"]))
@@ -139,13 +144,12 @@ def _warmup_conversations(out: Path, warm: list[Task], dest: Path, say: Callable
     return [load_conversation(f) for f in found]
 
 
-def _post_profiles(cfg_or_server: RunConfig | str, body: dict) -> dict:
+def _post_profiles(server: str, body: dict) -> dict:
     """POST /v1/nexus/profiles; its answer, or a RunError with the server's message."""
     import json
     import urllib.error
     import urllib.request
 
-    server = cfg_or_server if isinstance(cfg_or_server, str) else cfg_or_server.server
     request = urllib.request.Request(
         server.rstrip("/") + "/nexus/profiles", json.dumps(body).encode(), {"Content-Type": "application/json"}
     )
