@@ -13,6 +13,7 @@ from kvstore.defaults import (
     DEFAULT_PROTECT,
     DEFAULT_PROTOCOL,
     DEFAULT_SESSION_BUDGET,
+    PROFILE_SUFFIX,
     PROTECT_MODES,
 )
 from kvstore.errors import KVStoreError
@@ -78,10 +79,18 @@ class ServeConfig:
         return {
             "model": self.model, "policy": self.policy, "budget": self.budget, "protocol": self.protocol,
             "protect": self.protect, "chunk_size": self.chunk_size, "seed": self.seed,
-            "memory_profile": None if self.profile is None else str(self.profile),
+            "memory_profile": self._profiles_in_use(),
             "profile_directory": self.profile is not None and Path(self.profile).is_dir(),  # POST /v1/nexus/profiles
             "interleave_prefill": self.interleave_prefill,
         }  # fmt: skip
+
+    def _profiles_in_use(self) -> str | None:
+        """The profile file, or the profile directory while it holds a profile (as a local run's `auto` reads the
+        store only then), so that clients label runs alike; None otherwise."""
+        if self.profile is None:
+            return None
+        path = Path(self.profile)
+        return str(path) if not path.is_dir() or any(path.glob(f"*{PROFILE_SUFFIX}")) else None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}

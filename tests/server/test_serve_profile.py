@@ -64,7 +64,8 @@ def test_the_server_calibrates_a_profile_that_its_later_sessions_use(make_server
     store.mkdir()
     server = make_server(budget=256, profile=store)
     with urllib.request.urlopen(server.url + "/models") as r:
-        assert json.load(r)["data"][0]["nexus"]["profile_directory"] is True
+        nexus = json.load(r)["data"][0]["nexus"]
+    assert nexus["profile_directory"] is True and nexus["memory_profile"] is None  # an empty store: no profile yet
     client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
     opening = conversation(words(40, "delta"), replies=1)[:2]
     client.chat.completions.create(model="tiny-qwen3", messages=opening, max_tokens=3, temperature=0)
@@ -86,6 +87,8 @@ def test_the_server_calibrates_a_profile_that_its_later_sessions_use(make_server
     assert after.cache.prior is not None and after.profile_status.startswith("matched")
     assert after.profile_status.endswith(f"({answer['name']})")
 
+    with urllib.request.urlopen(server.url + "/models") as r:  # now the store is in use
+        assert json.load(r)["data"][0]["nexus"]["memory_profile"] == str(store)
     saved.unlink()  # installing the file sent back puts it there again, under the same name
     status, again = _post_profiles(server, {"profile": answer["profile"]})
     assert status == 200 and again["name"] == answer["name"] and saved.is_file()
