@@ -90,7 +90,12 @@ class Server:
         kind, request = profiles.parse(body)
         if kind == "install":
             return self.scheduler.call(lambda model, _tok: profiles.install(model, self.config, request))
-        return self.scheduler.call(lambda model, tok: profiles.calibrate(model, tok, self.config, request))
+        room = self.scheduler.room_for_full_cache
+
+        def run(model, tok) -> dict[str, Any]:
+            return profiles.calibrate(model, tok, self.config, request, lambda n: room(n, "this calibration"))
+
+        return self.scheduler.call(run)
 
     def metrics_text(self) -> str:
         return self.metrics.render(self.registry.counts(), self.config.memory_cap, self.scheduler.queued)

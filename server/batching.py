@@ -187,14 +187,30 @@ class Scheduler(threading.Thread):
                 f"memory cap of {cap / 2**20:.1f} MiB; send a shorter conversation or fewer max_tokens", 503,
                 "kv_memory_exceeded",
             )  # fmt: skip
-        idle = [e for e in self.registry.idle_resident() if e is not job.entry]
+        return self._free(job.reserved, cap, job.entry)
+
+    def _free(self, need: int, cap: int, keep: Entry | None = None) -> bool:
+        """Park idle sessions (least recently used first, never `keep`) until `need` more bytes fit under `cap`."""
+        idle = [e for e in self.registry.idle_resident() if e is not keep]
         in_use = sum(j.reserved for j in self.active) + sum(e.held_bytes for e in idle)
-        while in_use + job.reserved > cap and idle:
+        while in_use + need > cap and idle:
             victim = idle.pop(0)
             in_use -= victim.held_bytes
             park(victim, self.config.park, self.registry.park_dir)
             self.metrics.add("sessions_parked_total")
-        return in_use + job.reserved <= cap
+        return in_use + need <= cap
+
+    def room_for_full_cache(self, tokens: int, what: str) -> None:
+        """On this thread, before work that holds a full cache of `tokens` tokens beside the sessions (a
+        calibration): make room under the memory cap by parking idle sessions; ServeError 503 when it cannot fit."""
+        cap, need = self.config.memory_cap, tokens * self.per_token
+        if cap is None or self._free(need, cap):
+            return
+        raise ServeError(
+            f"{what} needs {need / 2**20:.1f} MiB of KV cache ({tokens} tokens) and the memory cap of "
+            f"{cap / 2**20:.1f} MiB cannot hold it beside the sessions decoding now; retry later, or send shorter "
+            "conversations or a smaller max_tokens", 503, "kv_memory_exceeded",
+        )  # fmt: skip
 
     def _peak_bytes(self, job: Job) -> int:
         entry, ref = job.entry, self.reference

@@ -6,7 +6,8 @@ This endpoint writes one, in either of two ways:
 
 - {"conversations": [[message, ...], ...], "max_tokens": N, "sources": [name, ...]}: calibrate on the served
   model (kvstore.calibrate, teacher-forced on a full cache, on the scheduler thread: the other sessions' decoding
-  waits meanwhile) from at least two finished conversations of the agent;
+  waits meanwhile; under --memory-cap idle sessions are parked to make room for that full cache, else HTTP 503)
+  from at least two finished conversations of the agent;
 - {"profile": "<base64 of a profile file>"}: install a profile calibrated elsewhere for this model.
 
 The profile is saved under its store name (kvstore.profile.store_name: the model and a digest of the template), so
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,14 +65,21 @@ def parse(body: object) -> tuple[str, Any]:
     return "calibrate", (parsed, max_tokens, sources)
 
 
-def calibrate(model, tokenizer, config: ServeConfig, request: tuple) -> dict[str, Any]:
-    """Calibrate from the request's conversations on the served model and save the profile; the answer."""
+def calibrate(
+    model, tokenizer, config: ServeConfig, request: tuple, make_room: Callable[[int], None]
+) -> dict[str, Any]:
+    """Calibrate from the request's conversations on the served model and save the profile; the answer.
+    `make_room(tokens)` first: the calibration holds a full cache of its longest conversation beside the sessions."""
     import torch
 
     from kvstore.calibrate import calibrate as run
+    from kvstore.chat import ChatRenderer
+    from kvstore.teacher import plan
 
     conversations, max_tokens, sources = request
     folder = profile_dir(config)
+    renderer, limit = ChatRenderer(tokenizer), min(max_tokens or 10**9, int(model.config.max_position_embeddings))
+    make_room(max((p.tokens for c in conversations if (p := plan(c, renderer, limit))), default=0))
     meta = {"model": config.model, "sources": sources, "served": True}
     left_out: list[str] = []
 

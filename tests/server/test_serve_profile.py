@@ -129,3 +129,27 @@ def test_the_profiles_endpoint_refuses_what_it_cannot_use(make_server, tmp_path:
     reply = client.chat.completions.create(model="tiny-qwen3", messages=[{"role": "user", "content": "hi"}],
                                            max_tokens=2)  # fmt: skip
     assert reply.choices[0].message.content is not None  # the scheduler goes on serving
+
+
+def test_a_calibration_makes_room_under_the_memory_cap_or_is_refused(make_server, tmp_path: Path) -> None:
+    from kvstore.chat import ChatRenderer
+    from kvstore.teacher import plan
+
+    store = tmp_path / "profiles"
+    store.mkdir()
+    convs = [conversation(words(40, t)) for t in ("alpha", "beta")]
+    renderer = ChatRenderer(qwen_tokenizer())
+    need = max(plan(c, renderer, 10**6).tokens for c in convs) * 512  # the tiny model: 512 bytes of K+V per token
+    small = make_server(profile=store, memory_cap=need - 1)
+    status, answer = _post_profiles(small, {"conversations": convs})
+    assert status == 503 and "memory cap" in answer["error"]["message"] and not list(store.iterdir())
+
+    server = make_server(profile=store, memory_cap=need + 8 * 1024, budget=128)
+    client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+    client.chat.completions.create(model="tiny-qwen3", messages=[{"role": "user", "content": words(300, "x")}],
+                                   max_tokens=2, temperature=0)  # fmt: skip
+    (idle,) = server.registry.entries.values()
+    assert idle.session is not None and idle.held_bytes > 8 * 1024  # resident: the calibration does not fit beside it
+    status, answer = _post_profiles(server, {"conversations": convs})
+    assert status == 200, answer
+    assert idle.parked is not None and (store / answer["name"]).is_file()  # parked to make room
