@@ -173,7 +173,7 @@ class Scheduler(threading.Thread):
         except KVStoreError as exc:  # a conversation the model cannot take (too long, unrenderable)
             self._fail(job, ServeError(str(exc), 400))
         except Exception as exc:  # noqa: BLE001 - a request must never take the scheduler down
-            self._fail(job, _internal(exc))
+            self._fail(job, internal_error(exc))
 
     def _make_room(self, job: Job) -> bool:
         """Reserve the job's KV peak under the cap, parking idle sessions (least recently used first)."""
@@ -261,7 +261,7 @@ class Scheduler(threading.Thread):
             done = job.reply.prefill_chunk()
         except Exception as exc:  # noqa: BLE001 - a request must never take the scheduler down
             self.prefilling = None
-            self._abort(job, ServeError(str(exc), 400) if isinstance(exc, KVStoreError) else _internal(exc))
+            self._abort(job, ServeError(str(exc), 400) if isinstance(exc, KVStoreError) else internal_error(exc))
             return
         finally:
             self.metrics.add("prefill_seconds_total", time.perf_counter() - t0)
@@ -300,7 +300,7 @@ class Scheduler(threading.Thread):
                 j.reply.step_alone()
         except Exception as exc:  # noqa: BLE001 - every reply of the failed step is lost, the server lives on
             for j in rows:
-                self._abort(j, _internal(exc))
+                self._abort(j, internal_error(exc))
             return
         for j in rows:
             j.batch_rows += len(rows)
@@ -369,6 +369,6 @@ class Scheduler(threading.Thread):
         job.events.put(("error", error))
 
 
-def _internal(exc: Exception) -> ServeError:
+def internal_error(exc: Exception) -> ServeError:
     traceback.print_exc()
     return ServeError(f"internal error: {type(exc).__name__}: {exc}", 500, "internal_error")

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from server import api
-from server.batching import Job
+from server.batching import Job, internal_error
 from server.config import ServeError
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ class Handler(BaseHTTPRequestHandler):
             self._error(exc)
             return
         except Exception as exc:  # noqa: BLE001 - a request must never take the server down
-            self._error(ServeError(f"internal error: {type(exc).__name__}: {exc}", 500, "server_error"))
+            self._error(internal_error(exc))
             return
         self._count(200)
         self._json(200, answer)
