@@ -61,7 +61,7 @@ def run_eval(
     todo = [t for t in tasks if not _finished(ef.read_report(out, t.instance_id), retry_errors)]
     console = Console()
     console.print(f"eval: {len(tasks)} tasks, {len(tasks) - len(todo)} already finished, {len(todo)} to run -> {out}")
-    if _no_profile(cfg) and len(todo) > 2:
+    if cfg.lacks_profile and len(todo) > 2:
         console.print(
             "memory profile: none for this agent and model; --warmup 2 learns one from the first two tasks for the "
             "rest (docs/memory.md)",
@@ -132,14 +132,6 @@ def _preflight(cfg: RunConfig, tasks: list) -> None:
         else:
             check_model_available(cfg.model)
             check_protected_opening(cfg, [t.problem_statement for t in tasks])
-
-
-def _no_profile(cfg: RunConfig) -> bool:
-    """The default memory runs here without a memory profile, and could learn one (eval --warmup)."""
-    from kvstore.defaults import DEFAULT_POLICY
-
-    local = cfg.server is None and not cfg.replaying
-    return local and cfg.policy == DEFAULT_POLICY and cfg.profile is None and not cfg.warmup
 
 
 def _served(cfg: RunConfig) -> dict | None:

@@ -35,7 +35,7 @@ def solve_cmd(
     console.print(f"[bold]{task.instance_id}[/bold] ({task.source or 'builtin'}) -> {out}")
     report = _run_live(console, task, cfg, out)
     console.print()
-    print_summary(console, report, out)
+    print_summary(console, report, out, cfg.lacks_profile)
 
 
 def _run_live(console: Console, task, cfg: RunConfig, out: Path) -> dict[str, Any]:
@@ -50,7 +50,9 @@ def _run_live(console: Console, task, cfg: RunConfig, out: Path) -> dict[str, An
     return report
 
 
-def print_summary(console: Console, report: dict[str, Any], out: Path | None = None) -> None:
+def print_summary(
+    console: Console, report: dict[str, Any], out: Path | None = None, lacks_profile: bool = False
+) -> None:
     """The verdict, the episode, per-turn cache stats and totals."""
     from kvstore.session import TurnStats
 
@@ -73,7 +75,7 @@ def print_summary(console: Console, report: dict[str, Any], out: Path | None = N
         f"evict {t['evict_s']:.2f} s",
         highlight=False,
     )
-    memory = _memory_line(report)
+    memory = _memory_line(report, lacks_profile)
     if memory:
         console.print("  " + memory, highlight=False)
     if report["grade"].get("error"):
@@ -82,20 +84,16 @@ def print_summary(console: Console, report: dict[str, Any], out: Path | None = N
         console.print(f"  files: {out}/trajectory.jsonl, patch.diff, report.json", highlight=False)
 
 
-def _memory_line(report: dict[str, Any]) -> str | None:
+def _memory_line(report: dict[str, Any], lacks_profile: bool) -> str | None:
     """What the memory profile did for this run; for the default memory without one, how to get one."""
-    from kvstore.defaults import DEFAULT_POLICY
-
     said = [t["memory_profile"] for t in report["turns"] if t.get("memory_profile")]
     if said:
         return f"memory profile: {said[0]}"
-    config = report.get("config") or {}
-    if report["turns"] and config.get("policy") == DEFAULT_POLICY and not config.get("server"):
-        if config.get("profile") is None and not config.get("replay"):
-            return (
-                "memory profile: none for this agent and model; `nexus-agent calibrate` on two finished runs' "
-                "folders learns one, which later runs use (docs/memory.md)"
-            )
+    if lacks_profile and report["turns"]:
+        return (
+            "memory profile: none for this agent and model; `nexus-agent calibrate` on two finished runs' "
+            "folders learns one, which later runs use (docs/memory.md)"
+        )
     return None
 
 

@@ -129,6 +129,13 @@ class RunConfig:
         return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
 
     @property
+    def lacks_profile(self) -> bool:
+        """The default memory runs with this process's model and no memory profile, though one could be calibrated
+        for it (solve and eval say how)."""
+        local = self.server is None and not self.replaying
+        return local and self.policy == DEFAULT_POLICY and self.profile is None and not self.warmup
+
+    @property
     def replaying(self) -> bool:
         return self.replay is not None or self.replay_dir is not None
 

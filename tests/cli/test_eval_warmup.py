@@ -38,15 +38,13 @@ def test_warmup_settings_and_label(tmp_path: Path) -> None:
 
 
 def test_eval_suggests_a_warmup_only_where_one_could_help(tmp_path: Path, monkeypatch) -> None:
-    from cli.eval_cmd import _no_profile
-
     monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))  # an empty profile store
-    assert _no_profile(RunConfig())
-    assert not _no_profile(RunConfig(warmup=2)) and not _no_profile(RunConfig(policy="h2o"))
-    assert not _no_profile(RunConfig(server="http://127.0.0.1:9/v1"))
-    assert not _no_profile(RunConfig(replay_dir=tmp_path))
+    assert RunConfig().lacks_profile
+    assert not RunConfig(warmup=2).lacks_profile and not RunConfig(policy="h2o").lacks_profile
+    assert not RunConfig(server="http://127.0.0.1:9/v1").lacks_profile
+    assert not RunConfig(replay_dir=tmp_path).lacks_profile
     save_tiny_profile(tmp_path / "home" / "profiles" / "agent.pt")
-    assert not _no_profile(RunConfig())  # the store's profile is used
+    assert not RunConfig().lacks_profile  # the store's profile is used
 
 
 def _fake_calibration(calls: list) -> callable:
