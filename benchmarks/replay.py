@@ -28,7 +28,7 @@ from kvstore.chat import ChatRenderer
 from kvstore.defaults import DEFAULT_POLICY
 from kvstore.errors import KVStoreError
 from kvstore.teacher import plan
-from pipeline.conversations import Conversation, conversation_files, load_conversation
+from pipeline.conversations import Conversation, conversation_files, conversation_name, load_conversation
 
 # one conversation, its first ~3k tokens (the shared traces' openings are 2.1-4.2k tokens), three specs, one budget
 QUICK = {"traces": 1, "max_tokens": 3072, "budgets": (0.5,), "specs": ("streaming", "nexus", "nexus-agent")}
@@ -168,10 +168,10 @@ def cross_fit(
     traces: list[Path], k: int, sources: int, model, tokenizer, max_tokens: int | None, where: Path
 ) -> tuple[dict[Path, Path], list[dict]]:
     """One profile per fold, calibrated on the first `sources` conversations outside it (in the given order), so
-    that no conversation is replayed with a profile that saw it; (trace -> profile file, what each fold got)."""
+    that no conversation is replayed with a profile that saw it; (trace -> profile file, what each fold got).
+    The caller checks `k` and `sources` first (check_cross_fit), before the model loads."""
     from pipeline.conversations import calibrate_recorded
 
-    check_cross_fit(traces, k, sources)
     mapping, record = {}, []
     for i, fold in enumerate(folds(traces, k)):
         others = [t for t in traces if t not in fold][:sources]
@@ -183,7 +183,7 @@ def cross_fit(
         path = where / f"fold{i + 1}.pt"
         profile.save(path)
         mapping |= {t: path for t in fold}
-        names = [load_conversation(t).name for t in fold]
+        names = [conversation_name(t) for t in fold]
         record.append(
             {"fold": i + 1, "conversations": names, "profile": profile.summary, "sources": profile.meta["sources"]}
         )

@@ -49,6 +49,13 @@ def conversation_files(paths: list[Path]) -> list[Path]:
     return files
 
 
+def conversation_name(path: Path) -> str:
+    """The name a conversation file goes by: its instance id (for a solve / eval run's trajectory, the run folder)."""
+    if path.suffix == ".jsonl":
+        return path.parent.resolve().name if path.name == TRAJECTORY else path.stem
+    return path.name.removesuffix(".traj.json")
+
+
 def load_conversation(path: Path) -> Conversation:
     """A `.traj.json` (mini-swe-agent) or `.jsonl` (this project's trajectory) file as a conversation."""
     if not path.is_file():
@@ -57,15 +64,14 @@ def load_conversation(path: Path) -> Conversation:
         from agent.trajectory import load_trajectory
 
         messages = [_plain(m) for m in load_trajectory(path).messages()]
-        name = path.parent.resolve().name if path.name == TRAJECTORY else path.stem  # solve / eval: the run folder
-        return Conversation(name, [m for m in messages if m])
+        return Conversation(conversation_name(path), [m for m in messages if m])
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise KVStoreError(f"{path}: not JSON ({e})") from None
     if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
         raise KVStoreError(f"{path}: not a mini-swe-agent trajectory (no 'messages' list)")
-    return Conversation(path.name.removesuffix(".traj.json"), mini_swe_messages(data["messages"]))
+    return Conversation(conversation_name(path), mini_swe_messages(data["messages"]))
 
 
 def calibrate_recorded(
