@@ -45,6 +45,14 @@ def serve_cmd(
     device: str = typer.Option(None, "--device", help="Torch device (default: CUDA when present, else CPU)."),
     dtype: str = typer.Option(None, "--dtype", help="bf16, fp16 or fp32 (default: bf16 where supported)."),
     threads: int = typer.Option(None, "--threads", help="Torch CPU threads (default: all cores; 1 if busy)."),
+    api_key: str = typer.Option(
+        None,
+        "--api-key",
+        envvar="NEXUS_AGENT_API_KEY",
+        show_default=False,
+        help="Answer only requests that send 'Authorization: Bearer KEY' (every route but /health and /metrics); "
+        "best given as $NEXUS_AGENT_API_KEY, since a flag shows in the process list. Clients send $OPENAI_API_KEY.",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every HTTP request."),
 ) -> None:
     """Serve one model to many agent sessions at /v1/chat/completions (see docs/server.md)."""
@@ -60,6 +68,7 @@ def serve_cmd(
         memory_cap=parse_size(memory_cap),
         park=park, park_dir=park_dir, queue_timeout_s=queue_timeout, max_new_tokens=max_new_tokens, seed=seed,
         device=device, dtype=dtype, threads=threads, chunk_size=chunk_size, interleave_prefill=interleave,
+        api_key=api_key,
     )  # fmt: skip
     set_threads(threads)
     server = Server.load(config, verbose=verbose)
@@ -71,10 +80,23 @@ def serve_cmd(
         f"{server.url.removesuffix('/v1')}/metrics)",
         flush=True,
     )
+    print(_access_line(config), flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
+
+
+def _access_line(config: ServeConfig) -> str:
+    """Who may use the server: a warning when it listens beyond this machine with no API key."""
+    if config.api_key is not None:
+        return "  API key: required (Authorization: Bearer ...; /health and /metrics stay open)"
+    if config.host in ("127.0.0.1", "localhost", "::1"):
+        return "  API key: none (listening on this machine only)"
+    return (
+        f"  warning: listening on {config.host} with no API key: anyone who reaches this port can use and close "
+        "sessions and install memory profiles; set NEXUS_AGENT_API_KEY"
+    )
 
 
 def _served_profile(value: str) -> Path | None:

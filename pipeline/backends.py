@@ -55,12 +55,24 @@ def server_settings(url: str) -> dict[str, Any]:
     runs with ("model", "policy", "budget", "protocol", ...: the `nexus` field of /v1/models). Asked once per
     process; RunError when no OpenAI-compatible server answers."""
     import json
+    import urllib.error
     import urllib.request
 
+    from agent.backends.openai_compat import API_KEY_ENV, auth_headers
+
+    request = urllib.request.Request(url.rstrip("/") + "/models", headers=auth_headers())
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/models", timeout=30) as resp:
+        with urllib.request.urlopen(request, timeout=30) as resp:
             entry = json.load(resp)["data"][0]
             return {**(entry.get("nexus") or {}), "id": entry["id"]}
+    except urllib.error.HTTPError as exc:
+        if exc.code not in (401, 403):
+            raise RunError(f"--server {url}: /models answered HTTP {exc.code}") from None
+        given = "is not the one it takes" if auth_headers() else "is not set"
+        raise RunError(
+            f"--server {url}: the server needs an API key and ${API_KEY_ENV} {given}; set it to the key the server "
+            "was started with (its NEXUS_AGENT_API_KEY)"
+        ) from None
     except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise RunError(
             f"--server {url}: no OpenAI-compatible server answers there ({exc}); start one with `nexus-agent serve` "

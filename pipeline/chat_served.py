@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.backends.openai_compat import OpenAICompatConfig, OpenAICompatModel, auth_headers
 from agent.errors import AgentError
 from agent.protocols import Message, ModelReply, Sampling
 from kvstore.defaults import describe_memory
@@ -102,8 +103,6 @@ class ServedConversation:
     """The chat's side of a server session: the backend the agent talks to, saving, rollback, re-attaching."""
 
     def __init__(self, folder: Path, record: ServedRecord, settings: dict[str, Any], seed: int | None = None) -> None:
-        from agent.backends.openai_compat import OpenAICompatConfig, OpenAICompatModel
-
         self.folder, self.record, self.settings = folder, record, settings
         self.notify: Callable[[str], None] = print  # one-line notes for the user
         config = OpenAICompatConfig(
@@ -226,7 +225,8 @@ class ServedConversation:
     def _call(self, method: str, path: str) -> dict[str, Any]:
         url = self.record.server.rstrip("/") + path
         try:
-            with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=30) as resp:
+            request = urllib.request.Request(url, method=method, headers=auth_headers())
+            with urllib.request.urlopen(request, timeout=30) as resp:
                 return json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as exc:
             raise {404: _NotFound, 409: _Busy}.get(exc.code, AgentError)(f"{method} {url}: HTTP {exc.code}") from None

@@ -150,9 +150,10 @@ def _post_profiles(server: str, body: dict) -> dict:
     import urllib.error
     import urllib.request
 
-    request = urllib.request.Request(
-        server.rstrip("/") + "/nexus/profiles", json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
+    from agent.backends.openai_compat import auth_headers
+
+    headers = {"Content-Type": "application/json"} | auth_headers()
+    request = urllib.request.Request(server.rstrip("/") + "/nexus/profiles", json.dumps(body).encode(), headers)
     try:
         with urllib.request.urlopen(request, timeout=3600) as resp:
             return json.load(resp)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ class ServeConfig:
     queue_timeout_s: float = 120.0  # seconds a request may wait for memory or a batch slot before HTTP 503
     session_ttl_s: float = 3600.0  # idle sessions older than this are closed (their memory and files freed)
     max_new_tokens: int = 1024  # reply length when a request gives no max_tokens
+    api_key: str | None = field(default=None, repr=False)  # clients must send "Authorization: Bearer KEY" (None: open)
 
     def __post_init__(self) -> None:
         if self.park not in PARK_MODES:
@@ -69,6 +70,8 @@ class ServeConfig:
                 raise ServeError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.memory_cap is not None and self.memory_cap < 1:
             raise ServeError(f"memory cap must be positive, got {self.memory_cap}")
+        if self.api_key is not None and not self.api_key.strip():
+            raise ServeError("--api-key is empty: give the key clients must send, or leave it out")
 
     @property
     def model_id(self) -> str:
@@ -93,7 +96,9 @@ class ServeConfig:
         return str(path) if not path.is_dir() or any(path.glob(f"*{PROFILE_SUFFIX}")) else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+        """The settings, with the API key only as whether one is required (never the key itself)."""
+        out = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+        return out | {"api_key": self.api_key is not None}
 
 
 def parse_size(text: str | None) -> int | None:

@@ -1,10 +1,12 @@
 """The HTTP side (stdlib, one thread per connection): /v1/chat/completions (JSON or SSE), /v1/models, /metrics,
 /health, /v1/sessions (list, DELETE one), /v1/nexus/profiles (POST: server.profiles). Each chat request is parsed
 here, matched to its session by the registry and handed to the scheduler, whose events (text pieces, the result, an
-error) this thread turns into the answer."""
+error) this thread turns into the answer. A server started with an API key answers every route but /health and
+/metrics with HTTP 401 unless the request carries "Authorization: Bearer <key>"."""
 
 from __future__ import annotations
 
+import hmac
 import json
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -15,6 +17,8 @@ from server.config import ServeError
 
 if TYPE_CHECKING:
     from server.app import Server
+
+OPEN_PATHS = ("/health", "/metrics")  # answered without the API key (load balancers, Prometheus scrapers)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -28,7 +32,9 @@ class Handler(BaseHTTPRequestHandler):
     # --- routes ---------------------------------------------------------------------------------------------------
     def do_GET(self) -> None:  # noqa: N802 - the http.server API
         app = self.server.app
-        path = self.path.split("?")[0].rstrip("/")
+        path = self._route()
+        if self._refused(path):
+            return
         if path in ("/v1/models", "/models"):
             self._json(200, api.models(app.config, app.started))
         elif path == "/metrics":
@@ -41,7 +47,9 @@ class Handler(BaseHTTPRequestHandler):
             self._error(ServeError(f"no route GET {path}", 404, "not_found"))
 
     def do_DELETE(self) -> None:  # noqa: N802
-        path = self.path.rstrip("/")
+        path = self._route()
+        if self._refused(path):
+            return
         if not path.startswith("/v1/sessions/"):
             self._error(ServeError(f"no route DELETE {path}", 404, "not_found"))
             return
@@ -57,7 +65,9 @@ class Handler(BaseHTTPRequestHandler):
             self._error(ServeError(f"no session {sid}", 404, "not_found"))
 
     def do_POST(self) -> None:  # noqa: N802
-        path = self.path.split("?")[0].rstrip("/")
+        path = self._route()
+        if self._refused(path):
+            return
         if path == "/v1/nexus/profiles":
             self._profiles()
             return
@@ -72,6 +82,23 @@ class Handler(BaseHTTPRequestHandler):
             self._error(exc)
             return
         (self._stream if req.stream else self._complete)(job, req)
+
+    def _route(self) -> str:
+        return self.path.split("?")[0].rstrip("/")
+
+    def _refused(self, path: str) -> bool:
+        """True, after answering HTTP 401, when the server needs an API key and the request lacks the right one."""
+        key = self.server.app.config.api_key
+        if key is None or path in OPEN_PATHS:
+            return False
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode()):
+            return False
+        self._error(ServeError(
+            "this server needs an API key: send 'Authorization: Bearer <key>' (nexus-agent's clients send "
+            "$OPENAI_API_KEY)", 401, "authentication_error",
+        ))  # fmt: skip
+        return True
 
     def _body(self) -> object:
         """The request's JSON body (null when empty); ServeError 400 when it is not JSON."""
@@ -149,6 +176,8 @@ class Handler(BaseHTTPRequestHandler):
     def _error(self, exc: ServeError) -> None:
         self._count(exc.status)
         headers = {"Retry-After": "5"} if exc.status in (429, 503) else None
+        if exc.status == 401:  # the body was left unread: closing keeps it from being taken for the next request
+            headers = {"WWW-Authenticate": "Bearer", "Connection": "close"}
         self._json(exc.status, api.error_body(exc), headers)
 
     def _count(self, status: int) -> None:

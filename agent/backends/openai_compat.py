@@ -22,6 +22,8 @@ from typing import Any
 from agent.errors import AgentError
 from agent.protocols import Message, ModelReply, Sampling
 
+API_KEY_ENV = "OPENAI_API_KEY"  # where every client of this project finds the server's API key
+
 
 @dataclass
 class OpenAICompatConfig:
@@ -29,7 +31,7 @@ class OpenAICompatConfig:
 
     model: str  # the model name the server knows (e.g. "agentica-org/DeepSWE-Preview")
     base_url: str = "http://127.0.0.1:8000/v1"  # up to and including /v1
-    api_key_env: str = "OPENAI_API_KEY"  # environment variable holding the key; unset = no Authorization header
+    api_key_env: str = API_KEY_ENV  # environment variable holding the key; unset = no Authorization header
     timeout_s: float = 600.0  # seconds one request may take
     retries: int = 2  # extra attempts after a connection error or a 5xx answer
     seed: int | None = None  # sent as "seed" when set (servers that honour it sample reproducibly)
@@ -86,9 +88,7 @@ class OpenAICompatModel:
         """The answer as a chat.completion object (a stream is gathered into one); retried on 5xx and connection
         errors, except once a streamed reply has started (its text was already handed on)."""
         url = self.config.base_url.rstrip("/") + "/chat/completions"
-        headers = {"Content-Type": "application/json"}
-        if key := os.environ.get(self.config.api_key_env):
-            headers["Authorization"] = f"Bearer {key}"
+        headers = {"Content-Type": "application/json"} | auth_headers(self.config.api_key_env)
         if self.config.session_id:
             headers[SESSION_HEADER] = self.config.session_id
         body = json.dumps(payload).encode()
@@ -136,6 +136,12 @@ class OpenAICompatModel:
         if finish is None:
             raise AgentError(f"the model server's stream ended before the reply did ({url})")
         return {"choices": [{"message": {"content": "".join(text)}, "finish_reason": finish}], **extra}
+
+
+def auth_headers(env: str = API_KEY_ENV) -> dict[str, str]:
+    """The Authorization header for the key in `env` ({} when it is unset or empty)."""
+    key = os.environ.get(env, "").strip()
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def _error_message(body: str) -> str:
