@@ -5,7 +5,7 @@ and suffix); its weights are each conversation's, scaled to mean 1 per layer and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 
 import torch
 
@@ -15,7 +15,7 @@ from kvstore.errors import KVStoreError
 from kvstore.policies.base import head_token_attention
 from kvstore.profile import MemoryProfile, common_template
 from kvstore.session import Session, SessionConfig
-from kvstore.teacher import plan, replay
+from kvstore.teacher import plan, replay_steps
 
 
 class _ReplyAttention:
@@ -51,6 +51,24 @@ def calibrate(
     """A profile from recorded conversations (each a list of {role, content} messages; at least two, sharing the
     text of their openings). Each is replayed up to `max_tokens` (default: the model's positions); one without an
     opening and a reply inside that is left out. `on_progress(done, total, used)` after each."""
+    steps = calibration_steps(model, tokenizer, conversations, max_tokens, on_progress, meta)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
+
+
+def calibration_steps(
+    model,
+    tokenizer,
+    conversations: list[list[dict]],
+    max_tokens: int | None = None,
+    on_progress: Callable[[int, int, bool], None] | None = None,
+    meta: dict | None = None,
+) -> Generator[None, None, MemoryProfile]:
+    """`calibrate`, yielding after each message it replays (a server runs its sessions in between); returns the
+    profile."""
     renderer = ChatRenderer(tokenizer)
     limit = min(max_tokens or 10**9, int(model.config.max_position_embeddings))
     identity = model_identity(model)
@@ -61,7 +79,7 @@ def calibrate(
             session = Session(model, tokenizer, SessionConfig(policy="full", budget=None, protect="none"))
             rec = _ReplyAttention(identity["num_layers"], identity["num_kv_heads"], p.tokens)
             session.cache.add_observer(rec)
-            replay(session, p, rec.stop, before_reply=rec.start)
+            yield from replay_steps(session, p, rec.stop, before_reply=rec.start)
             openings.append(p.opening_ids)
             weights.append(rec.sums[..., : len(p.opening_ids)])
         if on_progress is not None:
@@ -71,6 +89,11 @@ def calibrate(
             f"calibration needs at least two conversations with an opening and a reply inside {limit} tokens; "
             f"got {len(openings)}"
         )
+    return _profile(openings, weights, identity, (meta or {}) | {"max_tokens": limit})
+
+
+def _profile(openings: list[list[int]], weights: list[torch.Tensor], identity: dict, meta: dict) -> MemoryProfile:
+    """The template the openings share, weighted by each conversation's weights there (mean 1), averaged."""
     a, b = common_template(openings)
     if a + b == 0:
         raise KVStoreError("the conversations' openings share no text (no common first or last token)")
@@ -87,5 +110,5 @@ def calibrate(
         suffix_weight=torch.stack(suf).mean(0),
         identity={k: identity[k] for k in ARCHITECTURE_KEYS},
         conversations=len(openings),
-        meta=(meta or {}) | {"max_tokens": limit},
+        meta=meta,
     )

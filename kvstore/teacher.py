@@ -7,7 +7,7 @@ for every token at once, no decoding)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -57,13 +57,23 @@ def scored_rows(session, content: str, n: int) -> slice:
 def replay(session, p: Plan, on_reply: Callable, before_reply: Callable[[int], None] | None = None) -> None:
     """Drive `session` through the plan; `on_reply(turn, start, logits [n, V], ids [n], held)` per assistant
     message, with only its scored rows; `before_reply(turn)` just before each assistant message runs."""
+    for _ in replay_steps(session, p, on_reply, before_reply):
+        pass
+
+
+def replay_steps(
+    session, p: Plan, on_reply: Callable, before_reply: Callable[[int], None] | None = None
+) -> Iterator[None]:
+    """`replay`, yielding after each message, so that a caller can do other work between them (a server)."""
     session.append(p.opening)
     session.prefill()
+    yield
     turn = 0
     for m in p.rest:
         if m["role"] != "assistant":
             session.append([m])
             session.prefill()
+            yield
             continue
         turn += 1
         if before_reply is not None:
@@ -72,6 +82,7 @@ def replay(session, p: Plan, on_reply: Callable, before_reply: Callable[[int], N
         logits, ids = session.teacher_force([m])
         rows = scored_rows(session, m["content"], len(ids))
         on_reply(turn, start, logits[rows], torch.tensor(ids[rows], device=logits.device), held)
+        yield
 
 
 def _held(session) -> float:

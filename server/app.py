@@ -92,7 +92,7 @@ class Server:
             return self.scheduler.call(lambda model, _tok: profiles.install(model, self.config, request))
         room = self.scheduler.room_for_full_cache
 
-        def run(model, tok) -> dict[str, Any]:
+        def run(model, tok):  # a generator: the scheduler runs it one replayed message per loop
             return profiles.calibrate(model, tok, self.config, request, lambda n: room(n, "this calibration"))
 
         return self.scheduler.call(run)

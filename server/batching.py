@@ -6,7 +6,8 @@ refused); run ONE prefill chunk (chunk_size tokens) of the newcomer; then one de
 in one batched forward (kvstore.batch), each session evicting on its own. So a long newcomer's prefill is spread
 over many loops, each followed by a decode step of the others, instead of stalling them for its whole length
 (`interleave_prefill=False`: the whole prefill at admission, as before). The chunks are those of a solo prefill,
-so every session's cache and tokens are the same either way.
+so every session's cache and tokens are the same either way. Other work on the model (a served calibration:
+server.calls) also runs here, one step per loop.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvstore.errors import KVStoreError
+from server.calls import Calls
 from server.config import ServeConfig, ServeError
 from server.memory import bytes_per_token, cache_bytes, peak_tokens
 from server.messages import Said, cut_at_stop
@@ -75,7 +77,7 @@ class Scheduler(threading.Thread):
         # a padding mask needs sdpa or eager attention: flash-attention models decode one session at a time
         self.batch_ok = config.max_batch > 1 and "flash" not in model.config._attn_implementation
         self.inbox: queue.Queue[Job] = queue.Queue()
-        self.calls: queue.Queue = queue.Queue()  # (fn, answer queue) to run on this thread (call)
+        self.calls = Calls()  # other work on the model, run on this thread (call)
         self.waiting: list[Job] = []
         self.active: list[Job] = []  # admitted jobs: decoding, or the one prefilling
         self.prefilling: Job | None = None  # the newcomer whose prefill runs chunk by chunk between decode steps
@@ -85,32 +87,10 @@ class Scheduler(threading.Thread):
         self.inbox.put(job)
 
     def call(self, fn):
-        """Run `fn(model, tokenizer)` on this thread, between two loops (the model is this thread's alone); its
-        result, or the exception it raised, here. Decoding sessions wait meanwhile."""
-        done: queue.Queue = queue.Queue()
-        self.calls.put((fn, done))
-        self.inbox.put(None)  # wake the loop
-        while True:
-            try:
-                ok, value = done.get(timeout=1.0)
-                break
-            except queue.Empty:
-                if self._stop.is_set() or not self.is_alive():
-                    raise ServeError("the server is shutting down", 503, "server_busy") from None
-        if not ok:
-            raise value
-        return value
-
-    def _run_calls(self) -> None:
-        while True:
-            try:
-                fn, done = self.calls.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                done.put((True, fn(self.model, self.tokenizer)))
-            except Exception as exc:  # noqa: BLE001 - handed to the caller; the scheduler goes on
-                done.put((False, exc))
+        """Run `fn(model, tokenizer)` on this thread (the model is this thread's alone) and return its result, or
+        raise what it raised. A plain function runs whole between two loops, the decoding sessions waiting
+        meanwhile; a generator function runs one step per loop, between their decode steps (server.calls)."""
+        return self.calls.wait(fn, lambda: self.inbox.put(None), lambda: self.is_alive() and not self._stop.is_set())
 
     def stop(self) -> None:
         self._stop.set()
@@ -126,8 +106,8 @@ class Scheduler(threading.Thread):
 
     def loop_once(self) -> None:
         """One scheduler loop: intake, admission, one prefill chunk of the newcomer, one decode step of the others."""
-        self._take(block=not self.active and not self.waiting)
-        self._run_calls()
+        self._take(block=not self.active and not self.waiting and not self.calls.busy)
+        self.calls.run(self.model, self.tokenizer)
         if self.prefilling is None:
             self._admit()
         self._expire_waiting()
@@ -192,7 +172,7 @@ class Scheduler(threading.Thread):
     def _free(self, need: int, cap: int, keep: Entry | None = None) -> bool:
         """Park idle sessions (least recently used first, never `keep`) until `need` more bytes fit under `cap`."""
         idle = [e for e in self.registry.idle_resident() if e is not keep]
-        in_use = sum(j.reserved for j in self.active) + sum(e.held_bytes for e in idle)
+        in_use = sum(j.reserved for j in self.active) + sum(e.held_bytes for e in idle) + self.calls.reserved
         while in_use + need > cap and idle:
             victim = idle.pop(0)
             in_use -= victim.held_bytes
@@ -201,10 +181,15 @@ class Scheduler(threading.Thread):
         return in_use + need <= cap
 
     def room_for_full_cache(self, tokens: int, what: str) -> None:
-        """On this thread, before work that holds a full cache of `tokens` tokens beside the sessions (a
-        calibration): make room under the memory cap by parking idle sessions; ServeError 503 when it cannot fit."""
+        """On this thread, from a call (`call`) that holds a full cache of `tokens` tokens beside the sessions (a
+        calibration): make room under the memory cap by parking idle sessions and set it aside until the call
+        ends, so that admission does not take it back between its steps; ServeError 503 when it cannot fit."""
         cap, need = self.config.memory_cap, tokens * self.per_token
-        if cap is None or self._free(need, cap):
+        if cap is None:
+            return
+        if self._free(need, cap):
+            if self.calls.current is not None:
+                self.calls.current.reserved = need
             return
         raise ServeError(
             f"{what} needs {need / 2**20:.1f} MiB of KV cache ({tokens} tokens) and the memory cap of "

@@ -5,9 +5,10 @@ every new session's profile from it, so a profile written there is used by every
 This endpoint writes one, in either of two ways:
 
 - {"conversations": [[message, ...], ...], "max_tokens": N, "sources": [name, ...]}: calibrate on the served
-  model (kvstore.calibrate, teacher-forced on a full cache, on the scheduler thread: the other sessions' decoding
-  waits meanwhile; under --memory-cap idle sessions are parked to make room for that full cache, else HTTP 503)
-  from at least two finished conversations of the agent;
+  model (kvstore.calibrate, teacher-forced on a full cache) from at least two finished conversations of the agent.
+  It runs on the scheduler thread one replayed message per scheduler loop, so the other sessions go on decoding
+  in between (each waits at most one message's forward); under --memory-cap idle sessions are parked to make room
+  for that full cache, which stays set aside until the calibration ends, else HTTP 503;
 - {"profile": "<base64 of a profile file>"}: install a profile calibrated elsewhere for this model.
 
 The profile is saved under its store name (kvstore.profile.store_name: the model and a digest of the template), so
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import base64
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -65,14 +66,11 @@ def parse(body: object) -> tuple[str, Any]:
     return "calibrate", (parsed, max_tokens, sources)
 
 
-def calibrate(
-    model, tokenizer, config: ServeConfig, request: tuple, make_room: Callable[[int], None]
-) -> dict[str, Any]:
-    """Calibrate from the request's conversations on the served model and save the profile; the answer.
+def calibrate(model, tokenizer, config: ServeConfig, request: tuple, make_room: Callable[[int], None]) -> Generator:
+    """Calibrate from the request's conversations on the served model and save the profile. A generator for
+    Scheduler.call: one step per replayed message, so the sessions keep decoding in between; it returns the answer.
     `make_room(tokens)` first: the calibration holds a full cache of its longest conversation beside the sessions."""
-    import torch
-
-    from kvstore.calibrate import calibrate as run
+    from kvstore.calibrate import calibration_steps
     from kvstore.chat import ChatRenderer
     from kvstore.teacher import plan
 
@@ -88,8 +86,7 @@ def calibrate(
             left_out.append(sources[done - 1])
 
     try:
-        with torch.inference_mode():
-            profile = run(model, tokenizer, conversations, max_tokens, progress, meta)
+        profile = yield from calibration_steps(model, tokenizer, conversations, max_tokens, progress, meta)
     except KVStoreError as exc:
         raise ServeError(f"cannot calibrate from these conversations: {exc}") from None
     answer = _save(profile, folder)

@@ -1,0 +1,99 @@
+"""Work other than chat turns that must use the model, run on the scheduler thread (the model is that thread's alone):
+installing or calibrating a memory profile (server.profiles).
+
+An HTTP thread hands `fn(model, tokenizer)` over and waits. A plain function runs whole between two scheduler loops.
+A generator function runs one step (up to its next `yield`) per scheduler loop, so the other sessions' prefill
+chunks and decode steps go on in between: a calibration yields after each message it replays, instead of stalling
+every session for all of its conversations. Its `return` value is the answer; an exception is raised in the caller.
+While a step runs, `current` is its call, so that the work can hold KV memory under the cap for its whole length
+(Scheduler.room_for_full_cache sets `reserved`).
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from inspect import isgenerator
+from typing import Any
+
+from server.config import ServeError
+
+
+@dataclass
+class Call:
+    fn: Callable[[Any, Any], Any]
+    done: queue.Queue = field(default_factory=queue.Queue)  # (True, result) or (False, exception)
+    steps: Iterator | None = None  # the running generator, after its first step
+    reserved: int = 0  # KV bytes set aside for it until it ends
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.pending: queue.Queue[Call] = queue.Queue()
+        self.running: list[Call] = []  # generators between two steps
+        self.current: Call | None = None  # the call whose step runs now
+
+    def wait(self, fn: Callable[[Any, Any], Any], wake: Callable[[], None], alive: Callable[[], bool]) -> Any:
+        """On an HTTP thread: queue `fn`, wake the scheduler, and wait for the result (ServeError 503 when the
+        scheduler stops first)."""
+        call = Call(fn)
+        self.pending.put(call)
+        wake()
+        while True:
+            try:
+                ok, value = call.done.get(timeout=1.0)
+                break
+            except queue.Empty:
+                if not alive():
+                    raise ServeError("the server is shutting down", 503, "server_busy") from None
+        if not ok:
+            raise value
+        return value
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.running) or not self.pending.empty()
+
+    @property
+    def reserved(self) -> int:
+        return sum(c.reserved for c in self.running) + (self.current.reserved if self.current else 0)
+
+    def run(self, model, tokenizer) -> None:
+        """On the scheduler thread, once per loop: start every new call, then one step of each running one."""
+        while True:
+            try:
+                call = self.pending.get_nowait()
+            except queue.Empty:
+                break
+            self._guarded(call, lambda c=call: self._started(c, c.fn(model, tokenizer)))
+        for call in list(self.running):
+            self.running.remove(call)
+            self._guarded(call, lambda c=call: self._advance(c))
+
+    def _started(self, call: Call, value: Any) -> None:
+        if not isgenerator(value):
+            call.done.put((True, value))
+            return
+        call.steps = value
+        self._advance(call)
+
+    def _advance(self, call: Call) -> None:
+        try:
+            next(call.steps)
+        except StopIteration as stop:
+            call.done.put((True, stop.value))
+            return
+        self.running.append(call)
+
+    def _guarded(self, call: Call, work: Callable[[], None]) -> None:
+        import torch
+
+        self.current = call
+        try:
+            with torch.inference_mode():
+                work()
+        except Exception as exc:  # noqa: BLE001 - handed to the caller; the scheduler goes on
+            call.done.put((False, exc))
+        finally:
+            self.current = None
