@@ -25,8 +25,9 @@ from benchmarks.replay_report import curves, plot, summarize, summary_table, tar
 from benchmarks.replay_run import Spec, budget_tokens, compare, reference, session_for
 from kvstore import POLICIES, CacheConfig
 from kvstore.chat import ChatRenderer
-from kvstore.defaults import DEFAULT_POLICY
+from kvstore.defaults import DEFAULT_POLICY, DEFAULT_PROTOCOL
 from kvstore.errors import KVStoreError
+from kvstore.session_config import PROTOCOLS
 from kvstore.teacher import plan
 from pipeline.conversations import Conversation, conversation_files, conversation_name, load_conversation
 
@@ -49,21 +50,24 @@ class ReplayConfig:
 
 
 def parse_spec(text: str) -> Spec:
-    """`POLICY[@key=value,...]`: CacheConfig options, or protect=system+task|system|none."""
+    """`POLICY[@key=value,...]`: CacheConfig options, protect=system+task|system|none, or
+    protocol=true-eviction|re-prefill."""
     policy, _, rest = text.strip().partition("@")
     if policy not in POLICIES:
         raise KVStoreError(f"unknown policy {policy!r} in spec {text!r}; known: {', '.join(POLICIES)}")
-    options, protect = {}, "none"
+    options, session = {}, {"protect": "none", "protocol": DEFAULT_PROTOCOL}
     for item in filter(None, rest.split(",")):
         key, sep, value = item.partition("=")
         if not sep:
             raise KVStoreError(f"spec {text!r}: option {item!r} is not key=value")
-        if key == "protect":
-            protect = value
+        if key in session:
+            session[key] = value
         else:
             options[key] = _value(key, value)
+    if session["protocol"] not in PROTOCOLS:
+        raise KVStoreError(f"spec {text!r}: protocol must be one of {', '.join(PROTOCOLS)}")
     CacheConfig.from_options(policy=policy, **options)  # unknown or bad options fail here, with one message
-    return Spec(policy, tuple(sorted(options.items())), protect, text.strip())
+    return Spec(policy, tuple(sorted(options.items())), session["protect"], text.strip(), session["protocol"])
 
 
 def _value(key: str, text: str):

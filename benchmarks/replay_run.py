@@ -26,6 +26,7 @@ class Spec:
     options: tuple[tuple[str, object], ...] = ()  # CacheConfig options (block, window, selector, ...)
     protect: str = "none"  # SessionConfig.protect
     label: str = ""  # the name in tables (the spec string)
+    protocol: str = "true-eviction"  # SessionConfig.protocol ("re-prefill": the whole history again each turn)
 
     @property
     def name(self) -> str:
@@ -103,5 +104,6 @@ def session_for(model, tokenizer, spec: Spec, budget: int | None, seed: int, pro
         cache_options=dict(spec.options),
         protect=spec.protect,
         profile=profile,
+        protocol=spec.protocol,
     )
     return Session(model, tokenizer, config)

@@ -44,9 +44,12 @@ class EvictingCache(Cache):
         self.observers: list[Callable[[EvictingLayer], None]] = []
         # memory-profile weights by position over the opening, [L, Hkv, P] (0: not a template token); see set_prior
         self.prior: torch.Tensor | None = None
-        # while the agent's reply runs (generated or teacher-forced), the position where it starts: queries at or
-        # after it are the reply's own (ScoreContext.reply_from; set by kvstore.session), else None
+        # the agent's replies, by token position (set by kvstore.session): `reply_from` is where the reply being
+        # generated starts (None: none runs), `replies` the [start, end) spans of earlier ones (what a re-prefill
+        # runs again); queries there are the reply's own (ScoreContext.reply_queries, see reply_queries)
         self.reply_from: int | None = None
+        self.replies: list[tuple[int, int]] = []
+        self._reply_mask: tuple[tuple, torch.Tensor | None] | None = None
         if isinstance(config.budget, int) and self.policy.evicts:
             self._set_budget(config.budget)
 
@@ -121,6 +124,38 @@ class EvictingCache(Cache):
         inside = positions < w.shape[-1]
         idx = positions.clamp_max(w.shape[-1] - 1)
         return torch.where(inside, w.expand(positions.shape[0], -1, -1).gather(-1, idx), 0.0)
+
+    # --- the agent's replies ----------------------------------------------------------------------------------------
+    def add_reply(self, start: int, end: int) -> None:
+        """Mark positions [start, end) as a reply of the agent (spans kept in order, overlapping ones merged)."""
+        if end <= start:
+            return
+        merged: list[tuple[int, int]] = []
+        for a, b in sorted([*self.replies, (int(start), int(end))]):
+            if merged and a <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+            else:
+                merged.append((a, b))
+        self.replies = merged
+
+    def reply_queries(self, start: int, end: int) -> torch.Tensor | None:
+        """[end - start] bool: which queries at positions [start, end) are the agent's reply's (None: none are).
+        Worked out once per forward, however many layers ask."""
+        key = (start, end, self.reply_from, tuple(self.replies))
+        if self._reply_mask is not None and self._reply_mask[0] == key:
+            return self._reply_mask[1]
+        mask = None
+        spans = [(a, b) for a, b in self.replies if a < end and b > start]
+        if self.reply_from is not None and self.reply_from < end:
+            spans.append((self.reply_from, end))
+        if spans:
+            pos = torch.arange(start, end)
+            mask = torch.zeros(end - start, dtype=torch.bool)
+            for a, b in spans:
+                mask |= (pos >= a) & (pos < b)
+            mask = mask.to(self.identity.get("device", "cpu"))
+        self._reply_mask = (key, mask)
+        return mask
 
     # --- protected spans ------------------------------------------------------------------------------------------
     def protect(self, start: int, end: int) -> None:

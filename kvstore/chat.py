@@ -95,15 +95,22 @@ class ChatRenderer:
 
         A plain assistant reply is encoded as a generated one would be: prompt ids + content ids + closing ids.
         """
+        return self.encode_with_replies(messages, first)[0]
+
+    def encode_with_replies(self, messages: Sequence[dict], first: bool) -> tuple[list[int], list[tuple[int, int]]]:
+        """`encode_messages`, plus the [start, end) offsets in those ids of each plain assistant reply's generation
+        prompt and content (the tokens a generated reply runs through the model as its own queries)."""
         ids: list[int] = []
+        replies: list[tuple[int, int]] = []
         for raw, run in _runs([check_message(m) for m in messages]):
             if raw:
                 content = self.encode(run[0]["content"])
+                replies.append((len(ids), len(ids) + len(self.generation_prompt_ids) + len(content)))
                 ids += self.generation_prompt_ids + content + self.end_of_reply(content)
             else:
                 ids += self.encode(self._template_text(run, first))
             first = False
-        return ids
+        return ids, replies
 
     def end_of_reply(self, reply_ids: Sequence[int]) -> list[int]:
         """The tokens that close a raw reply as the template closes an assistant turn.

@@ -124,7 +124,7 @@ class EvictingLayer(DynamicLayer):
             self.owner.config.score_chunk,
             commit,
             self.owner.prior_at(self.layer_idx, self.positions) if with_prior else None,
-            self.owner.reply_from,
+            self.owner.reply_queries(self.seen - self.last_q_len, self.seen),
         )
 
     def pinned(self) -> torch.Tensor | None:

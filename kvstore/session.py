@@ -119,6 +119,7 @@ class Session:
         if getattr(old, "prior", None) is not None:
             cache.set_prior(old.prior)
         cache.reply_from = getattr(old, "reply_from", None)
+        cache.replies = list(getattr(old, "replies", ()))  # re-prefill: earlier replies' queries are the agent's
         return cache
 
     # --- conversation ---------------------------------------------------------------------------------------------
@@ -138,7 +139,11 @@ class Session:
                 del self.tokens[start:], self.cache.protected[-1]
                 raise
         if cut < len(messages):
-            self._grow(self.renderer.encode_messages(messages[cut:], first=not self.tokens))
+            start = len(self.tokens)
+            ids, replies = self.renderer.encode_with_replies(messages[cut:], first=not self.tokens)
+            self._grow(ids)
+            for a, b in replies:  # replies of the agent given as history: their queries are the agent's
+                self.cache.add_reply(start + a, start + b)
         self.messages.extend(dict(m) for m in messages)
         if profiles is not None:  # the opening is complete: its template tokens get the best profile's weights
             from kvstore.profile import best_match
@@ -222,6 +227,7 @@ class Session:
             self._turn(lambda: None, all_logits=True)
         finally:
             self.cache.reply_from = None
+            self.cache.add_reply(start, len(self.tokens))
         n = len(self.tokens) - start
         after = self._all_logits[self._all_logits.shape[0] - n : -1]  # [n - 1, V] (re-prefill ran the whole history)
         return torch.cat([before[None].to(after.device), after]), self.tokens[start:]
@@ -270,11 +276,20 @@ class Session:
             stats = self._turn(decode)
         finally:  # also when interrupted (Ctrl-C in a chat): close the turn so the history stays a conversation
             ids = list(stream.ids)
-            text = self.renderer.decode(ids[:-1] if reply.get("finish") == "eos" else ids)
-            self.cache.reply_from = None
-            self.tokens.extend(self.renderer.end_of_reply(ids))
-            self.messages.append({"role": "assistant", "content": text})
+            text = self.end_reply(ids, reply.get("finish"))
         return Reply(text=text, token_ids=ids, finish_reason=reply["finish"], stats=stats)
+
+    def end_reply(self, ids: list[int], finish_reason: str | None) -> str:
+        """Close the reply begun by `begin_reply` whose generated tokens are `ids`: its text (without the EOS),
+        now in the history with the template's end-of-turn tokens. The queries the reply ran through the model
+        (from its generation prompt to the last token the cache has seen) stay marked as the agent's."""
+        text = self.renderer.decode(ids[:-1] if finish_reason == "eos" else ids)
+        if self.cache.reply_from is not None:
+            self.cache.add_reply(self.cache.reply_from, self.prefilled)
+        self.cache.reply_from = None
+        self.tokens.extend(self.renderer.end_of_reply(ids))
+        self.messages.append({"role": "assistant", "content": text})
+        return text
 
     # --- the model ------------------------------------------------------------------------------------------------
     def _turn(self, decode: Callable[[], int | None], all_logits: bool = False) -> TurnStats:

@@ -49,6 +49,7 @@ def export_state(cache: EvictingCache) -> tuple[dict[str, torch.Tensor], dict[st
         "identity": cache.identity,
         "budget_tokens": cache.budget_tokens,
         "protected": cache.protected,
+        "replies": cache.replies,
         "layers": layers,
     }
     return tensors, meta
@@ -74,6 +75,7 @@ def restore_cache(model: torch.nn.Module, tensors: dict[str, torch.Tensor], meta
         cache._set_budget(budget)
     cache.generator.set_state(tensors["generator"])
     cache.protected = [(int(a), int(b)) for a, b in meta.get("protected", [])]
+    cache.replies = [(int(a), int(b)) for a, b in meta.get("replies", [])]  # none recorded before the spans were
     if "prior" in tensors:
         cache.set_prior(tensors["prior"])
     device = next(model.parameters()).device

@@ -135,12 +135,7 @@ class ReplyInProgress:
         self._close()
 
     def _close(self) -> str:
-        s, ids = self.session, list(self.stream.ids)
-        text = s.renderer.decode(ids[:-1] if self.finish_reason == "eos" else ids)
-        s.cache.reply_from = None
-        s.tokens.extend(s.renderer.end_of_reply(ids))
-        s.messages.append({"role": "assistant", "content": text})
-        return text
+        return self.session.end_reply(list(self.stream.ids), self.finish_reason)
 
     def _durations(self, now: float) -> tuple[float, float]:
         return self._t[1] - self._t[0], now - self._t[1]

@@ -27,7 +27,7 @@ class ScoreContext:
     max_elems: int = 1 << 24  # attention statistics: most fp32 probabilities alive at once (CacheConfig.score_chunk)
     commit: bool = False  # True only for a real eviction step: a policy may update its per-token state in `score`
     prior: torch.Tensor | None = None  # [B, Hkv, T] memory-profile weights of the held tokens (0: none), or None
-    reply_from: int | None = None  # position where the agent's reply being run starts (None: no reply running)
+    reply_queries: torch.Tensor | None = None  # [q] bool: which of this call's new queries are the agent's reply's
 
 
 class Policy:
@@ -105,12 +105,14 @@ def attention_received(
     key_valid: torch.Tensor | None = None,
     max_elems: int = 1 << 24,
     reduce: str = "sum",
+    weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention each key receives from `queries`, per query head, computed over chunks of queries.
 
     queries: [Hq, q, D], the queries at the last q key positions (causal: query i sees keys j <= T - q + i).
     keys: [Hkv, T, D] (GQA: query head h reads kv head h // (Hq / Hkv)). key_valid: [Hkv, T] bool or None.
-    Returns [Hq, T] float32: the sum (or max) over the queries of softmax(q k^T * scale). At most `max_elems`
+    Returns [Hq, T] float32: the sum (or max) over the queries of softmax(q k^T * scale), each query's row scaled
+    by `weights` [q] when given (a sum only). At most `max_elems`
     probabilities ([Hq, chunk, T]) exist at once, so memory stays O(Hq * T) however many queries come.
     """
     hq, q, d = queries.shape
@@ -132,6 +134,8 @@ def attention_received(
             logits.masked_fill_(bad_key, float("-inf"))
         p = torch.softmax(logits, dim=-1)
         del logits
+        if weights is not None:
+            p.mul_(weights[c0 : c0 + c].to(p)[None, :, None])
         out = out + p.sum(1) if reduce == "sum" else torch.maximum(out, p.amax(1))
         del p  # at most two [Hq, chunk, T] buffers alive at once
     return out
@@ -143,15 +147,18 @@ def per_kv_head(s: torch.Tensor, hkv: int, how: str = "mean") -> torch.Tensor:
     return grouped.mean(1) if how == "mean" else grouped.amax(1)
 
 
-def head_token_attention(ctx: ScoreContext, queries: torch.Tensor | None = None, reduce: str = "sum") -> torch.Tensor:
+def head_token_attention(
+    ctx: ScoreContext, queries: torch.Tensor | None = None, reduce: str = "sum", weights: torch.Tensor | None = None
+) -> torch.Tensor:
     """Attention each held token receives from `queries` (default: the window), summed (or maxed) over those
-    queries and averaged over the query heads of each kv head: [B, Hkv, T]. Queries sit at the last positions."""
+    queries and averaged over the query heads of each kv head: [B, Hkv, T]. Queries sit at the last positions;
+    `weights` [q] weighs each query's share of a sum (e.g. 0/1: only some queries count)."""
     q = ctx.queries if queries is None else queries
     b, hkv = ctx.keys.shape[:2]
     rows = []
     for i in range(b):
         valid = None if ctx.valid is None else ctx.valid[i]
-        s = attention_received(q[i], ctx.keys[i], ctx.scaling, valid, ctx.max_elems, reduce)
+        s = attention_received(q[i], ctx.keys[i], ctx.scaling, valid, ctx.max_elems, reduce, weights)
         rows.append(per_kv_head(s, hkv))
     return torch.stack(rows)
 

@@ -89,7 +89,8 @@ class NexusAccPolicy(NexusHeadPolicy):
     first reply query has been seen: the opening is then ranked by its accumulated attention alone.
 
     The reply term needs to know which queries are the agent's: the session marks the reply it runs (generated or
-    teacher-forced) with `EvictingCache.reply_from`; a cache nobody marks keeps the term at 0.
+    teacher-forced) with `EvictingCache.reply_from` and earlier ones with `EvictingCache.replies` (a re-prefill runs
+    them again, anywhere inside a prefill chunk); a cache nobody marks keeps the term at 0.
 
     With a memory profile (ctx.prior, kvstore.profile) the accumulated attention of the opening's fixed template
     tokens is replaced by the profile's weights, rescaled to the same mean over the held template tokens: what the
@@ -116,17 +117,23 @@ class NexusAccPolicy(NexusHeadPolicy):
     def observe(self, ctx: ScoreContext, new_queries: torch.Tensor) -> None:
         received = head_token_attention(ctx, new_queries)
         ctx.state["acc"] += received
-        if "reply_acc" not in ctx.state or ctx.reply_from is None:
+        mask = ctx.reply_queries  # which new queries (at positions [seen - q, seen)) are the agent's reply's
+        if "reply_acc" not in ctx.state or mask is None:
             return
-        q = new_queries.shape[-2]  # the new queries sit at positions [seen - q, seen)
-        m = min(q, max(0, ctx.seen - ctx.reply_from))  # how many of them (a suffix) belong to the reply
+        q, m = new_queries.shape[-2], int(mask.sum())
         if m == 0:
             return
-        ctx.state["reply_acc"] += received if m == q else head_token_attention(ctx, new_queries[..., q - m :, :])
-        seen = ctx.state["reply_seen"]  # every held token could be attended by all m, except the m newest (causal)
-        seen += m
-        if m > 1:  # the new tokens are the last slots, in order: the i-th newest but one saw i fewer
-            seen[..., -m:] -= torch.arange(m, device=seen.device, dtype=seen.dtype)
+        seen = ctx.state["reply_seen"]  # per held token: the reply queries that could attend it
+        if bool(mask[q - m :].all()):  # a suffix: the reply running now (or a whole reply's forward)
+            ctx.state["reply_acc"] += received if m == q else head_token_attention(ctx, new_queries[..., q - m :, :])
+            seen += m  # every held token could be attended by all m, except the m newest (causal)
+            if m > 1:  # the new tokens are the last slots, in order: the i-th newest but one saw i fewer
+                seen[..., -m:] -= torch.arange(m, device=seen.device, dtype=seen.dtype)
+            return
+        # earlier replies inside a chunk (a re-prefill runs the whole history again): only their queries count
+        ctx.state["reply_acc"] += head_token_attention(ctx, new_queries, weights=mask.float())
+        at = torch.arange(ctx.seen - q, ctx.seen, device=mask.device)[mask]  # the reply queries' positions
+        seen += (len(at) - torch.searchsorted(at, ctx.positions.to(at.device).contiguous())).to(seen)
 
     def score(self, ctx: ScoreContext) -> torch.Tensor:
         acc = mean_received(ctx.state["acc"], ctx)  # [B, Hkv, T]

@@ -111,7 +111,7 @@ def test_bench_replay_compares_each_memory_with_the_full_cache(tmp_path: Path) -
     model = save_tiny_chat_model(tmp_path / "model")
     out, png, txt = tmp_path / "replay.json", tmp_path / "replay.png", tmp_path / "replay.txt"
     args = ["bench", "replay", str(TRAJECTORY), "--model", str(model), "--dtype", "fp32", "--max-tokens", "2600"]
-    args += ["--specs", "full;streaming;nexus-topk@protect=system", "--budgets", "0.5,160"]
+    args += ["--specs", "full;full@protocol=re-prefill;streaming;nexus-topk@protect=system", "--budgets", "0.5,160"]
     args += ["--json", str(out), "--plot", str(png), "--table", str(txt)]
     result = CliRunner().invoke(app, args, env=os.environ | {"NEXUS_SHARED_DATA": str(tmp_path)})
     assert result.exit_code == 0, result.output
@@ -121,7 +121,7 @@ def test_bench_replay_compares_each_memory_with_the_full_cache(tmp_path: Path) -
     runs = {(r["spec"], r["budget"]): r for r in data["runs"]}
     for (spec, _budget), r in runs.items():
         assert sum(t["tokens"] for t in r["turns"]) == conv["scored_tokens"]  # every reply token scored, once
-        if spec == "full":  # the same computation as the reference: identical distributions
+        if spec.startswith("full"):  # the reference's computation (re-prefilled each turn or not): the same
             assert all(t["kl"] < 1e-4 and t["top1"] == t["tokens"] for t in r["turns"])
         else:  # the budget is honoured before every reply (budget + one block between forwards)
             assert all(t["held"] <= r["budget_tokens"] + 32 for t in r["turns"])
@@ -129,7 +129,8 @@ def test_bench_replay_compares_each_memory_with_the_full_cache(tmp_path: Path) -
     # 160 tokens cannot hold the protected system prompt: that run fails with the reason, the others go on
     (failed,) = data["failed"]
     assert failed["spec"] == "nexus-topk@protect=system" and "protect" in failed["error"]
-    assert {row["spec"] for row in data["summary"]} == {"full", "streaming", "nexus-topk@protect=system"}
+    specs = {"full", "full@protocol=re-prefill", "streaming", "nexus-topk@protect=system"}
+    assert {row["spec"] for row in data["summary"]} == specs
     assert png.stat().st_size > 10_000 and "mean KL" in txt.read_text()
 
 

@@ -78,3 +78,7 @@ def test_spec_options_keep_their_types() -> None:
     assert spec.protect == "system"
     with pytest.raises(KVStoreError, match="score_memory"):
         parse_spec("nexus-agent@score_memory=ema")
+    assert parse_spec("h2o").protocol == "true-eviction"
+    assert parse_spec("h2o@protocol=re-prefill").protocol == "re-prefill"  # the comparison protocol, per spec
+    with pytest.raises(KVStoreError, match="protocol must be one of"):
+        parse_spec("h2o@protocol=sometimes")

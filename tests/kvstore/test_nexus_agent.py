@@ -76,9 +76,11 @@ def test_a_negative_weight_is_refused(option: str) -> None:
         kvstore.CacheConfig(**{option: -1.0})
 
 
-def _session(policy: str = "nexus-agent", budget: int | None = None, **options) -> Session:
+def _session(
+    policy: str = "nexus-agent", budget: int | None = None, protocol: str = "true-eviction", **options
+) -> Session:
     options = {"chunk_size": 64, "block": 16} | options
-    config = SessionConfig(policy=policy, budget=budget, protect="none", cache_options=options)
+    config = SessionConfig(policy=policy, budget=budget, protect="none", cache_options=options, protocol=protocol)
     return Session(tiny_chat_model(), qwen_tokenizer(), config)
 
 
@@ -122,3 +124,32 @@ def test_the_reply_term_changes_what_is_kept() -> None:
         assert all(layer.held() <= 160 for layer in s.cache.layers)
     assert "reply_acc" not in s.cache.layers[0].state  # nexus-agent-acc keeps no reply state
     assert any(not torch.equal(a, b) for a, b in zip(*kept.values(), strict=True))
+
+
+def test_a_re_prefill_counts_every_earlier_reply_as_the_agents_own() -> None:
+    """Under re-prefill each turn runs the whole history again; the queries of the earlier replies (generated,
+    teacher-forced, or given as history) count as the agent's there as they did when they first ran, so with
+    nothing evicted the reply term is the one a true-eviction session accumulated."""
+    caches = {}
+    for protocol in ("true-eviction", "re-prefill"):
+        s = _session(budget=4096, protocol=protocol)
+        s.append([{"role": "system", "content": words(80)}, {"role": "user", "content": words(120, "u")}])
+        s.generate(max_new_tokens=6, temperature=0.0)
+        s.append([{"role": "user", "content": words(60, "t")}])
+        s.prefill()
+        s.teacher_force([{"role": "assistant", "content": words(20, "a")}])
+        s.append([{"role": "user", "content": words(30, "v")}, {"role": "assistant", "content": words(15, "h")}])
+        s.append([{"role": "user", "content": words(40, "w")}])
+        s.prefill()
+        caches[protocol] = s.cache
+    ours, theirs = caches["re-prefill"], caches["true-eviction"]
+    assert ours.replies == theirs.replies and len(ours.replies) == 3  # generated, teacher-forced, given as history
+    for a, b in zip(ours.layers, theirs.layers, strict=True):
+        assert a.held() == b.held() == s.num_tokens  # nothing evicted: the same tokens in both
+        torch.testing.assert_close(a.state["reply_seen"], b.state["reply_seen"])
+        torch.testing.assert_close(a.state["reply_acc"], b.state["reply_acc"], rtol=1e-3, atol=1e-5)
+    seen = ours.layers[0].state["reply_seen"][0, 0]
+    assert int(seen[0]) == sum(end - start for start, end in ours.replies)  # every reply query saw the first token
+    assert int(seen[-1]) == 0  # the last user message's queries are not the agent's
+    tensors, meta = export_state(ours)
+    assert restore_cache(tiny_chat_model(), tensors, meta).replies == ours.replies  # saved with the session
