@@ -15,7 +15,7 @@ from kvstore.errors import KVStoreError
 from kvstore.policies.base import head_token_attention
 from kvstore.profile import MemoryProfile, common_template
 from kvstore.session import Session, SessionConfig
-from kvstore.teacher import plan, replay_steps
+from kvstore.teacher import plan, replay_steps, run_steps
 
 
 class _ReplyAttention:
@@ -40,23 +40,10 @@ class _ReplyAttention:
             self.sums[layer.layer_idx].index_add_(1, layer.positions[b, 0].to("cpu"), att[b].to("cpu"))
 
 
-def calibrate(
-    model,
-    tokenizer,
-    conversations: list[list[dict]],
-    max_tokens: int | None = None,
-    on_progress: Callable[[int, int, bool], None] | None = None,
-    meta: dict | None = None,
-) -> MemoryProfile:
+def calibrate(model, tokenizer, conversations: list[list[dict]], *args, **kwargs) -> MemoryProfile:
     """A profile from recorded conversations (each a list of {role, content} messages; at least two, sharing the
-    text of their openings). Each is replayed up to `max_tokens` (default: the model's positions); one without an
-    opening and a reply inside that is left out. `on_progress(done, total, used)` after each."""
-    steps = calibration_steps(model, tokenizer, conversations, max_tokens, on_progress, meta)
-    while True:
-        try:
-            next(steps)
-        except StopIteration as stop:
-            return stop.value
+    text of their openings): `calibration_steps` (the same arguments) run to its end."""
+    return run_steps(calibration_steps(model, tokenizer, conversations, *args, **kwargs))
 
 
 def calibration_steps(
@@ -67,8 +54,9 @@ def calibration_steps(
     on_progress: Callable[[int, int, bool], None] | None = None,
     meta: dict | None = None,
 ) -> Generator[None, None, MemoryProfile]:
-    """`calibrate`, yielding after each message it replays (a server runs its sessions in between); returns the
-    profile."""
+    """Calibrate a profile, yielding after each message it replays (a server runs its sessions in between); returns
+    the profile. Each conversation is replayed up to `max_tokens` (default: the model's positions); one without an
+    opening and a reply inside that is left out. `on_progress(done, total, used)` after each."""
     renderer = ChatRenderer(tokenizer)
     limit = min(max_tokens or 10**9, int(model.config.max_position_embeddings))
     identity = model_identity(model)

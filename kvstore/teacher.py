@@ -7,12 +7,15 @@ for every token at once, no decoding)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import torch
 
 from kvstore.chat import ChatRenderer
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -57,8 +60,7 @@ def scored_rows(session, content: str, n: int) -> slice:
 def replay(session, p: Plan, on_reply: Callable, before_reply: Callable[[int], None] | None = None) -> None:
     """Drive `session` through the plan; `on_reply(turn, start, logits [n, V], ids [n], held)` per assistant
     message, with only its scored rows; `before_reply(turn)` just before each assistant message runs."""
-    for _ in replay_steps(session, p, on_reply, before_reply):
-        pass
+    run_steps(replay_steps(session, p, on_reply, before_reply))
 
 
 def replay_steps(
@@ -83,6 +85,15 @@ def replay_steps(
         rows = scored_rows(session, m["content"], len(ids))
         on_reply(turn, start, logits[rows], torch.tensor(ids[rows], device=logits.device), held)
         yield
+
+
+def run_steps(steps: Generator[Any, None, T]) -> T:
+    """Run a step generator (`replay_steps`, kvstore.calibrate.calibration_steps) to its end; what it returns."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
 
 
 def _held(session) -> float:
