@@ -94,7 +94,9 @@ def test_requests_queue_for_memory_then_run(make_server) -> None:
     assert sorted(results) == ["x", "y", "z"] and all(isinstance(r, list) for r in results.values()), results
     m = metrics(server)
     assert m["nexus_turns_total"] == 6 and m['nexus_requests_total{code="200"}'] == 6, m
-    assert m["nexus_sessions_parked_total"] >= 2 and m["nexus_kv_bytes_held"] <= 280 * KIB, m  # m says which
+    # how many parkings it takes depends on the order the three clients' turns arrive in (under a loaded machine
+    # one client may finish both turns before another starts): at least one, and the cap held throughout
+    assert m["nexus_sessions_parked_total"] >= 1 and m["nexus_kv_bytes_held"] <= 280 * KIB, m  # m says which
 
 
 def test_waiting_past_the_queue_timeout_is_a_503(make_server) -> None:
