@@ -152,8 +152,7 @@ class EvictingCache(Cache):
             pos = torch.arange(start, end)
             mask = torch.zeros(end - start, dtype=torch.bool)
             for a, b in spans:
-                mask |= (pos >= a) & (pos < b)
-            mask = mask.to(self.identity.get("device", "cpu"))
+                mask |= (pos >= a) & (pos < b)  # kept on the CPU: a policy reads it without a device sync
         self._reply_mask = (key, mask)
         return mask
 

@@ -27,7 +27,7 @@ class ScoreContext:
     max_elems: int = 1 << 24  # attention statistics: most fp32 probabilities alive at once (CacheConfig.score_chunk)
     commit: bool = False  # True only for a real eviction step: a policy may update its per-token state in `score`
     prior: torch.Tensor | None = None  # [B, Hkv, T] memory-profile weights of the held tokens (0: none), or None
-    reply_queries: torch.Tensor | None = None  # [q] bool: which of this call's new queries are the agent's reply's
+    reply_queries: torch.Tensor | None = None  # [q] bool on the CPU: which of this call's new queries are the reply's
 
 
 class Policy:

@@ -132,8 +132,8 @@ class NexusAccPolicy(NexusHeadPolicy):
             return
         # earlier replies inside a chunk (a re-prefill runs the whole history again): only their queries count
         ctx.state["reply_acc"] += head_token_attention(ctx, new_queries, weights=mask.float())
-        at = torch.arange(ctx.seen - q, ctx.seen, device=mask.device)[mask]  # the reply queries' positions
-        seen += (len(at) - torch.searchsorted(at, ctx.positions.to(at.device).contiguous())).to(seen)
+        at = torch.arange(ctx.seen - q, ctx.seen)[mask].to(ctx.positions.device)  # the reply queries' positions
+        seen += (len(at) - torch.searchsorted(at, ctx.positions.contiguous())).to(seen)
 
     def score(self, ctx: ScoreContext) -> torch.Tensor:
         acc = mean_received(ctx.state["acc"], ctx)  # [B, Hkv, T]
