@@ -246,13 +246,19 @@ def model_identity(model: torch.nn.Module) -> dict[str, Any]:
         raise KVStoreError(
             f"architecture {cfg.model_type!r} is not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
+    return architecture(cfg) | {
+        "name": getattr(cfg, "_name_or_path", "") or "",
+        "device": str(next(model.parameters()).device),
+    }
+
+
+def architecture(cfg) -> dict[str, Any]:
+    """The ARCHITECTURE_KEYS of a model's (transformers) config."""
     return {
         "model_type": cfg.model_type,
-        "name": getattr(cfg, "_name_or_path", "") or "",
         "num_layers": cfg.num_hidden_layers,
         "num_kv_heads": getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
         "head_dim": getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
-        "device": str(next(model.parameters()).device),
     }
 
 

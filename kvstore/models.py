@@ -164,6 +164,25 @@ def resolve(name_or_path: str) -> Path | str:
     return name_or_path
 
 
+def architecture_of(name_or_path: str) -> dict | None:
+    """The model's architecture (kvstore.cache.ARCHITECTURE_KEYS) read from its config.json without loading,
+    converting or downloading anything; None when that file is not on this machine yet (a registered GGUF not yet
+    converted, a hub model not in the cache) or cannot be read."""
+    from transformers import AutoConfig
+
+    from kvstore.cache import architecture
+
+    entry = REGISTRY.get(name_or_path)
+    try:
+        if isinstance(entry, GGUFSource | GGUFParts):
+            source: Path | str = cache_root() / "models" / name_or_path  # where converted_dir puts it
+        else:
+            source = resolve(name_or_path)
+        return architecture(AutoConfig.from_pretrained(str(source), local_files_only=True))
+    except (KVStoreError, OSError, ValueError, AttributeError):
+        return None
+
+
 def _from_pretrained(name: str, source: Path | str, torch_dtype: torch.dtype, attn: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

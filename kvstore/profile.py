@@ -210,10 +210,18 @@ def best_match(
     return best[0], f"matched {best[1]} of {best[2]}"
 
 
-def fingerprint(path: str | Path) -> dict[str, str]:
-    """{file name: digest of its content} of the profiles at `path` (a file, or a directory's profile files): a run
-    records it so that resuming the run after a calibration changed them is noticed (pipeline.eval_files)."""
-    return {name: profile.digest()[:16] for name, profile in _read_all(Path(path))}
+def fingerprint(path: str | Path, architecture: dict[str, Any] | None = None) -> tuple[dict[str, str], set[str]]:
+    """({file name: digest of its content}, {file names of other models' profiles}) of the profiles at `path` (a
+    file, or a directory's profile files), split by whether they fit `architecture` (None: not known, every one
+    counts): a run records the digests so that resuming it after a calibration changed its model's profiles is
+    noticed, while other models' profiles, which its sessions skip, may come and go (pipeline.eval_files)."""
+    digests, others = {}, set()
+    for name, profile in _read_all(Path(path)):
+        if architecture is None or profile.fits(architecture):
+            digests[name] = profile.digest()[:16]
+        else:
+            others.add(name)
+    return digests, others
 
 
 def store_name(profile: MemoryProfile) -> str:

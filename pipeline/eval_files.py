@@ -76,7 +76,7 @@ def claim_out_dir(out: Path, cfg: RunConfig, served: dict[str, Any] | None = Non
             raise RunError(f"{out / name} is a folder where this run writes a file; move it away or use another --out")
     path = out / RUN_FILE
     wanted = {k: cfg.to_dict()[k] for k in _RESULT_FIELDS} | {"replay": cfg.replaying}
-    wanted["profiles"] = _fingerprint(cfg.profile)
+    wanted["profiles"], others = _fingerprint(cfg.profile, cfg.model)
     if served is not None:
         wanted["server"] = {k: served.get(k) for k in ("id", "model", "policy", "budget", "protocol")}
     if path.is_file():
@@ -89,7 +89,7 @@ def claim_out_dir(out: Path, cfg: RunConfig, served: dict[str, Any] | None = Non
             hint = "resume it as it was or use another --out"
             raise RunError(f"{out} holds a run with other settings ({settings}); {hint}")
         if "profiles" in held:  # a run.json from before the record: its profiles are not known
-            _check_profiles(out, cfg.profile, held["profiles"], profiles)
+            _check_profiles(out, cfg.profile, held["profiles"], profiles, others)
         return
     if any(out.iterdir()):
         raise RunError(
@@ -102,19 +102,24 @@ def claim_out_dir(out: Path, cfg: RunConfig, served: dict[str, Any] | None = Non
         raise RunError(f"--out {out} is not writable ({exc.strerror})") from None
 
 
-def _fingerprint(path: Path | None) -> dict[str, str] | None:
+def _fingerprint(path: Path | None, model: str) -> tuple[dict[str, str] | None, set[str]]:
+    """The digests of the profiles at `path` that fit the run's model (all of them while its config is not on this
+    machine yet), and the names of the others (kvstore.profile.fingerprint)."""
     if path is None:
-        return None
-    from kvstore.profile import fingerprint  # torch: only for a run with profiles
+        return None, set()
+    from kvstore.models import architecture_of  # torch: only for a run with profiles
+    from kvstore.profile import fingerprint
 
-    return fingerprint(path)
+    return fingerprint(path, architecture_of(model))
 
 
-def _check_profiles(out: Path, path: Path | None, held: dict | None, now: dict | None) -> None:
-    """Refuse to resume a run whose memory profiles changed since it started (the path alone is in `profile`)."""
+def _check_profiles(out: Path, path: Path | None, held: dict | None, now: dict | None, others: set[str]) -> None:
+    """Refuse to resume a run whose memory profiles for its model changed since it started (the path alone is in
+    `profile`); other models' profiles (`others`, never used by its sessions) may be added, changed or removed."""
     held, now = (held if isinstance(held, dict) else {}), now or {}
     changed = [f"{n} (changed)" for n in held if n in now and now[n] != held[n]]
-    changed += [f"{n} (removed)" for n in held if n not in now] + [f"{n} (new)" for n in now if n not in held]
+    changed += [f"{n} (removed)" for n in held if n not in now and n not in others]
+    changed += [f"{n} (new)" for n in now if n not in held]
     if changed:
         raise RunError(
             f"{out} holds a run whose memory profiles in {path} changed since it started: {', '.join(changed)}; "

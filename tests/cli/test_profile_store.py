@@ -68,30 +68,98 @@ def test_an_eval_folder_does_not_resume_with_another_profile(tmp_path: Path, mon
     claim_out_dir(out, RunConfig(profile="none"))
 
 
-def test_an_eval_folder_does_not_resume_after_its_profiles_changed(tmp_path: Path, monkeypatch) -> None:
-    from kvstore.profile import MemoryProfile
-    from pipeline.config import RunConfig, RunError
-    from pipeline.eval_files import RUN_FILE, claim_out_dir
+def _tiny_run(tmp_path: Path, monkeypatch):
+    """A maker of the RunConfig of the tiny random Qwen3 (the model save_tiny_profile calibrates on; the config
+    resolves --memory-profile auto when it is made), its profile store empty."""
+    from sessionlib import save_tiny_chat_model
+
+    from pipeline.config import RunConfig
 
     monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))
+    (tmp_path / "home" / "profiles").mkdir(parents=True)
+    model = str(save_tiny_chat_model(tmp_path / "tiny-qwen3"))
+    return lambda: RunConfig(model=model)
+
+
+def test_an_eval_folder_does_not_resume_after_its_profiles_changed(tmp_path: Path, monkeypatch) -> None:
+    from kvstore.profile import MemoryProfile
+    from pipeline.config import RunError
+    from pipeline.eval_files import RUN_FILE, claim_out_dir
+
+    cfg = _tiny_run(tmp_path, monkeypatch)
     store = tmp_path / "home" / "profiles"
     stored = save_tiny_profile(store / "agent.pt")
     out = tmp_path / "run"
-    claim_out_dir(out, RunConfig())  # with the store's profile
+    claim_out_dir(out, cfg())  # with the store's profile
     assert json.loads((out / RUN_FILE).read_text())["profiles"].keys() == {"agent.pt"}
-    claim_out_dir(out, RunConfig())  # unchanged: resumes
+    claim_out_dir(out, cfg())  # unchanged: resumes
     profile = MemoryProfile.load(stored)
     profile.prefix_weight = profile.prefix_weight * 2  # a new calibration replaced it, under the same name
     profile.save(stored)
     with pytest.raises(RunError, match=r"profiles in .*profiles changed since it started: agent\.pt \(changed\)"):
-        claim_out_dir(out, RunConfig())
+        claim_out_dir(out, cfg())
     MemoryProfile.load(stored).save(store / "other.pt")
     with pytest.raises(RunError, match=r"agent\.pt \(changed\), other\.pt \(new\)"):
-        claim_out_dir(out, RunConfig())
+        claim_out_dir(out, cfg())
+    stored.unlink()
+    with pytest.raises(RunError, match=r"agent\.pt \(removed\), other\.pt \(new\)"):
+        claim_out_dir(out, cfg())
     held = json.loads((out / RUN_FILE).read_text())
     del held["profiles"]  # a run folder from before the record: its profiles are not known
     (out / RUN_FILE).write_text(json.dumps(held))
-    claim_out_dir(out, RunConfig())
+    claim_out_dir(out, cfg())
+
+
+def test_other_models_profiles_do_not_stop_a_resume(tmp_path: Path, monkeypatch) -> None:
+    """A store serves several models; a run's sessions skip the others' profiles, so calibrating, recalibrating or
+    removing one of those while a batch is paused does not block resuming it."""
+    from kvstore.profile import MemoryProfile
+    from pipeline.config import RunError
+    from pipeline.eval_files import RUN_FILE, claim_out_dir
+
+    cfg = _tiny_run(tmp_path, monkeypatch)
+    store = tmp_path / "home" / "profiles"
+    mine = save_tiny_profile(store / "mine.pt")
+    other = MemoryProfile.load(mine)
+    other.identity = {**other.identity, "model_type": "llama"}  # another model's
+    other.save(store / "before.pt")
+    out = tmp_path / "run"
+    claim_out_dir(out, cfg())
+    assert json.loads((out / RUN_FILE).read_text())["profiles"].keys() == {"mine.pt"}
+    other.save(store / "after.pt")  # another model calibrated meanwhile
+    other.prefix_weight = other.prefix_weight * 2
+    other.save(store / "before.pt")  # and another recalibrated
+    claim_out_dir(out, cfg())
+    (store / "before.pt").unlink()
+    claim_out_dir(out, cfg())
+    MemoryProfile.load(mine).save(store / "mine2.pt")  # this model's profiles still count
+    with pytest.raises(RunError, match=r"mine2\.pt \(new\)$|mine2\.pt \(new\);"):
+        claim_out_dir(out, cfg())
+
+    # a run started while its model's config was not on this machine (a GGUF not yet converted) recorded every
+    # profile; once the model is there, the other models' profiles in that record may still change or go
+    (store / "mine2.pt").unlink()
+    held = json.loads((out / RUN_FILE).read_text())
+    held["profiles"]["after.pt"] = "0" * 16
+    (out / RUN_FILE).write_text(json.dumps(held))
+    claim_out_dir(out, cfg())
+
+
+def test_a_models_architecture_is_read_without_loading_it(tmp_path: Path, monkeypatch) -> None:
+    from sessionlib import save_tiny_chat_model
+
+    from kvstore.defaults import DEFAULT_MODEL
+    from kvstore.models import architecture_of
+
+    monkeypatch.setenv("NEXUS_AGENT_CACHE", str(tmp_path / "cache"))  # the default GGUF not converted here
+    found = architecture_of(str(save_tiny_chat_model(tmp_path / "tiny")))
+    assert found == {"model_type": "qwen3", "num_layers": 2, "num_kv_heads": found["num_kv_heads"],
+                     "head_dim": found["head_dim"]}  # fmt: skip
+    assert architecture_of(DEFAULT_MODEL) is None  # not converted: unknown, nothing fetched or converted
+    assert not (tmp_path / "cache" / "models" / DEFAULT_MODEL).exists()
+    assert architecture_of("no-such-org/no-such-model") is None
+    (tmp_path / "broken").mkdir()
+    assert architecture_of(str(tmp_path / "broken")) is None  # no config.json
 
 
 def test_profiles_lists_the_store_and_names_a_damaged_file(tmp_path: Path) -> None:
