@@ -15,7 +15,7 @@ from kvstore.errors import KVStoreError
 from kvstore.policies.base import head_token_attention
 from kvstore.profile import MemoryProfile, common_template
 from kvstore.session import Session, SessionConfig
-from kvstore.teacher import plan, replay_steps, run_steps
+from kvstore.teacher import Plan, plan, replay_steps, run_steps
 
 
 class _ReplyAttention:
@@ -53,16 +53,18 @@ def calibration_steps(
     max_tokens: int | None = None,
     on_progress: Callable[[int, int, bool], None] | None = None,
     meta: dict | None = None,
+    plans: list[Plan | None] | None = None,
 ) -> Generator[None, None, MemoryProfile]:
     """Calibrate a profile, yielding after each message it replays (a server runs its sessions in between); returns
     the profile. Each conversation is replayed up to `max_tokens` (default: the model's positions); one without an
-    opening and a reply inside that is left out. `on_progress(done, total, used)` after each."""
-    renderer = ChatRenderer(tokenizer)
-    limit = min(max_tokens or 10**9, int(model.config.max_position_embeddings))
+    opening and a reply inside that is left out. `on_progress(done, total, used)` after each. `plans`: the
+    conversations' `calibration_plans`, when the caller made them already (a server sizes its room by them)."""
+    limit = max_positions(model, max_tokens)
     identity = model_identity(model)
     openings, weights = [], []
-    for i, messages in enumerate(conversations):
-        p = plan(messages, renderer, limit)
+    if plans is None:
+        plans = calibration_plans(tokenizer, conversations, limit)
+    for i, p in enumerate(plans):
         if p is not None:
             session = Session(model, tokenizer, SessionConfig(policy="full", budget=None, protect="none"))
             rec = _ReplyAttention(identity["num_layers"], identity["num_kv_heads"], p.tokens)
@@ -78,6 +80,17 @@ def calibration_steps(
             f"got {len(openings)}"
         )
     return _profile(openings, weights, identity, (meta or {}) | {"max_tokens": limit})
+
+
+def max_positions(model, max_tokens: int | None) -> int:
+    """How far a calibration replays each conversation: `max_tokens`, at most the model's positions."""
+    return min(max_tokens or 10**9, int(model.config.max_position_embeddings))
+
+
+def calibration_plans(tokenizer, conversations: list[list[dict]], limit: int) -> list[Plan | None]:
+    """What a calibration replays of each conversation (kvstore.teacher.plan; None: left out)."""
+    renderer = ChatRenderer(tokenizer)
+    return [plan(messages, renderer, limit) for messages in conversations]
 
 
 def _profile(openings: list[list[int]], weights: list[torch.Tensor], identity: dict, meta: dict) -> MemoryProfile:

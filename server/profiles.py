@@ -70,14 +70,15 @@ def calibrate(model, tokenizer, config: ServeConfig, request: tuple, make_room: 
     """Calibrate from the request's conversations on the served model and save the profile. A generator for
     Scheduler.call: one step per replayed message, so the sessions keep decoding in between; it returns the answer.
     `make_room(tokens)` first: the calibration holds a full cache of its longest conversation beside the sessions."""
-    from kvstore.calibrate import calibration_steps
-    from kvstore.chat import ChatRenderer
-    from kvstore.teacher import plan
+    from kvstore.calibrate import calibration_plans, calibration_steps, max_positions
 
     conversations, max_tokens, sources = request
     folder = profile_dir(config)
-    renderer, limit = ChatRenderer(tokenizer), min(max_tokens or 10**9, int(model.config.max_position_embeddings))
-    make_room(max((p.tokens for c in conversations if (p := plan(c, renderer, limit))), default=0))
+    plans = []
+    for conversation in conversations:  # tokenized once, one conversation per scheduler loop
+        plans += calibration_plans(tokenizer, [conversation], max_positions(model, max_tokens))
+        yield
+    make_room(max((p.tokens for p in plans if p is not None), default=0))
     meta = {"model": config.model, "sources": sources, "served": True}
     left_out: list[str] = []
 
@@ -86,7 +87,7 @@ def calibrate(model, tokenizer, config: ServeConfig, request: tuple, make_room: 
             left_out.append(sources[done - 1])
 
     try:
-        profile = yield from calibration_steps(model, tokenizer, conversations, max_tokens, progress, meta)
+        profile = yield from calibration_steps(model, tokenizer, conversations, max_tokens, progress, meta, plans)
     except KVStoreError as exc:
         raise ServeError(f"cannot calibrate from these conversations: {exc}") from None
     answer = _save(profile, folder)
