@@ -125,11 +125,12 @@ def _preflight(cfg: RunConfig, tasks: list) -> None:
         if not cfg.replay_dir.is_dir():
             raise FileNotFoundError(f"--replay-dir {cfg.replay_dir} is not a directory")
     else:
-        from pipeline.backends import check_model_available, check_protected_opening, served_model
+        from pipeline.backends import check_model_available, check_policy, check_protected_opening, served_model
 
         if cfg.server:
             served_model(cfg.server)
         else:
+            check_policy(cfg)
             check_model_available(cfg.model)
             check_protected_opening(cfg, [t.problem_statement for t in tasks])
 

@@ -27,8 +27,10 @@ def solve_cmd(
     out: Path = typer.Option(None, "--out", "-o", help="Output folder (default runs/<id>-<timestamp>/)."),
 ) -> None:
     """Solve one task: the agent works in a sandbox, its patch is graded, files go to --out."""
+    from pipeline.backends import check_policy
     from tasks import get_task
 
+    check_policy(cfg)
     task = get_task(instance_id or _recorded_task(cfg.replay) or DEFAULT_TASK, cfg.dataset)
     out = out or Path("runs") / f"{safe_name(task.instance_id)}-{time.strftime('%Y%m%d-%H%M%S')}"
     console = Console()

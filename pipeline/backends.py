@@ -183,6 +183,15 @@ def check_model_available(name: str) -> None:
         )
 
 
+def check_policy(cfg: RunConfig) -> None:
+    """Fail fast (KVStoreError naming the known ones) on an unknown --policy of a run that loads its model here (a
+    --server runs its own; a replay runs none), before any sandbox starts or task is recorded."""
+    if cfg.server is None and not cfg.replaying:
+        from kvstore.policies import policy_defaults
+
+        policy_defaults(cfg.policy)
+
+
 def check_protected_opening(cfg: RunConfig, issues: list[str]) -> None:
     """Fail fast (KVStoreError) when a token budget cannot hold the protected opening of one of these issues.
 

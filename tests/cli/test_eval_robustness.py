@@ -75,6 +75,19 @@ def test_refusal_is_one_line_on_the_command_line(tmp_path: Path) -> None:
     assert (out / "predictions.jsonl").read_text() == '{"model_name_or_path": "another-model"}\n'
 
 
+@pytest.mark.parametrize("command", ["solve", "eval"])
+def test_an_unknown_policy_stops_before_any_work(tmp_path: Path, command: str) -> None:
+    """A typo in --policy is one line naming the known policies: no sandbox, no run folder, no errored batch."""
+    out = tmp_path / "out"
+    args = [command, "--policy", "h2o-typo", "--sandbox", "bwrap", "--out", str(out)]
+    args += ["--instances", IDS[0]] if command == "eval" else [IDS[0]]
+    res = nexus(*args, env=cli_env(tmp_path), cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stdout + res.stderr
+    assert res.stderr.startswith("error: unknown policy 'h2o-typo'; known policies: full,")
+    assert "nexus-agent" in res.stderr
+    assert not out.exists()
+
+
 def _kill_all(tag: str) -> None:
     for proc in Path("/proc").iterdir():
         try:
