@@ -225,7 +225,7 @@ def replay_cmd(
     max_tokens: Annotated[int | None, typer.Option(help="tokens replayed per conversation (default: all)")] = None,
     limit: Annotated[int | None, typer.Option(help="replay only the first N conversations")] = None,
     seeds: Annotated[int, typer.Option(help="cache seeds per spec")] = 1,
-    threads: Annotated[int, typer.Option(help="torch CPU threads")] = 1,
+    threads: Annotated[int, typer.Option(min=1, help="torch CPU threads")] = 1,
     dtype: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp32 (default: the machine's choice)")] = None,
     profile: Annotated[
         Path | None, typer.Option(help="memory profile (nexus-agent calibrate) for every replayed session")

@@ -187,7 +187,7 @@ def serve_bench(
         int, typer.Option(min=0, help="Newcomer prompt of the stall test, interleaved vs whole prefill (0: skip).")
     ] = StallPlan.newcomer_tokens,
     prefill_chunk: Annotated[int, typer.Option(min=1, help="Prefill chunk of the stall test.")] = StallPlan.chunk,
-    threads: Annotated[int | None, typer.Option(help="Torch CPU threads (default: all cores; 1 if busy).")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: all cores, 1 if busy).")] = None,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: a GPU when present).")] = None,
     dtype: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp32 (default: bf16 where supported).")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON here.")] = None,

@@ -30,7 +30,7 @@ def calibrate_cmd(
         int | None,
         typer.Option(help="calibrate on the first N conversations (default: all; two were enough in bench replay)"),
     ] = None,
-    threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's)")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="torch CPU threads (default: torch's)")] = None,
     dtype: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp32 (default: the machine's choice)")] = None,
 ) -> None:
     """Measure what an agent's replies need of its fixed opening text (the system prompt and instructions every

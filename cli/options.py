@@ -50,7 +50,7 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
     "command_timeout": (float, typer.Option("--command-timeout", help="Seconds one tool call may run.")),
     "test_timeout": (float, typer.Option("--test-timeout", help="Seconds grading's test command may run.")),
     "device": (str | None, typer.Option("--device", help="Torch device (default: CUDA when present, else CPU).")),
-    "threads": (int | None, typer.Option("--threads", help="Torch CPU threads (default: cores/workers; 1 if busy).")),
+    "threads": (int | None, typer.Option("--threads", min=1, help="CPU threads (default: cores/workers; 1 if busy).")),
     "workers": (int, typer.Option("--workers", "-w", help="Tasks run at once (one model per worker).")),
     "repo_cache": (
         Path | None,

@@ -13,7 +13,7 @@ _D = ServeConfig()  # the defaults, defined once in ServeConfig
 
 def serve_cmd(
     host: str = typer.Option(_D.host, "--host", help="Interface to listen on (0.0.0.0: every interface)."),
-    port: int = typer.Option(_D.port, "--port", "-p", help="TCP port."),
+    port: int = typer.Option(_D.port, "--port", "-p", min=0, max=65535, help="TCP port (0: any free one)."),
     model: str = typer.Option(_D.model, "--model", "-m", help="Registry name, local model dir or hub id."),
     served_name: str = typer.Option(None, "--served-name", help="Model id clients ask for (default: --model)."),
     policy: str = typer.Option(_D.policy, "--policy", help="KV eviction policy of every session."),
@@ -44,7 +44,7 @@ def serve_cmd(
     seed: int = typer.Option(_D.seed, "--seed", help="Seed of new sessions (a request's seed overrides it)."),
     device: str = typer.Option(None, "--device", help="Torch device (default: CUDA when present, else CPU)."),
     dtype: str = typer.Option(None, "--dtype", help="bf16, fp16 or fp32 (default: bf16 where supported)."),
-    threads: int = typer.Option(None, "--threads", help="Torch CPU threads (default: all cores; 1 if busy)."),
+    threads: int = typer.Option(None, "--threads", min=1, help="Torch CPU threads (default: all cores; 1 if busy)."),
     api_key: str = typer.Option(
         None,
         "--api-key",

@@ -59,3 +59,23 @@ def test_bad_flags_and_files(cli, tmp_path: Path) -> None:
     assert "is not a directory" in err
     assert "unknown --executor" in cli("eval", "--executor", "k8s", "--out", str(tmp_path / "o"))
     assert "trajectory file not found" in cli("solve", "--replay", str(tmp_path / "t.jsonl"))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["solve", "--threads", "0"],
+        ["serve", "--threads", "0"],
+        ["serve", "--port", "99999"],
+        ["calibrate", "a.json", "b.json", "--threads", "0"],
+        ["bench", "replay", "--quick", "--threads", "0"],
+        ["bench", "serve", "--threads", "0"],
+    ],
+)
+def test_out_of_range_numbers_are_usage_errors(args: list[str], monkeypatch, capsys) -> None:
+    """Refused by the command line itself (typer's usage error, exit 2), not by torch or the socket later."""
+    monkeypatch.setattr(sys, "argv", ["nexus-agent", *args])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and "Invalid value" in err and "Traceback" not in out + err, out + err
