@@ -40,12 +40,15 @@ def parse_request(body: object, header_session: str | None, config: ServeConfig)
     model = body.get("model")
     if model is not None and model not in (config.model_id, config.model):
         raise ServeError(f"model {model!r} is not served here; this server serves {config.model_id!r}", 404)
-    if body.get("n", 1) != 1:
+    if body.get("n", 1) not in (1, None):
         raise ServeError("only n=1 is supported (one session per conversation)")
-    stop = body.get("stop") or ()
-    stop = (stop,) if isinstance(stop, str) else tuple(stop)
-    if not all(isinstance(s, str) for s in stop) or len(stop) > 4:
+    stop = body.get("stop") or []
+    stop = (stop,) if isinstance(stop, str) else tuple(stop) if isinstance(stop, list) else None
+    if stop is None or not all(isinstance(s, str) for s in stop) or len(stop) > 4:
         raise ServeError("'stop' must be a string or a list of at most 4 strings")
+    stream_options = body.get("stream_options") or {}
+    if not isinstance(stream_options, dict):
+        raise ServeError("'stream_options' must be an object")
     max_new = body.get("max_completion_tokens") or body.get("max_tokens") or config.max_new_tokens
     session_id = body.get("session_id") or header_session
     return ChatRequest(
@@ -55,7 +58,7 @@ def parse_request(body: object, header_session: str | None, config: ServeConfig)
         top_p=_number(body.get("top_p", 1.0), "top_p", float, 0.0),
         stop=stop,
         stream=bool(body.get("stream", False)),
-        include_usage=bool((body.get("stream_options") or {}).get("include_usage", False)),
+        include_usage=bool(stream_options.get("include_usage", False)),
         session_id=str(session_id) if session_id else None,
         seed=None if body.get("seed") is None else _number(body["seed"], "seed", int, 0),
     )

@@ -81,6 +81,9 @@ class Handler(BaseHTTPRequestHandler):
         except ServeError as exc:
             self._error(exc)
             return
+        except Exception as exc:  # noqa: BLE001 - a request must never go unanswered
+            self._error(internal_error(exc))
+            return
         (self._stream if req.stream else self._complete)(job, req)
 
     def _route(self) -> str:
@@ -103,8 +106,12 @@ class Handler(BaseHTTPRequestHandler):
     def _body(self) -> object:
         """The request's JSON body (null when empty); ServeError 400 when it is not JSON."""
         try:
-            return json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
-        except json.JSONDecodeError:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise ServeError("the Content-Length header is not a number") from None
+        try:
+            return json.loads(self.rfile.read(max(0, length)) or b"null")
+        except (json.JSONDecodeError, UnicodeDecodeError):
             raise ServeError("the request body is not valid JSON") from None
 
     def _profiles(self) -> None:

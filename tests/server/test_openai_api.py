@@ -105,3 +105,34 @@ def test_errors_are_clear_http_errors(make_server) -> None:
         ask(c, [{"role": "user", "content": "another conversation"}])
     with pytest.raises(urllib.error.HTTPError, match="404"):
         urllib.request.urlopen(server.url + "/nothing")
+
+
+def _post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict]:
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"} | (headers or {}))
+    try:
+        with urllib.request.urlopen(req, timeout=60) as res:
+            return res.status, json.loads(res.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "message"),
+    [
+        ({"stop": 5}, None, "'stop' must be a string or a list"),
+        ({"stop": {"a": 1}}, None, "'stop' must be a string or a list"),
+        ({"stream": True, "stream_options": "yes"}, None, "'stream_options' must be an object"),
+        (b"\xff\xfe{", None, "not valid JSON"),
+        (b"{}", {"Content-Length": "lots"}, "Content-Length header is not a number"),
+    ],
+)
+def test_malformed_fields_are_answered_400(make_server, body, headers, message) -> None:
+    """Fields of the wrong type are a 400 naming the field, never a dropped connection (a handler's exception)."""
+    server = make_server()
+    if isinstance(body, dict):
+        body = json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": 2} | body).encode()
+    status, answer = _post(server.url + "/chat/completions", body, headers)
+    assert status == 400 and message in answer["error"]["message"], answer
+    status, answer = _post(server.url + "/chat/completions", json.dumps(
+        {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "n": None}).encode())  # fmt: skip
+    assert status == 200 and answer["choices"][0]["message"]["role"] == "assistant"  # the server serves on
