@@ -19,6 +19,7 @@ messages as new ones on top of its own. So:
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
@@ -35,6 +36,7 @@ from kvstore.defaults import describe_memory
 from pipeline.chat import SERVED_FILE
 from pipeline.config import RunError
 from pipeline.files import atomic_write
+from server.api import SESSION_ID
 
 BUSY_WAIT_S = 30.0  # how long closing a session waits for a reply the server is still generating (a cut stream)
 
@@ -64,11 +66,15 @@ class ServedRecord:
             raise RunError(f"{path} is corrupt ({type(exc).__name__}); delete {folder} to start over") from None
         if not isinstance(record.messages, list) or not isinstance(record.turns, list):
             raise RunError(f"{path} is corrupt (messages or turns is not a list); delete {folder} to start over")
+        if not isinstance(record.session_id, str) or not SESSION_ID.fullmatch(record.session_id):
+            record.session_id = new_session_id(folder.name)  # an id servers now refuse: the chat re-opens as a new one
         return record
 
 
 def new_session_id(name: str) -> str:
-    return f"chat-{name}-{uuid.uuid4().hex[:12]}"
+    """A server session id for the chat `name` (server.api.SESSION_ID: letters, digits and . _ : @ - only)."""
+    plain = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:64]
+    return f"chat-{plain}-{uuid.uuid4().hex[:12]}" if plain else f"chat-{uuid.uuid4().hex[:12]}"
 
 
 def open_served(folder: Path, repo: Path | None, server: str | None, resume: bool, seed: int, given: dict[str, Any]):

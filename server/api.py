@@ -7,6 +7,7 @@ statistics) next to `usage`, whose `prompt_tokens_details.cached_tokens` counts 
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from server.config import ServeConfig, ServeError
 from server.messages import normalize
 
 SESSION_HEADER = "X-Nexus-Session"
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")  # what a client may name a session
 
 
 @dataclass
@@ -51,6 +53,11 @@ def parse_request(body: object, header_session: str | None, config: ServeConfig)
         raise ServeError("'stream_options' must be an object")
     max_new = body.get("max_completion_tokens") or body.get("max_tokens") or config.max_new_tokens
     session_id = body.get("session_id") or header_session
+    if session_id and not (isinstance(session_id, str) and SESSION_ID.fullmatch(session_id)):
+        raise ServeError(
+            f"session id {str(session_id)[:40]!r} is not valid: 1-128 letters, digits and . _ : @ -, starting with "
+            "a letter or digit"
+        )
     return ChatRequest(
         messages=normalize(body.get("messages")),
         max_new_tokens=_number(max_new, "max_tokens", int, 1),
@@ -59,7 +66,7 @@ def parse_request(body: object, header_session: str | None, config: ServeConfig)
         stop=stop,
         stream=bool(body.get("stream", False)),
         include_usage=bool(stream_options.get("include_usage", False)),
-        session_id=str(session_id) if session_id else None,
+        session_id=session_id or None,
         seed=None if body.get("seed") is None else _number(body["seed"], "seed", int, 0),
     )
 

@@ -7,6 +7,7 @@ restored session continues as if it had never left (same tokens, same cache, sam
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from server.sessions import Entry
@@ -16,7 +17,7 @@ def park(entry: Entry, mode: str, folder: Path) -> None:
     """Move `entry`'s cache off the device; its `session` becomes None (disk) or keeps no cache (host)."""
     session = entry.session
     if mode == "disk":
-        path = folder / f"{entry.id}.safetensors"
+        path = folder / f"{hashlib.sha256(entry.id.encode()).hexdigest()[:32]}.safetensors"  # never a client's path
         session.save(path)
         entry.parked, entry.session = path, None
     else:

@@ -136,3 +136,19 @@ def test_malformed_fields_are_answered_400(make_server, body, headers, message) 
     status, answer = _post(server.url + "/chat/completions", json.dumps(
         {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "n": None}).encode())  # fmt: skip
     assert status == 200 and answer["choices"][0]["message"]["role"] == "assistant"  # the server serves on
+
+
+@pytest.mark.parametrize("sid", ["../../tmp/x", "/tmp/x", "a b", "-x", "x" * 129, 5])
+def test_session_ids_that_could_name_files_are_refused(make_server, sid) -> None:
+    """A session id is a client's string: one that is not a plain name is a 400 (a parked session's file is named by
+    a digest of the id, never by the id itself, either way)."""
+    server = make_server()
+    body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+    status, answer = _post(server.url + "/chat/completions", json.dumps(body | {"session_id": sid}).encode())
+    assert status == 400 and "session id" in answer["error"]["message"], answer
+    if isinstance(sid, str) and sid.isprintable():
+        status, answer = _post(server.url + "/chat/completions", json.dumps(body).encode(), {SESSION_HEADER: sid})
+        assert status == 400 and "session id" in answer["error"]["message"], answer
+    ok = "chat-my-project-1f2e:3@host.x"
+    status, answer = _post(server.url + "/chat/completions", json.dumps(body | {"session_id": ok}).encode())
+    assert status == 200 and answer["nexus"]["session_id"] == ok
