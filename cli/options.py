@@ -67,6 +67,14 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
         ),
     ),
     "server": (str | None, typer.Option("--server", help="URL of a `nexus-agent serve` (…/v1) all workers share.")),
+    "learn": (
+        bool,
+        typer.Option(
+            "--learn/--no-learn",
+            help="With no memory profile for this agent, keep the run's conversation; the second such run learns "
+            "one into the profile store (with --memory-profile auto).",
+        ),
+    ),
 }
 
 

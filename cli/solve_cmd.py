@@ -18,6 +18,7 @@ from pipeline.files import safe_name
 @run_options(
     "dataset", "model", "policy", "budget", "protocol", "protect", "profile", "sandbox", "max_steps", "seed", "replay",
     "temperature", "threads", "max_new_tokens", "device", "command_timeout", "test_timeout", "repo_cache", "server",
+    "learn",
 )  # fmt: skip
 def solve_cmd(
     cfg: RunConfig,
@@ -30,17 +31,21 @@ def solve_cmd(
     from pipeline.backends import check_policy
     from tasks import get_task
 
-    check_policy(cfg)
     task = get_task(instance_id or _recorded_task(cfg.replay) or DEFAULT_TASK, cfg.dataset)
+    check_policy(cfg)  # after the task: a bad id is answered without importing torch
     out = out or Path("runs") / f"{safe_name(task.instance_id)}-{time.strftime('%Y%m%d-%H%M%S')}"
     console = Console()
     console.print(f"[bold]{task.instance_id}[/bold] ({task.source or 'builtin'}) -> {out}")
-    report = _run_live(console, task, cfg, out)
+    finished: list = []
+    report = _run_live(console, task, cfg, out, finished.append)
     console.print()
-    print_summary(console, report, out, cfg.lacks_profile)
+    learned = _learn(console, cfg, finished[0], out) if finished else None
+    print_summary(console, report, out, cfg.lacks_profile and learned is None)
+    if learned:
+        console.print("  " + learned, highlight=False)
 
 
-def _run_live(console: Console, task, cfg: RunConfig, out: Path) -> dict[str, Any]:
+def _run_live(console: Console, task, cfg: RunConfig, out: Path, on_finish) -> dict[str, Any]:
     from cli.live import SolveView
     from pipeline.backends import describe_model
     from pipeline.run import run_task
@@ -48,8 +53,20 @@ def _run_live(console: Console, task, cfg: RunConfig, out: Path) -> dict[str, An
     label = describe_model(cfg)
     steps = cfg.max_steps or (None if cfg.replaying else DEFAULT_MAX_STEPS)
     with SolveView(console, f"{task.instance_id}: {label}", steps) as view:
-        report = run_task(task, cfg, out, on_step=view.on_step, on_token=view.on_token)
+        report = run_task(task, cfg, out, on_step=view.on_step, on_token=view.on_token, on_finish=on_finish)
     return report
+
+
+def _learn(console: Console, cfg: RunConfig, backend, out: Path) -> str | None:
+    """Learn a memory profile from this run and the pool (pipeline.learning) when this run may teach one."""
+    from pipeline.files import TRAJECTORY
+    from pipeline.learning import learn_from_run, should_learn
+
+    session = getattr(backend, "session", None)  # a local model's session; none for a server or a replay
+    if session is None or not should_learn(cfg, session.profile_status):
+        return None
+    with console.status("learning this agent's memory profile…"):
+        return learn_from_run(cfg, session.model, session.tokenizer, out / TRAJECTORY, console.print)
 
 
 def print_summary(

@@ -93,6 +93,8 @@ class RunConfig:
     # every worker (its policy, budget and protocol are the server's); None: load the model in this process
     warmup: int = 0  # eval: the first N tasks run without a memory profile, the others with one calibrated from
     # their conversations (pipeline.warmup); 0: off
+    learn: bool = True  # solve: a run with no profile for its agent keeps its conversation, and the second such run
+    # learns a profile into the store (pipeline.learning); only with --memory-profile auto
 
     def __post_init__(self) -> None:
         if isinstance(self.budget, str):
@@ -105,6 +107,7 @@ class RunConfig:
             raise RunError("--server and --replay/--replay-dir exclude each other (a replay runs no model)")
         if self.warmup:
             self._check_warmup()
+        self.learn = self.learn and str(self.profile) == AUTO_PROFILE  # learning fills the store auto reads
         self.profile = resolve_profile(self.profile, server=self.server is not None)  # before any task starts
         if self.protect not in PROTECT_MODES:
             raise RunError(f"--protect {self.protect!r}: use one of {', '.join(PROTECT_MODES)}")
@@ -134,6 +137,12 @@ class RunConfig:
         for it (solve and eval say how)."""
         local = self.server is None and not self.replaying
         return local and self.policy == DEFAULT_POLICY and self.profile is None and not self.warmup
+
+    @property
+    def learns(self) -> bool:
+        """Whether a finished run may learn a memory profile (pipeline.learning): learning on, the default memory,
+        the model in this process."""
+        return self.learn and self.server is None and not self.replaying and self.policy == DEFAULT_POLICY
 
     @property
     def replaying(self) -> bool:

@@ -42,8 +42,10 @@ def run_task(
     out_dir: Path,
     on_step: Callable[[dict[str, Any]], None] | None = None,
     on_token: Callable[[str], None] | None = None,
+    on_finish: Callable[[Any], None] | None = None,
 ) -> dict[str, Any]:
-    """Solve `task` in a sandbox, grade the patch, write trajectory/patch/report into `out_dir`; the report."""
+    """Solve `task` in a sandbox, grade the patch, write trajectory/patch/report into `out_dir`; the report.
+    `on_finish(backend)` once the report is written (solve learns a memory profile with the backend's model)."""
     from agent.environment import SandboxEnvironment
     from agent.loop import Agent
     from agent.prompts import initial_messages
@@ -70,6 +72,8 @@ def run_task(
     served = server_settings(cfg.server) if cfg.server is not None else None
     report = build_report(task, cfg, backend.name, result, grade_report, time.monotonic() - start, served)
     atomic_write(out_dir / REPORT, json.dumps(report, indent=2) + "\n")
+    if on_finish is not None:
+        on_finish(backend)
     return report
 
 

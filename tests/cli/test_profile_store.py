@@ -49,6 +49,39 @@ def test_a_calibrated_profile_is_used_by_later_sessions_of_the_same_agent(tmp_pa
     assert "memory profile: none for this agent and model; `nexus-agent calibrate`" in " ".join(res.stdout.split())
 
 
+@pytest.mark.slow  # three one-step solves of the tiny model and one calibration: ~40 s
+def test_the_second_solve_of_an_agent_learns_its_profile(tmp_path: Path, tiny_model_dir: Path) -> None:
+    env = cli_env(tmp_path / "home")
+    store = tmp_path / "home" / "profiles"
+    args = ["--model", str(tiny_model_dir), "--max-steps", "1", "--max-new-tokens", "4", "--sandbox", "bwrap"]
+
+    def solve(task: str, name: str, *more: str):
+        res = nexus("solve", task, *args, *more, "--out", str(tmp_path / name), env=env, cwd=tmp_path)
+        assert res.returncode == 0, res.stdout + res.stderr
+        return " ".join(res.stdout.split())
+
+    said = solve("nexus-demo__csvkit-lite-1", "first")
+    assert "this run's conversation is kept, and the next run of this agent learns one" in said
+    assert len(list((store / "pool").rglob("*.jsonl"))) == 1 and not list(store.glob("*.pt"))
+    solve("nexus-demo__iniconf-1", "off", "--no-learn")  # learning off: nothing kept
+    solve("nexus-demo__iniconf-1", "none", "--memory-profile", "none")  # no profile wanted: nothing kept either
+    assert len(list((store / "pool").rglob("*.jsonl"))) == 1
+
+    said = solve("nexus-demo__iniconf-1", "second")
+    (learned,) = store.glob("*.pt")
+    assert "learning a memory profile for this agent from 2 runs" in said and f"-> {learned}" in said
+    assert "later runs of this agent use it" in said and "nexus-agent calibrate" not in said
+    assert not list((store / "pool").rglob("*.jsonl"))  # the two it learned from left the pool
+    from kvstore.profile import MemoryProfile
+
+    assert MemoryProfile.load(learned).meta["learned"] == ["second", "first"]  # the newest first
+
+    solve(TASK, "third")
+    used = _memory_profile_stats(tmp_path / "third")
+    assert used and all(s is not None and s.startswith("matched") and learned.name in s for s in used)
+    assert not list((store / "pool").rglob("*.jsonl"))  # a run with a profile teaches nothing
+
+
 def test_an_eval_folder_does_not_resume_with_another_profile(tmp_path: Path, monkeypatch) -> None:
     from pipeline.config import RunConfig, RunError
     from pipeline.eval_files import RUN_FILE, claim_out_dir
