@@ -46,7 +46,8 @@ class ReplayConfig:
     traces: list[Path] = field(default_factory=list)  # conversation files
     profile: Path | None = None  # memory profile every replayed session gets (runs labelled SPEC+profile)
     bound: bool = False  # also replay the query-specific bound at every budget (benchmarks.replay_bound)
-    fold_profiles: dict[Path, Path] = field(default_factory=dict)  # --cross-fit: each trace's own profile
+    fold_profiles: dict[Path, Path] = field(default_factory=dict)  # --cross-fit / --learn: each trace's own profile
+    learn: int = 0  # --learn N: the first N traces without a profile, the rest with one learned from them
 
 
 def parse_spec(text: str) -> Spec:
@@ -85,9 +86,10 @@ def _value(key: str, text: str):
 _TEXT_DEFAULTS = {f.name: f.default for f in fields(CacheConfig)}
 
 
-def run_label(spec: str, profiled: bool) -> str:
-    """A spec's name in tables and JSON: `SPEC+profile` when the sessions had a memory profile."""
-    return f"{spec}+profile" if profiled else spec
+def run_label(spec: str, profiled: bool, learned: bool = False) -> str:
+    """A spec's name in tables and JSON: `SPEC+profile` when the sessions had a memory profile, `SPEC+learned` for
+    every run of a --learn replay (the first conversations without one, the others with the one learned from them)."""
+    return f"{spec}+learned" if learned else f"{spec}+profile" if profiled else spec
 
 
 def parse_budget(text: str) -> float | int:
@@ -121,7 +123,7 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
             for spec in cfg.specs:
                 for seed in range(cfg.seeds):
                     t1 = time.perf_counter()
-                    label = run_label(spec.name, profile is not None)
+                    label = run_label(spec.name, profile is not None, cfg.learn > 0)
                     run_ = {"spec": label, "budget": budget, "budget_tokens": tokens, "seed": seed}
                     try:
                         session = session_for(model, tokenizer, spec, tokens, seed, profile)
@@ -194,10 +196,25 @@ def cross_fit(
     return mapping, record
 
 
+def learn_first(
+    traces: list[Path], n: int, model, tokenizer, max_tokens: int | None, where: Path
+) -> tuple[dict[Path, Path], dict]:
+    """What a user's runs of the default memory get when it learns as it goes (`solve`'s learning, `eval --warmup
+    N`): a profile calibrated on the first `n` conversations, for every later one; (trace -> profile, the record)."""
+    from pipeline.conversations import calibrate_recorded
+
+    conversations = [load_conversation(t) for t in traces[:n]]
+    console.print(f"--learn {n}: calibrating on {', '.join(c.name for c in conversations)}")
+    profile = calibrate_recorded(model, tokenizer, conversations, console.print, max_tokens, {"learned": n})
+    path = where / "learned.pt"
+    profile.save(path)
+    return {t: path for t in traces[n:]}, {"first": n, "profile": profile.summary, "sources": profile.meta["sources"]}
+
+
 def finish(result: dict, cfg_info: dict, json_path: Path | None, plot_path: Path | None, table_path: Path | None):
     """Summaries, curves, the table (terminal and file), the JSON and the plot."""
     rows = summarize(result["runs"])
-    defaults = (DEFAULT_POLICY, run_label(DEFAULT_POLICY, True))
+    defaults = (DEFAULT_POLICY, run_label(DEFAULT_POLICY, True), run_label(DEFAULT_POLICY, False, True))
     targets = [t for d in defaults for t in target_rows(rows, d)]
     result |= {"config": cfg_info, "summary": rows, "targets": targets}
     result["curves"] = {"tokens_seen": curves(result["runs"]), "turn": curves(result["runs"], "turn", 1)}
@@ -244,6 +261,14 @@ def replay_cmd(
     calibrate_on: Annotated[
         int, typer.Option(help="with --cross-fit: the conversations each fold's profile is calibrated on")
     ] = 2,
+    learn: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="replay the first N conversations without a memory profile and the rest with one calibrated on "
+            "those N, as solve's learning and eval --warmup N run (runs labelled SPEC+learned); 0: off",
+        ),
+    ] = 0,
     quick: Annotated[bool, typer.Option(help="1 conversation, 3072 tokens, 3 specs, budget 0.5")] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
     plot_out: Annotated[Path | None, typer.Option("--plot", help="write the PNG plot")] = None,
@@ -263,12 +288,14 @@ def replay_cmd(
         spec_list, budget_list = specs and spec_list or list(QUICK["specs"]), list(QUICK["budgets"])
     files = files[:limit] if limit else files
     specs_ = tuple(parse_spec(s) for s in spec_list)
-    cfg = ReplayConfig(specs_, tuple(budget_list), max_tokens, seeds, files, profile, bound)
+    cfg = ReplayConfig(specs_, tuple(budget_list), max_tokens, seeds, files, profile, bound, learn=learn)
+    if sum(x is not None and x != 0 for x in (profile, cross_fit_folds, learn)) > 1:
+        raise KVStoreError("give one of --profile, --cross-fit and --learn")
+    if learn and not 2 <= learn < len(files):
+        raise KVStoreError(f"--learn {learn}: give at least 2, and fewer than the {len(files)} conversations")
     if profile is not None:
         from kvstore.profile import MemoryProfile
 
-        if cross_fit_folds is not None:
-            raise KVStoreError("give --profile or --cross-fit, not both")
         MemoryProfile.load(profile)  # a missing or corrupt file fails here, before any replay
     if cross_fit_folds is not None:
         check_cross_fit(files, cross_fit_folds, calibrate_on)  # before the model loads
@@ -276,7 +303,7 @@ def replay_cmd(
     if bound:
         check_model(m)  # before any replay, not after the policies' runs
     profiled = profile is not None or cross_fit_folds is not None
-    cfg_info = {"model": model, "dtype": info.dtype, "specs": [run_label(s, profiled) for s in spec_list]}
+    cfg_info = {"model": model, "dtype": info.dtype, "specs": [run_label(s, profiled, learn > 0) for s in spec_list]}
     cfg_info["budgets"] = budget_list
     cfg_info |= {"max_tokens": max_tokens, "seeds": seeds, "traces": [str(f) for f in files], "bound": bound}
 
@@ -287,4 +314,6 @@ def replay_cmd(
         if cross_fit_folds is not None:
             cfg.fold_profiles, record = cross_fit(files, cross_fit_folds, calibrate_on, m, tok, max_tokens, Path(where))
             cfg_info["cross_fit"] = {"folds": cross_fit_folds, "calibrate_on": calibrate_on, "profiles": record}
+        if learn:
+            cfg.fold_profiles, cfg_info["learn"] = learn_first(files, learn, m, tok, max_tokens, Path(where))
         finish(run(cfg, m, tok, checkpoint if json_out else None), cfg_info, json_out, plot_out, table_out)

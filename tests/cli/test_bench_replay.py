@@ -185,7 +185,34 @@ def test_cross_fit_replays_each_fold_with_a_profile_calibrated_outside_it(tmp_pa
         (["--cross-fit", "1"], "at least 2 folds"),
         (["--cross-fit", "3"], "at most half"),
         (["--cross-fit", "2", "--calibrate-on", "1"], "at least two conversations"),
-        (["--cross-fit", "2", "--profile", str(out)], "not both"),
+        (["--cross-fit", "2", "--profile", str(out)], "give one of --profile, --cross-fit and --learn"),
+    ):
+        result = CliRunner().invoke(app, [*args, *bad])
+        assert result.exit_code != 0 and message in str(result.exception) + result.output, bad
+
+
+@pytest.mark.slow  # one calibration of two conversations and three evicting replays of the tiny model
+def test_learn_replays_the_first_conversations_bare_and_the_rest_with_their_profile(tmp_path: Path) -> None:
+    """`--learn 2`: what the default memory gives a user whose runs learn their profile (solve, eval --warmup 2)."""
+    model = save_tiny_chat_model(tmp_path / "model")
+    names = ["csvkit-lite-1", "iniconf-1", "invoicer-1"]
+    traces = [str(GOLD_DIR / f"nexus-demo__{n}.gold.jsonl") for n in names]
+    out = tmp_path / "replay.json"
+    args = ["bench", "replay", *traces, "--model", str(model), "--dtype", "fp32", "--max-tokens", "2600"]
+    args += ["--specs", "nexus-agent", "--budgets", "0.5", "--json", str(out)]
+    result = CliRunner().invoke(app, [*args, "--learn", "2"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    stems = [f"nexus-demo__{n}.gold" for n in names]
+    assert data["config"]["learn"]["sources"] == stems[:2] and data["config"]["specs"] == ["nexus-agent+learned"]
+    runs = {r["conversation"]: r for r in data["runs"]}
+    assert all(r["spec"] == "nexus-agent+learned" for r in runs.values()) and len(runs) == 3
+    assert "profile" not in runs[stems[0]] and "profile" not in runs[stems[1]]  # learned from, so run bare
+    assert runs[stems[2]]["profile"] == "learned.pt" and runs[stems[2]]["profile_status"].startswith("matched")
+    for bad, message in (
+        (["--learn", "1"], "at least 2"),
+        (["--learn", "3"], "fewer than the 3"),
+        (["--learn", "2", "--cross-fit", "2"], "give one of"),
     ):
         result = CliRunner().invoke(app, [*args, *bad])
         assert result.exit_code != 0 and message in str(result.exception) + result.output, bad
