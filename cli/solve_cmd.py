@@ -65,8 +65,11 @@ def _learn(console: Console, cfg: RunConfig, backend, out: Path) -> str | None:
     session = getattr(backend, "session", None)  # a local model's session; none for a server or a replay
     if session is None or not should_learn(cfg, session.profile_status):
         return None
-    with console.status("learning this agent's memory profile…"):
-        return learn_from_run(cfg, session.model, session.tokenizer, out / TRAJECTORY, console.print)
+    try:
+        with console.status("learning this agent's memory profile…"):
+            return learn_from_run(cfg, session.model, session.tokenizer, out / TRAJECTORY, console.print)
+    except OSError as e:  # the run's results are written already; learning is a bonus
+        return f"memory profile: could not learn from this run ({e.strerror or e}); its results are kept"
 
 
 def print_summary(
