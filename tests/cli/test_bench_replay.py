@@ -162,14 +162,20 @@ def test_calibrate_writes_a_profile_that_bench_replay_uses(tmp_path: Path) -> No
     assert missing.exit_code != 0 and "does not exist" in str(missing.exception)  # one line under `main`
 
 
-@pytest.mark.slow  # four calibration replays and four evicting replays of the tiny model
-def test_cross_fit_replays_each_fold_with_a_profile_calibrated_outside_it(tmp_path: Path) -> None:
+def _default_memory_replay(tmp_path: Path, names: list[str]) -> tuple[list[str], Path]:
+    """`bench replay` of the default memory on built-in tasks' gold conversations with the tiny model, at 50%; its
+    arguments and the JSON file it writes."""
     model = save_tiny_chat_model(tmp_path / "model")
-    names = ["csvkit-lite-1", "iniconf-1", "invoicer-1", "semver-lite-1"]
     traces = [str(GOLD_DIR / f"nexus-demo__{n}.gold.jsonl") for n in names]
     out = tmp_path / "replay.json"
     args = ["bench", "replay", *traces, "--model", str(model), "--dtype", "fp32", "--max-tokens", "2600"]
-    args += ["--specs", "nexus-agent", "--budgets", "0.5", "--json", str(out)]
+    return [*args, "--specs", "nexus-agent", "--budgets", "0.5", "--json", str(out)], out
+
+
+@pytest.mark.slow  # four calibration replays and four evicting replays of the tiny model
+def test_cross_fit_replays_each_fold_with_a_profile_calibrated_outside_it(tmp_path: Path) -> None:
+    names = ["csvkit-lite-1", "iniconf-1", "invoicer-1", "semver-lite-1"]
+    args, out = _default_memory_replay(tmp_path, names)
     result = CliRunner().invoke(app, [*args, "--cross-fit", "2"])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
@@ -194,12 +200,8 @@ def test_cross_fit_replays_each_fold_with_a_profile_calibrated_outside_it(tmp_pa
 @pytest.mark.slow  # one calibration of two conversations and three evicting replays of the tiny model
 def test_learn_replays_the_first_conversations_bare_and_the_rest_with_their_profile(tmp_path: Path) -> None:
     """`--learn 2`: what the default memory gives a user whose runs learn their profile (solve, eval --warmup 2)."""
-    model = save_tiny_chat_model(tmp_path / "model")
     names = ["csvkit-lite-1", "iniconf-1", "invoicer-1"]
-    traces = [str(GOLD_DIR / f"nexus-demo__{n}.gold.jsonl") for n in names]
-    out = tmp_path / "replay.json"
-    args = ["bench", "replay", *traces, "--model", str(model), "--dtype", "fp32", "--max-tokens", "2600"]
-    args += ["--specs", "nexus-agent", "--budgets", "0.5", "--json", str(out)]
+    args, out = _default_memory_replay(tmp_path, names)
     result = CliRunner().invoke(app, [*args, "--learn", "2"])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
