@@ -58,7 +58,7 @@ def learn_from_run(cfg: RunConfig, model, tokenizer, trajectory: Path, say: Call
         if len(same) < 2:
             return (
                 "memory profile: none for this agent and model yet; this run's conversation is kept, and the next "
-                "run of this agent learns one from the two (--no-learn: off)"
+                "run of this agent learns one from the two (--no-learn turns this off)"
             )
         pair = [load_conversation(f) for f in same[:2]]
         for c, f in zip(pair, same, strict=False):
