@@ -28,8 +28,10 @@ def profiles_cmd(
         raise KVStoreError(f"{folder}: no such folder")
     console = Console()
     files = sorted(where.glob(f"*{PROFILE_SUFFIX}")) if where.is_dir() else []
+    if folder is None:
+        _pool_line(console, where)
     if not files:
-        hint = " (make one with: nexus-agent calibrate TRACES...)" if folder is None else ""
+        hint = " (make one with: nexus-agent calibrate TRACES..., or run solve twice)" if folder is None else ""
         console.print(f"no memory profiles in {where}{hint}", highlight=False)
         return
     table = Table(title=f"{len(files)} memory profile{'' if len(files) == 1 else 's'} in {where}")
@@ -46,3 +48,14 @@ def profiles_cmd(
         template = f"{len(p.prefix)} + {len(p.suffix)}"
         table.add_row(f.name, str(p.meta.get("model", "?")), shape, template, str(p.conversations), written)
     console.print(table)
+
+
+def _pool_line(console: Console, store: Path) -> None:
+    """The conversations solve keeps to learn profiles from (pipeline.learning), per model, when there are any."""
+    from pipeline.learning import POOL
+
+    waiting = {d.name: len(list(d.glob("*.jsonl"))) for d in sorted((store / POOL).glob("*")) if d.is_dir()}
+    waiting = {model: n for model, n in waiting.items() if n}
+    if waiting:
+        said = ", ".join(f"{model}: {n} conversation{'' if n == 1 else 's'}" for model, n in waiting.items())
+        console.print(f"kept by solve to learn a profile from: {said} ({store / POOL})", highlight=False)

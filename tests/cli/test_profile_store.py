@@ -63,6 +63,8 @@ def test_the_second_solve_of_an_agent_learns_its_profile(tmp_path: Path, tiny_mo
     said = solve("nexus-demo__csvkit-lite-1", "first")
     assert "this run's conversation is kept, and the next run of this agent learns one" in said
     assert len(list((store / "pool").rglob("*.jsonl"))) == 1 and not list(store.glob("*.pt"))
+    listed = CliRunner().invoke(app, ["profiles"], env={"NEXUS_AGENT_HOME": str(tmp_path / "home"), "COLUMNS": "200"})
+    assert "kept by solve to learn a profile from: " in listed.output and ": 1 conversation (" in listed.output
     solve("nexus-demo__iniconf-1", "off", "--no-learn")  # learning off: nothing kept
     solve("nexus-demo__iniconf-1", "none", "--memory-profile", "none")  # no profile wanted: nothing kept either
     assert len(list((store / "pool").rglob("*.jsonl"))) == 1
