@@ -27,7 +27,7 @@ POOL = "pool"
 def should_learn(cfg: RunConfig, profile_status: str | None) -> bool:
     """Whether this finished run's conversation may teach the store: a local run of the default memory with
     learning on, whose session found no profile for its opening."""
-    return cfg.learn and cfg.learns and not (profile_status or "").startswith("matched")
+    return cfg.learns and not (profile_status or "").startswith("matched")
 
 
 def learn_from_run(cfg: RunConfig, model, tokenizer, trajectory: Path, say: Callable[[str], None]) -> str | None:
