@@ -36,8 +36,8 @@ from kvstore.defaults import describe_memory
 from pipeline.chat import SERVED_FILE
 from pipeline.config import RunError
 from pipeline.files import atomic_write
-from server.api import SESSION_ID
 
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")  # what a server takes as a session id (server.api)
 BUSY_WAIT_S = 30.0  # how long closing a session waits for a reply the server is still generating (a cut stream)
 
 

@@ -152,3 +152,12 @@ def test_session_ids_that_could_name_files_are_refused(make_server, sid) -> None
     ok = "chat-my-project-1f2e:3@host.x"
     status, answer = _post(server.url + "/chat/completions", json.dumps(body | {"session_id": ok}).encode())
     assert status == 200 and answer["nexus"]["session_id"] == ok
+
+
+def test_the_chat_client_names_sessions_as_the_server_takes_them() -> None:
+    from pipeline import chat_served
+    from server import api
+
+    assert chat_served.SESSION_ID.pattern == api.SESSION_ID.pattern  # the protocol's rule, on both sides
+    for name in ("my project", "a/../b", "…", "x" * 300, "-"):
+        assert api.SESSION_ID.fullmatch(chat_served.new_session_id(name))
