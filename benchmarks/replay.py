@@ -176,18 +176,12 @@ def cross_fit(
     """One profile per fold, calibrated on the first `sources` conversations outside it (in the given order), so
     that no conversation is replayed with a profile that saw it; (trace -> profile file, what each fold got).
     The caller checks `k` and `sources` first (check_cross_fit), before the model loads."""
-    from pipeline.conversations import calibrate_recorded
-
     mapping, record = {}, []
     for i, fold in enumerate(folds(traces, k)):
         others = [t for t in traces if t not in fold][:sources]
-        conversations = [load_conversation(t) for t in others]
-        console.print(
-            f"fold {i + 1}/{k} ({len(fold)} conversations): calibrating on {', '.join(c.name for c in conversations)}"
-        )
-        profile = calibrate_recorded(model, tokenizer, conversations, console.print, max_tokens, {"fold": i + 1})
         path = where / f"fold{i + 1}.pt"
-        profile.save(path)
+        what = f"fold {i + 1}/{k} ({len(fold)} conversations)"
+        profile = _calibrate_to(path, others, model, tokenizer, max_tokens, what, {"fold": i + 1})
         mapping |= {t: path for t in fold}
         names = [conversation_name(t) for t in fold]
         record.append(
@@ -201,14 +195,20 @@ def learn_first(
 ) -> tuple[dict[Path, Path], dict]:
     """What a user's runs of the default memory get when it learns as it goes (`solve`'s learning, `eval --warmup
     N`): a profile calibrated on the first `n` conversations, for every later one; (trace -> profile, the record)."""
+    path = where / "learned.pt"
+    profile = _calibrate_to(path, traces[:n], model, tokenizer, max_tokens, f"--learn {n}", {"learned": n})
+    return {t: path for t in traces[n:]}, {"first": n, "profile": profile.summary, "sources": profile.meta["sources"]}
+
+
+def _calibrate_to(path: Path, sources: list[Path], model, tokenizer, max_tokens: int | None, what: str, meta: dict):
+    """A profile calibrated on the conversations `sources`, saved at `path` (saying so for `what`); the profile."""
     from pipeline.conversations import calibrate_recorded
 
-    conversations = [load_conversation(t) for t in traces[:n]]
-    console.print(f"--learn {n}: calibrating on {', '.join(c.name for c in conversations)}")
-    profile = calibrate_recorded(model, tokenizer, conversations, console.print, max_tokens, {"learned": n})
-    path = where / "learned.pt"
+    conversations = [load_conversation(t) for t in sources]
+    console.print(f"{what}: calibrating on {', '.join(c.name for c in conversations)}")
+    profile = calibrate_recorded(model, tokenizer, conversations, console.print, max_tokens, meta)
     profile.save(path)
-    return {t: path for t in traces[n:]}, {"first": n, "profile": profile.summary, "sources": profile.meta["sources"]}
+    return profile
 
 
 def finish(result: dict, cfg_info: dict, json_path: Path | None, plot_path: Path | None, table_path: Path | None):

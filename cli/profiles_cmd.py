@@ -52,10 +52,9 @@ def profiles_cmd(
 
 def _pool_line(console: Console, store: Path) -> None:
     """The conversations solve keeps to learn profiles from (pipeline.learning), per model, when there are any."""
-    from pipeline.learning import POOL
+    from pipeline.learning import POOL, pool_counts
 
-    waiting = {d.name: len(list(d.glob("*.jsonl"))) for d in sorted((store / POOL).glob("*")) if d.is_dir()}
-    waiting = {model: n for model, n in waiting.items() if n}
+    waiting = pool_counts(store)
     if waiting:
         said = ", ".join(f"{model}: {n} conversation{'' if n == 1 else 's'}" for model, n in waiting.items())
         console.print(f"kept by solve to learn a profile from: {said} ({store / POOL})", highlight=False)

@@ -15,6 +15,7 @@ import re
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from pipeline.config import RunConfig
@@ -54,15 +55,13 @@ def learn_from_run(cfg: RunConfig, model, tokenizer, trajectory: Path, say: Call
         files = sorted(pool.glob("*.jsonl"), reverse=True)  # newest first
         for old in files[KEEP:]:
             old.unlink(missing_ok=True)
-        same = [f for f in files[:KEEP] if f == kept or _same_agent(f, this.messages)]
+        same = [(f, c) for f in files[:KEEP] if (c := this if f == kept else _same_agent(f, this.messages))]
         if len(same) < 2:
             return (
                 "memory profile: none for this agent and model yet; this run's conversation is kept, and the next "
                 "run of this agent learns one from the two (--no-learn turns this off)"
             )
-        pair = [load_conversation(f) for f in same[:2]]
-        for c, f in zip(pair, same, strict=False):
-            c.name = f.stem.partition("--")[2]  # the run's name, not the pool's
+        pair = [replace(c, name=f.stem.partition("--")[2]) for f, c in same[:2]]  # the run's name, not the pool's
         say(f"learning a memory profile for this agent from {len(pair)} runs' conversations (once)")
         meta = {"model": cfg.model, "learned": [c.name for c in pair]}
         try:
@@ -71,20 +70,28 @@ def learn_from_run(cfg: RunConfig, model, tokenizer, trajectory: Path, say: Call
             return f"memory profile: could not learn one from the last two runs ({e}); their conversations are kept"
         dest = profile_store() / store_name(profile)
         profile.save(dest)
-        for f in same[:2]:
+        for f, _ in same[:2]:
             f.unlink(missing_ok=True)
     return f"memory profile: learned {profile.summary} -> {dest}; later runs of this agent use it"
 
 
-def _same_agent(path: Path, messages: list[dict[str, str]]) -> bool:
+def pool_counts(store: Path) -> dict[str, int]:
+    """{model: conversations kept} of the store's pool, models with none left out."""
+    counts = {d.name: len(list(d.glob("*.jsonl"))) for d in sorted((store / POOL).glob("*")) if d.is_dir()}
+    return {model: n for model, n in counts.items() if n}
+
+
+def _same_agent(path: Path, messages: list[dict[str, str]]):
+    """The pooled conversation at `path` when it has the system prompt of `messages`, else None."""
     from kvstore.errors import KVStoreError
     from pipeline.conversations import load_conversation
 
     try:
-        return _system(load_conversation(path).messages) == _system(messages)
+        found = load_conversation(path)
     except (KVStoreError, OSError, ValueError):
         path.unlink(missing_ok=True)  # a damaged copy teaches nothing
-        return False
+        return None
+    return found if _system(found.messages) == _system(messages) else None
 
 
 def _system(messages: list[dict[str, str]]) -> str | None:

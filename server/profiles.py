@@ -74,9 +74,9 @@ def calibrate(model, tokenizer, config: ServeConfig, request: tuple, make_room: 
 
     conversations, max_tokens, sources = request
     folder = profile_dir(config)
-    plans = []
+    plans, limit = [], max_positions(model, max_tokens)
     for conversation in conversations:  # tokenized once, one conversation per scheduler loop
-        plans += calibration_plans(tokenizer, [conversation], max_positions(model, max_tokens))
+        plans += calibration_plans(tokenizer, [conversation], limit)
         yield
     make_room(max((p.tokens for p in plans if p is not None), default=0))
     meta = {"model": config.model, "sources": sources, "served": True}
