@@ -57,21 +57,31 @@ def conversation_name(path: Path) -> str:
 
 
 def load_conversation(path: Path) -> Conversation:
-    """A `.traj.json` (mini-swe-agent) or `.jsonl` (this project's trajectory) file as a conversation."""
+    """A `.traj.json` (mini-swe-agent) or `.jsonl` (this project's trajectory) file as a conversation; a file that is
+    not one is a KVStoreError naming it."""
     if not path.is_file():
         raise KVStoreError(f"no conversation file at {path}")
     if path.suffix == ".jsonl":
+        from agent.errors import AgentError
         from agent.trajectory import load_trajectory
 
-        messages = [_plain(m) for m in load_trajectory(path).messages()]
+        try:
+            messages = [_plain(m) for m in load_trajectory(path).messages()]
+        except AgentError as e:  # a bad line or record: the file is not a trajectory
+            raise KVStoreError(str(e)) from None
         return Conversation(conversation_name(path), [m for m in messages if m])
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise KVStoreError(f"{path}: not JSON ({e})") from None
+    except UnicodeDecodeError as e:
+        raise KVStoreError(f"{path}: not UTF-8 text (byte {e.start}); a trajectory is JSON in UTF-8") from None
     if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
         raise KVStoreError(f"{path}: not a mini-swe-agent trajectory (no 'messages' list)")
-    return Conversation(conversation_name(path), mini_swe_messages(data["messages"]))
+    try:
+        return Conversation(conversation_name(path), mini_swe_messages(data["messages"]))
+    except ValueError as e:  # a message of another shape
+        raise KVStoreError(f"{path}: {e}") from None
 
 
 def calibrate_recorded(
@@ -100,34 +110,52 @@ def calibrate_recorded(
         return calibrate(model, tokenizer, [c.messages for c in conversations], max_tokens, progress, meta)
 
 
-def mini_swe_messages(raw: list[dict]) -> list[dict[str, str]]:
-    """mini-swe-agent messages in this project's format (see the module docstring)."""
+def mini_swe_messages(raw: list) -> list[dict[str, str]]:
+    """mini-swe-agent messages in this project's format (see the module docstring); ValueError for a message that
+    is not an object with a text (or text parts) content."""
     from agent.prompts import system_prompt
 
     out = [{"role": "system", "content": system_prompt()}]
-    for m in raw:
-        role, content = m.get("role"), m.get("content") or ""
-        if role == "user":
-            out.append({"role": "user", "content": content})
-        elif role == "tool":
+    for n, m in enumerate(raw):
+        if not isinstance(m, dict):
+            raise ValueError(f"message {n} is not an object")
+        role, content = m.get("role"), _text(m.get("content"), n)
+        if role in ("user", "tool"):
             out.append({"role": "user", "content": content})
         elif role == "assistant":
-            calls = "".join(render_call(c) for c in m.get("tool_calls") or [])
-            out.append({"role": "assistant", "content": (content.strip() + calls).strip()})
+            calls = m.get("tool_calls") or []
+            if not isinstance(calls, list):
+                raise ValueError(f"message {n}: 'tool_calls' is not a list")
+            rendered = "".join(render_call(c) for c in calls if isinstance(c, dict))
+            out.append({"role": "assistant", "content": (content.strip() + rendered).strip()})
     return out
 
 
 def render_call(call: dict) -> str:
-    """One OpenAI tool call in the `<function=NAME>` format; mini-swe-agent's `bash` is execute_bash(cmd)."""
-    fn = call.get("function") or {}
+    """One OpenAI tool call in the `<function=NAME>` format; mini-swe-agent's `bash` is execute_bash(cmd). The
+    arguments are a JSON object (as OpenAI sends them) or an object; anything else becomes the command."""
+    fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+    raw = fn.get("arguments")
     try:
-        args = json.loads(fn.get("arguments") or "{}")
+        args = json.loads(raw) if isinstance(raw, str) and raw else raw
     except json.JSONDecodeError:
-        args = {"cmd": fn.get("arguments", "")}
-    if fn.get("name") == "bash":
-        args = {"cmd": args.get("command", "")}
+        args = None
+    if not isinstance(args, dict):
+        args = {} if raw in (None, "") else {"cmd": raw if isinstance(raw, str) else json.dumps(raw)}
+    name = str(fn.get("name") or "")
+    if name == "bash":
+        args = {"cmd": args.get("command", args.get("cmd", ""))}
     params = "".join(f"<parameter={k}>{v}</parameter>\n" for k, v in args.items())
-    return f"\n\n<function={'execute_bash' if fn.get('name') == 'bash' else fn.get('name')}>\n{params}</function>"
+    return f"\n\n<function={'execute_bash' if name == 'bash' else name}>\n{params}</function>"
+
+
+def _text(content, n: int) -> str:
+    """A message's content as text: a string, or OpenAI's list of parts (their text joined); None is empty."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        return "".join(str(p.get("text") or "") if isinstance(p, dict) else str(p) for p in content)
+    raise ValueError(f"message {n}: 'content' is neither text nor a list of parts")
 
 
 def _plain(message: dict) -> dict[str, str] | None:

@@ -56,6 +56,32 @@ def test_a_run_folders_trajectory_is_named_after_its_folder(tmp_path: Path) -> N
     assert names == ["run-a", "run-b"] and load_conversation(gold).name == "nexus-demo__pagekit-1.gold"
 
 
+def test_other_shapes_of_a_trace_convert_or_are_one_error(tmp_path: Path) -> None:
+    parts = {"role": "user", "content": [{"type": "text", "text": "fix "}, {"type": "text", "text": "it"}]}
+    odd_calls = {"role": "assistant", "content": None, "tool_calls": [
+        {"function": {"name": "bash", "arguments": {"command": "pwd"}}},  # an object, not JSON text
+        {"function": {"name": "bash", "arguments": "ls -l"}},  # not JSON: the command itself
+        "not a call",
+    ]}  # fmt: skip
+    path = tmp_path / "odd.traj.json"
+    path.write_text(json.dumps({"messages": [parts, odd_calls]}))
+    user, reply = load_conversation(path).messages[1:]
+    assert user["content"] == "fix it" and "<parameter=cmd>pwd</parameter>" in reply["content"]
+    assert "<parameter=cmd>ls -l</parameter>" in reply["content"]
+
+    bad = {
+        "latin.traj.json": b'\xff{"messages": []}',
+        "ints.traj.json": b'{"messages": [1, 2]}',
+        "content.traj.json": b'{"messages": [{"role": "user", "content": 5}]}',
+        "calls.traj.json": b'{"messages": [{"role": "assistant", "content": "", "tool_calls": 3}]}',
+        "lines.jsonl": b'{"type": "header"}\nnot json\n{"type": "footer"}\n',
+    }
+    for name, data in bad.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(KVStoreError, match=name.replace(".", r"\.")):  # names the file, no other exception
+            load_conversation(tmp_path / name)
+
+
 def _eval_folder(out: Path, *names: str) -> Path:
     """An eval --out folder as `nexus-agent eval` leaves it: one run folder per task beside the batch's files."""
     for name in names:
