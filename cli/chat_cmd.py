@@ -15,7 +15,7 @@ from pipeline.config import AUTO_PROFILE, RunError, resolve_profile
 
 
 @raw_options(
-    "model", "policy", "budget", "protocol", "protect", "profile", "device", "server",
+    "model", "policy", "budget", "protocol", "protect", "profile", "device", "server", "learn",
     model=None, policy=None, budget=None, protocol=None, protect=None,
 )  # fmt: skip
 def chat_cmd(
@@ -34,6 +34,8 @@ def chat_cmd(
     A new session takes the session defaults (model, policy, budget, protocol, protect) for options not given; a
     resumed one keeps its saved settings and refuses options that differ from them. With --server URL the model
     runs in that `nexus-agent serve` (its model and cache settings apply) and the chat continues one server session.
+    Leaving a local chat that has no memory profile keeps its conversation, and the second such chat or solve run of
+    the agent learns one for later sessions (--no-learn turns this off).
     """
     from agent.loop import AgentConfig
     from kvstore.defaults import parse_budget
@@ -45,7 +47,8 @@ def chat_cmd(
     agent_cfg = AgentConfig(
         max_steps=max_steps, max_steps_absolute=max_steps, max_new_tokens=max_new_tokens, temperature=temperature
     )
-    server = given.pop("server")
+    server, learn = given.pop("server"), given.pop("learn")
+    learn = learn and given["profile"] == AUTO_PROFILE  # learning fills the store that auto reads
     if resume and given["profile"] == AUTO_PROFILE:  # a resumed session keeps the profile it started with
         given["profile"] = None
     else:
@@ -60,14 +63,36 @@ def chat_cmd(
         if given["budget"] is None:
             del given["budget"]
         set_threads(None)
-        state, conversation = _resume(folder, repo, given) if resume else _start(folder, repo, given, seed)
+        state, conversation = _resume(folder, repo, given) if resume else _start(folder, repo, given, seed, learn)
     with cs.open_repo_sandbox(Path(state.repo), name) as sandbox:
         from cli.chat_loop import Chat
 
         Chat(console, folder, name, state, conversation, sandbox, agent_cfg, yolo).run()
+    if learn and state.learn and not state.server:
+        _learn(console, folder, name, conversation.session)
 
 
-def _start(folder: Path, repo: Path | None, given: dict[str, Any], seed: int):
+def _learn(console: Console, folder: Path, name: str, session) -> None:
+    """Leaving a chat whose session has no memory profile: its conversation joins the pool, and a profile is learned
+    once two conversations of this agent are there (pipeline.learning). Ctrl-C skips it; nothing is lost."""
+    from pipeline.learning import learn_from_run
+
+    if session.cache.prior is not None or not any(m["role"] == "assistant" for m in session.messages):
+        return
+    try:
+        with console.status("learning this agent's memory profile… (Ctrl-C skips it)"):
+            trajectory, key = folder / cs.TRAJECTORY_FILE, f"chat-{name}"
+            model, tokenizer = session.model, session.tokenizer
+            said = learn_from_run(session.config.model, model, tokenizer, trajectory, console.print, key, "chat")
+    except KeyboardInterrupt:
+        said = "memory profile: learning skipped; the conversations stay in the pool for the next chat or solve run"
+    except OSError as e:  # the session is saved already; learning is a bonus
+        said = f"memory profile: could not learn from this chat ({e.strerror or e}); the session is kept"
+    if said:
+        console.print(said, highlight=False)
+
+
+def _start(folder: Path, repo: Path | None, given: dict[str, Any], seed: int, learn: bool):
     from kvstore.session import Session, SessionConfig
     from pipeline.chat_local import LocalConversation
 
@@ -75,7 +100,9 @@ def _start(folder: Path, repo: Path | None, given: dict[str, Any], seed: int):
     config = SessionConfig(**{k: v for k, v in given.items() if v is not None or k == "budget"}, seed=seed)
     session = Session.open(config)
     folder.mkdir(parents=True, exist_ok=True)
-    state = cs.ChatState(repo=str(repo), config=config.to_dict())
+    from kvstore.defaults import DEFAULT_POLICY
+
+    state = cs.ChatState(repo=str(repo), config=config.to_dict(), learn=learn and config.policy == DEFAULT_POLICY)
     state.save(folder)
     return state, LocalConversation(folder, session, state.config)
 

@@ -31,7 +31,7 @@ def profiles_cmd(
     if folder is None:
         _pool_line(console, where)
     if not files:
-        hint = " (make one with: nexus-agent calibrate TRACES..., or run solve twice)" if folder is None else ""
+        hint = " (make one with: nexus-agent calibrate TRACES..., or run solve or chat twice)" if folder is None else ""
         console.print(f"no memory profiles in {where}{hint}", highlight=False)
         return
     table = Table(title=f"{len(files)} memory profile{'' if len(files) == 1 else 's'} in {where}")
@@ -51,10 +51,12 @@ def profiles_cmd(
 
 
 def _pool_line(console: Console, store: Path) -> None:
-    """The conversations solve keeps to learn profiles from (pipeline.learning), per model, when there are any."""
+    """The conversations solve runs and chats keep to learn profiles from (pipeline.learning), per model, when there
+    are any."""
     from pipeline.learning import POOL, pool_counts
 
     waiting = pool_counts(store)
     if waiting:
         said = ", ".join(f"{model}: {n} conversation{'' if n == 1 else 's'}" for model, n in waiting.items())
-        console.print(f"kept by solve to learn a profile from: {said} ({store / POOL})", highlight=False)
+        line = f"kept by solve runs and chats to learn a profile from: {said} ({store / POOL})"
+        console.print(line, highlight=False, soft_wrap=True)

@@ -67,7 +67,7 @@ def _learn(console: Console, cfg: RunConfig, backend, out: Path) -> str | None:
         return None
     try:
         with console.status("learning this agent's memory profile…"):
-            return learn_from_run(cfg, session.model, session.tokenizer, out / TRAJECTORY, console.print)
+            return learn_from_run(cfg.model, session.model, session.tokenizer, out / TRAJECTORY, console.print)
     except OSError as e:  # the run's results are written already; learning is a bonus
         return f"memory profile: could not learn from this run ({e.strerror or e}); its results are kept"
 

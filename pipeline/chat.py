@@ -60,6 +60,8 @@ class ChatState:
     requests: list[str] = field(default_factory=list)  # the user's requests, in order
     unseen: str = ""  # the last observation when a turn ended before the model saw it (sent with the next request)
     server: str = ""  # base URL of the `nexus-agent serve` the model runs in ("": a local model, `config`)
+    learn: bool = False  # the session started with --learn, the default memory and --memory-profile auto: leaving it
+    # while it has no profile keeps its conversation, to learn one from (pipeline.learning)
 
     def save(self, folder: Path) -> None:
         atomic_write(folder / STATE_FILE, json.dumps(asdict(self), indent=2) + "\n")
@@ -76,7 +78,8 @@ class ChatState:
         problem = _state_problem(data)
         if problem:
             raise RunError(f"{path} is corrupt ({problem}); delete {folder} to start over")
-        return cls(data["repo"], data["config"], data["requests"], data.get("unseen", ""), data.get("server", ""))
+        optional = {k: data[k] for k in ("unseen", "server", "learn") if k in data}
+        return cls(data["repo"], data["config"], data["requests"], **optional)
 
     def check_resumable(self, folder: Path, repo: Path | None = None) -> None:
         """Refuse to resume what would silently lose the history: a missing cache file, a vanished repo; and a
@@ -109,9 +112,9 @@ def _state_problem(data: Any) -> str:
     """What is wrong with the shape of chat.json's content ("" when nothing)."""
     if not isinstance(data, dict):
         return "not a JSON object"
-    expected = {"repo": str, "config": dict, "requests": list, "unseen": str, "server": str}
+    expected = {"repo": str, "config": dict, "requests": list, "unseen": str, "server": str, "learn": bool}
     for key, kind in expected.items():
-        if key in ("unseen", "server") and key not in data:
+        if key in ("unseen", "server", "learn") and key not in data:
             continue
         if not isinstance(data.get(key), kind):
             return f"{key!r} is not a {kind.__name__}"

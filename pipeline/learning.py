@@ -1,12 +1,14 @@
-"""The memory learns its agent: `solve` runs of the default memory that found no memory profile for their opening
-keep their conversations in the profile store's pool, and once two of them share a system prompt, a profile is
-calibrated from those two (kvstore.calibrate, with the run's own model, in its process) into the store. Every later
-session of that agent and model then uses it (--memory-profile auto, the default). In `bench replay` a profile of
-two conversations did as well as one of twelve (docs/memory.md).
+"""The memory learns its agent: `solve` runs and `chat` sessions of the default memory that found no memory profile
+for their opening keep their conversations in the profile store's pool (a solve run when it ends, a chat when the
+user leaves it), and once two of them share a system prompt, a profile is calibrated from those two
+(kvstore.calibrate, with the process's own model) into the store. Every later session of that agent and model then
+uses it (--memory-profile auto, the default). In `bench replay` a profile of two conversations did as well as one of
+twelve (docs/memory.md).
 
-The pool is `<profile store>/pool/<model>/`: copies of the runs' trajectory.jsonl, the newest KEEP per model. The
-two conversations a profile was learned from leave the pool. `--no-learn`, `--memory-profile none` or another
-profile path turn learning off; so does a run whose session matched a profile (it has one already).
+The pool is `<profile store>/pool/<model>/`: copies of the trajectory.jsonl files, the newest KEEP per model; a chat
+left several times keeps only its last copy. The two conversations a profile was learned from leave the pool.
+`--no-learn`, `--memory-profile none` or another profile path turn learning off; so does a session whose opening
+matched a profile, and a conversation the store has a profile for by the time it ends (learned meanwhile).
 """
 
 from __future__ import annotations
@@ -31,10 +33,15 @@ def should_learn(cfg: RunConfig, profile_status: str | None) -> bool:
     return cfg.learns and not (profile_status or "").startswith("matched")
 
 
-def learn_from_run(cfg: RunConfig, model, tokenizer, trajectory: Path, say: Callable[[str], None]) -> str | None:
-    """Keep the run's conversation in the pool and, when the pool holds another of the same agent (system prompt)
-    and model, calibrate a profile from the two into the store. One line for people: what happened (None: the run
-    left no conversation to learn from)."""
+def learn_from_run(
+    model_name: str, model, tokenizer, trajectory: Path, say: Callable[[str], None], key: str | None = None,
+    noun: str = "run",
+) -> str | None:  # fmt: skip
+    """Keep the conversation of `trajectory` in the pool of `model_name` and, when the pool holds another of the same
+    agent (system prompt), calibrate a profile from the two into the store. `key`: the pooled copy's name, which
+    replaces an earlier copy of that name (a chat session pooled again); default: the conversation's own name, always
+    a new copy. `noun` names the conversation for people ("run", "chat"). One line for people: what happened (None:
+    no conversation to learn from)."""
     from filelock import FileLock
 
     from kvstore.errors import KVStoreError
@@ -43,14 +50,21 @@ def learn_from_run(cfg: RunConfig, model, tokenizer, trajectory: Path, say: Call
 
     try:
         this = load_conversation(trajectory)
-    except (KVStoreError, OSError, ValueError):
+    except (KVStoreError, OSError):
         return None
     if _system(this.messages) is None or not any(m["role"] == "assistant" for m in this.messages):
         return None
-    pool = profile_store() / POOL / _safe(cfg.model)
+    covered = _stored_profile(model, tokenizer, this.messages)
+    if covered:
+        return f"memory profile: {covered} in the store, learned meanwhile; later sessions of this agent use it"
+    pool = profile_store() / POOL / _safe(model_name)
     pool.mkdir(parents=True, exist_ok=True)
+    name = _safe(key or this.name)
     with FileLock(str(pool / ".lock")):  # runs finishing at once: one calibrates, the other finds the profile
-        kept = pool / f"{time.time_ns():020d}--{_safe(this.name)}.jsonl"  # sorts by age
+        if key:
+            for earlier in pool.glob(f"*--{name}.jsonl"):
+                earlier.unlink(missing_ok=True)
+        kept = pool / f"{time.time_ns():020d}--{name}.jsonl"  # sorts by age
         shutil.copyfile(trajectory, kept)
         files = sorted(pool.glob("*.jsonl"), reverse=True)  # newest first
         for old in files[KEEP:]:
@@ -58,21 +72,21 @@ def learn_from_run(cfg: RunConfig, model, tokenizer, trajectory: Path, say: Call
         same = [(f, c) for f in files[:KEEP] if (c := this if f == kept else _same_agent(f, this.messages))]
         if len(same) < 2:
             return (
-                "memory profile: none for this agent and model yet; this run's conversation is kept, and the next "
-                "run of this agent learns one from the two (--no-learn turns this off)"
+                f"memory profile: none for this agent and model yet; this {noun}'s conversation is kept, and the next "
+                f"solve run or chat of this agent learns one from the two (--no-learn turns this off)"
             )
         pair = [replace(c, name=f.stem.partition("--")[2]) for f, c in same[:2]]  # the run's name, not the pool's
-        say(f"learning a memory profile for this agent from {len(pair)} runs' conversations (once)")
-        meta = {"model": cfg.model, "learned": [c.name for c in pair]}
+        say(f"learning a memory profile for this agent from {len(pair)} conversations (once)")
+        meta = {"model": model_name, "learned": [c.name for c in pair]}
         try:
             profile = calibrate_recorded(model, tokenizer, pair, say, meta=meta)
         except KVStoreError as e:
-            return f"memory profile: could not learn one from the last two runs ({e}); their conversations are kept"
+            return f"memory profile: could not learn one from the last two conversations ({e}); they are kept"
         dest = profile_store() / store_name(profile)
         profile.save(dest)
         for f, _ in same[:2]:
             f.unlink(missing_ok=True)
-    return f"memory profile: learned {profile.summary} -> {dest}; later runs of this agent use it"
+    return f"memory profile: learned {profile.summary} -> {dest}; later sessions of this agent use it"
 
 
 def pool_counts(store: Path) -> dict[str, int]:
@@ -92,6 +106,27 @@ def _same_agent(path: Path, messages: list[dict[str, str]]):
         path.unlink(missing_ok=True)  # a damaged copy teaches nothing
         return None
     return found if _system(found.messages) == _system(messages) else None
+
+
+def _stored_profile(model, tokenizer, messages: list[dict[str, str]]) -> str | None:
+    """The store's profile that this conversation's opening carries, as "matched N of M template tokens (file)";
+    None when there is none (or the store cannot be read: learning then goes on, and calibrate replaces a file)."""
+    from kvstore.cache import model_identity
+    from kvstore.chat import ChatRenderer
+    from kvstore.errors import KVStoreError
+    from kvstore.profile import best_match, load_profiles
+
+    store = profile_store()
+    first_user = next((i for i, m in enumerate(messages) if m["role"] == "user"), None)
+    if first_user is None or not store.is_dir():
+        return None
+    try:
+        profiles = load_profiles(store, model_identity(model))
+    except (KVStoreError, OSError):
+        return None
+    opening = ChatRenderer(tokenizer).encode_messages(messages[: first_user + 1], first=True)
+    prior, status = best_match(profiles, opening)
+    return status if prior is not None else None
 
 
 def _system(messages: list[dict[str, str]]) -> str | None:

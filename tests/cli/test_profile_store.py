@@ -61,18 +61,19 @@ def test_the_second_solve_of_an_agent_learns_its_profile(tmp_path: Path, tiny_mo
         return " ".join(res.stdout.split())
 
     said = solve("nexus-demo__csvkit-lite-1", "first")
-    assert "this run's conversation is kept, and the next run of this agent learns one" in said
+    assert "this run's conversation is kept, and the next solve run or chat of this agent learns one" in said
     assert len(list((store / "pool").rglob("*.jsonl"))) == 1 and not list(store.glob("*.pt"))
     listed = CliRunner().invoke(app, ["profiles"], env={"NEXUS_AGENT_HOME": str(tmp_path / "home"), "COLUMNS": "200"})
-    assert "kept by solve to learn a profile from: " in listed.output and ": 1 conversation (" in listed.output
+    assert "kept by solve runs and chats to learn a profile from: " in listed.output
+    assert ": 1 conversation (" in listed.output
     solve("nexus-demo__iniconf-1", "off", "--no-learn")  # learning off: nothing kept
     solve("nexus-demo__iniconf-1", "none", "--memory-profile", "none")  # no profile wanted: nothing kept either
     assert len(list((store / "pool").rglob("*.jsonl"))) == 1
 
     said = solve("nexus-demo__iniconf-1", "second")
     (learned,) = store.glob("*.pt")
-    assert "learning a memory profile for this agent from 2 runs" in said and f"-> {learned}" in said
-    assert "later runs of this agent use it" in said and "nexus-agent calibrate" not in said
+    assert "learning a memory profile for this agent from 2 conversations" in said and f"-> {learned}" in said
+    assert "later sessions of this agent use it" in said and "nexus-agent calibrate" not in said
     assert not list((store / "pool").rglob("*.jsonl"))  # the two it learned from left the pool
     from kvstore.profile import MemoryProfile
 
@@ -213,3 +214,58 @@ def test_profiles_lists_the_store_and_names_a_damaged_file(tmp_path: Path) -> No
     assert "damaged" in next(line for line in listed.output.splitlines() if "broken.pt" in line)
     missing = CliRunner().invoke(app, ["profiles", str(tmp_path / "nowhere")], env=env)
     assert missing.exit_code != 0 and "no such folder" in str(missing.exception)
+
+
+@pytest.mark.slow  # five one-request chats of the tiny model and one calibration: ~60 s
+def test_chats_learn_their_agents_profile_when_left(tmp_path: Path, tiny_model_dir: Path, repo: Path) -> None:
+    import subprocess
+    import sys
+
+    env, store = cli_env(tmp_path / "home"), tmp_path / "home" / "profiles"
+    pooled = lambda: sorted(f.name.partition("--")[2] for f in (store / "pool").rglob("*.jsonl"))  # noqa: E731
+
+    def chat(name: str, *more: str) -> str:
+        args = ["chat", "--session", name, "--model", str(tiny_model_dir), "--max-steps", "1", "--max-new-tokens",
+                "4", "--yolo", "--repo", str(repo), *more]  # fmt: skip
+        cmd = [sys.executable, "-c", "from cli.app import main; main()", *args]
+        res = subprocess.run(cmd, env=env, cwd=tmp_path, input=f"a request of {name}\n", capture_output=True,
+                             text=True, timeout=300)  # fmt: skip
+        assert res.returncode == 0, res.stdout + res.stderr
+        return " ".join(res.stdout.split())
+
+    said = chat("one")
+    assert "this chat's conversation is kept, and the next solve run or chat of this agent learns one" in said
+    assert pooled() == ["chat-one.jsonl"]
+    chat("one", "--resume")  # left again: its newer copy replaces the first, it is still one conversation
+    assert pooled() == ["chat-one.jsonl"] and not list(store.glob("*.pt"))
+    assert "memory profile:" not in chat("off", "--no-learn") and pooled() == ["chat-one.jsonl"]
+
+    said = chat("two")
+    (learned,) = store.glob("*.pt")
+    assert "learning a memory profile for this agent from 2 conversations" in said and f"-> {learned}" in said
+    assert pooled() == []
+    from kvstore.profile import MemoryProfile
+
+    assert MemoryProfile.load(learned).meta["learned"] == ["chat-two", "chat-one"]
+
+    said = chat("three")
+    assert f"memory profile {store}" in said and "memory profile:" not in said  # it has one, so it teaches nothing
+    used = _memory_profile_stats(tmp_path / "home" / "sessions" / "three")
+    assert used and all(s is not None and s.startswith("matched") and learned.name in s for s in used)
+    said = chat("one", "--resume")  # it began without a profile, and the store has one for it now
+    assert "learned meanwhile" in said and pooled() == []
+
+
+def test_a_damaged_conversation_in_the_pool_is_dropped(tmp_path: Path, tiny_model_dir: Path, monkeypatch) -> None:
+    from kvstore.models import load_model
+    from pipeline.learning import POOL, learn_from_run
+
+    monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))
+    pool = tmp_path / "home" / "profiles" / POOL / "tiny"
+    pool.mkdir(parents=True)
+    (pool / "00000000000000000001--old.jsonl").write_text('{"type": "header"}\nnot json\n{"type": "footer"}\n')
+    model, tokenizer, _ = load_model(str(tiny_model_dir))
+    run = GOLD_DIR / "nexus-demo__pagekit-1.gold.jsonl"
+    said = learn_from_run("tiny", model, tokenizer, run, print)  # the damaged one is no partner: nothing to calibrate
+    assert said is not None and "this run's conversation is kept" in said
+    assert [f.name.partition("--")[2] for f in pool.glob("*.jsonl")] == ["nexus-demo__pagekit-1.gold.jsonl"]
