@@ -10,8 +10,10 @@ REPORT, PATCH, TRAJECTORY = "report.json", "patch.diff", "trajectory.jsonl"
 
 
 def safe_name(text: str) -> str:
-    """`text` as one file name: letters, digits, '-', '_' and '.' kept, anything else '_'."""
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+    """`text` as one file name: letters, digits, '-', '_' and '.' kept, anything else '_'; a leading '.' too, so that
+    no name is '.', '..' or hidden."""
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+    return "_" + name[1:] if name.startswith(".") else name or "_"
 
 
 def atomic_write(path: Path, text: str) -> None:

@@ -15,6 +15,7 @@ version and a hash of interpreter path + recipe: a changed recipe or interpreter
 from __future__ import annotations
 
 import hashlib
+import re
 import json
 import shlex
 import shutil
@@ -101,7 +102,8 @@ def env_key(task: Task, recipe: Recipe, interp: Interpreter) -> str:
     parts = [task.repo.replace("/", "__") if recipe.install else "shared", task.version or "any"]
     if recipe.install:
         parts.append(task.base_commit[:12])
-    return "__".join([*parts, f"py{interp.version}", digest])
+    key = "__".join([*parts, f"py{interp.version}", digest])
+    return re.sub(r"[^A-Za-z0-9._-]", "_", key).replace("..", "__")  # one folder name, whatever a record holds
 
 
 def ensure_env(task: Task, repo: Path, cfg: PyEnvConfig | None, build: Builder) -> PyEnv:

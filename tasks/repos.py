@@ -94,6 +94,8 @@ def _checkout(task: Task, dest: Path, source: str) -> None:
 
 
 def _checkout_in(repo: git.Repo, task: Task, source: str) -> None:
+    if task.base_commit.startswith("-"):  # Task.from_record refuses these; a Task made otherwise must not pass either
+        raise TaskError(f"base commit {task.base_commit!r} of {task.instance_id} is not a revision")
     try:
         repo.git.checkout("--detach", "--force", task.base_commit)
     except git.GitCommandError:
@@ -106,7 +108,7 @@ def _checkout_in(repo: git.Repo, task: Task, source: str) -> None:
 def _fetch_commit(repo: git.Repo, task: Task, source: str) -> None:
     """Fetch a base commit no branch or tag of the source reaches (a mirror kept at a detached HEAD)."""
     try:
-        repo.git.fetch("--quiet", "origin", task.base_commit, env={"GIT_TERMINAL_PROMPT": "0"})
+        repo.git.fetch("--quiet", "origin", "--end-of-options", task.base_commit, env={"GIT_TERMINAL_PROMPT": "0"})
     except git.GitCommandError:
         raise TaskError(
             f"base commit {task.base_commit} of {task.instance_id} is not in {source} (update the mirror?)"

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 REQUIRED_FIELDS = ("instance_id", "repo", "base_commit", "problem_statement")
+# what host-side git and the folders a run makes accept from a record (a dataset may come from anyone): a commit SHA,
+# tag or branch name that git cannot read as an option, and `owner/name` (R2E-Gym: `name`) as on GitHub
+REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}")
+REPO = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}(/[A-Za-z0-9_][A-Za-z0-9_.-]{0,99})?")
 
 
 class TaskError(ValueError):
@@ -43,6 +48,10 @@ class Task:
         ident = rec.get("instance_id", "<no instance_id>")
         if missing:
             raise TaskError(f"task {ident} from {source or 'input'}: missing field(s) {', '.join(missing)}")
+        for key, pattern, what in (("repo", REPO, "owner/name"), ("base_commit", REVISION, "a commit SHA or ref name")):
+            value = str(rec[key])
+            if not pattern.fullmatch(value) or ".." in value:
+                raise TaskError(f"task {ident} from {source or 'input'}: {key} {value[:80]!r} is not {what}")
         return cls(
             instance_id=str(rec["instance_id"]),
             repo=str(rec["repo"]),

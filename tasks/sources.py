@@ -49,7 +49,10 @@ def read_records_file(path: Path) -> list[dict[str, Any]]:
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         return _read_parquet(path)
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TaskError(f"task file {path} is not UTF-8 text (byte {exc.start}); give JSON, JSONL or parquet") from None
     records = _read_jsonl(text, path) if suffix == ".jsonl" else _read_json(text, path)
     for i, rec in enumerate(records):
         if not isinstance(rec, dict):

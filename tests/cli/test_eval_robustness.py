@@ -140,3 +140,12 @@ def test_kill_9_of_the_parent_leaves_no_orphans_and_the_next_run_sweeps(tmp_path
     assert {p.parent.name for p in out.glob("*/report.json")} == set(IDS)
     assert sorted(p.name for p in tmp.iterdir()) == []  # the killed run's folders were swept, this run's removed
     assert json.loads((out / "summary.json").read_text())["finished"] == len(IDS)
+
+
+def test_a_task_folder_stays_inside_the_eval_folder(tmp_path: Path) -> None:
+    from pipeline.eval_files import task_dir
+
+    for ident in ("..", ".", "", ".hidden", "a/../../b"):
+        folder = task_dir(tmp_path, ident)
+        assert folder.parent == tmp_path and folder.name not in (".", "..") and not folder.name.startswith(".")
+    assert task_dir(tmp_path, "django__django-11099").name == "django__django-11099"

@@ -112,3 +112,14 @@ def test_docker_without_a_task_image_builds_the_env_in_a_build_container(tmp_pat
             res = sb.execute(f"python -c '{PROBE}'")
             assert res.output.split() == [str(sb.env.path), "/testbed/src/widget/__init__.py"], res.output
             assert sb.execute(f"touch {sb.env.path}/x").returncode != 0  # the shared env is read-only
+
+
+def test_an_envs_folder_stays_in_the_cache_whatever_the_record_holds(tmp_path):
+    from swe_env.pyenv import plan_env
+
+    repo, task = _make_mirror(tmp_path, version="../../../../tmp/elsewhere")
+    cache, cfg = tmp_path / "envs", PyEnvConfig(cache_dir=tmp_path / "envs")
+    env = plan_env(task, repo, cfg)
+    assert env.path.parent == cache and ".." not in env.key and "/" not in env.key and "elsewhere" in env.key
+    plain = Task("a-1", "acme/widget", task.base_commit, "x", version="0.1")
+    assert plan_env(plain, repo, cfg).key.startswith("shared__0.1__py")  # an ordinary key is as it was

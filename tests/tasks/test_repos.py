@@ -73,3 +73,14 @@ def test_unreachable_remote_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr(repos, "GITHUB_URL", str(tmp_path / "no-such-host" / "{repo}.git"))
     with pytest.raises(TaskError, match="cannot clone octo/widgets for octo__widgets-1 .*: fatal: .*does not exist"):
         prepare_repo(task_at("a" * 40), tmp_path / "testbed", repo_cache=tmp_path / "empty-cache")
+
+
+def test_a_base_commit_that_git_would_read_as_an_option_runs_nothing(tmp_path):
+    """`git fetch origin --upload-pack=CMD` runs CMD when origin is a local mirror: a Task made without
+    Task.from_record's check (which refuses such a record) is refused here too, before any git command."""
+    (tmp_path / "cache").mkdir()
+    make_upstream(tmp_path / "cache" / "octo__widgets")
+    planted = tmp_path / "ran"
+    with pytest.raises(TaskError, match="is not a revision"):
+        prepare_repo(task_at(f"--upload-pack=touch {planted};"), tmp_path / "testbed", repo_cache=tmp_path / "cache")
+    assert not planted.exists()

@@ -95,6 +95,35 @@ def test_json_list_of_non_objects(tmp_path):
         load_tasks(str(path))
 
 
+def test_a_file_that_is_not_utf8(tmp_path):
+    path = tmp_path / "tasks.jsonl"
+    path.write_bytes(b"\xff\xfe" + json.dumps(record("a__b-1")).encode())
+    with pytest.raises(TaskError, match="is not UTF-8 text"):
+        load_tasks(str(path))
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("base_commit", "--upload-pack=touch /tmp/x;"),  # git would run it (fetch from a local mirror)
+        ("base_commit", "../../x"),
+        ("base_commit", "a b"),
+        ("repo", "-x/y"),
+        ("repo", "a/b/c"),
+        ("repo", "../x"),
+    ],
+)
+def test_fields_git_and_paths_take_are_checked(tmp_path, field, value):
+    """A dataset may come from anyone: what host-side git and the run's folders take from it must be plain."""
+    path = tmp_path / "tasks.json"
+    path.write_text(json.dumps(record("a__b-1", **{field: value})))
+    with pytest.raises(TaskError, match=f"a__b-1 from .*: {field} .* is not "):
+        load_tasks(str(path))
+    ok = {"base_commit": ["v1.2.0", "main", "release/4.x", "0123abc"], "repo": ["sympy", "octo/widgets.py"]}
+    path.write_text(json.dumps([record(f"a__b-{i}", **{field: v}) for i, v in enumerate(ok[field])]))
+    assert [getattr(t, field) for t in load_tasks(str(path))] == ok[field]
+
+
 def test_test_list_that_is_not_json(tmp_path):
     path = tmp_path / "tasks.json"
     path.write_text(json.dumps(record("a__b-1", FAIL_TO_PASS="[tests/x.py")))
