@@ -55,7 +55,12 @@ def _patch_text(patch: str, task) -> str:
     path = Path(patch)
     if not path.is_file():
         raise FileNotFoundError(f"patch file {patch} not found (or use --patch gold / --patch empty)")
-    return path.read_text()
+    from tasks.schema import TaskError
+
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:  # SWE-bench patches are UTF-8 text, as predictions.jsonl carries them
+        raise TaskError(f"patch file {patch} is not UTF-8 text (byte {exc.start})") from None
 
 
 def _print(console: Console, report) -> None:

@@ -35,6 +35,14 @@ def test_missing_patch_file_is_a_user_error(tmp_path):
     assert isinstance(res.exception, FileNotFoundError) and "none.diff" in str(res.exception)
 
 
+def test_a_patch_file_that_is_not_utf8_is_a_user_error(tmp_path):
+    from tasks.schema import TaskError
+
+    (tmp_path / "p.diff").write_bytes(b"\xff\xfe binary")
+    res = CliRunner().invoke(app, ["grade", TASK_ID, "--patch", str(tmp_path / "p.diff")])
+    assert isinstance(res.exception, TaskError) and "is not UTF-8 text" in str(res.exception)
+
+
 def test_no_daemon_exits_nonzero_with_the_fix(monkeypatch, tmp_path):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
     res = CliRunner().invoke(app, ["grade", TASK_ID, "--patch", "gold", "--sandbox", "docker"])
