@@ -15,8 +15,8 @@ version and a hash of interpreter path + recipe: a changed recipe or interpreter
 from __future__ import annotations
 
 import hashlib
-import re
 import json
+import re
 import shlex
 import shutil
 import time

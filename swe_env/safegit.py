@@ -60,7 +60,8 @@ def run_git(repo: Path, *args: str, timeout: float = 60.0) -> subprocess.Complet
 
 
 def git_dirs(repo: Path) -> tuple[Path, Path]:
-    """The repository's git dir and common dir (they differ in a linked worktree), found without running git."""
+    """The repository's git dir and common dir (they differ in a linked worktree), found without running git. The
+    `.git` link and `commondir` files are read as whoever can write the tree left them: any bytes."""
     dot = repo / ".git"
     if dot.is_dir():
         gitdir = dot
@@ -68,12 +69,20 @@ def git_dirs(repo: Path) -> tuple[Path, Path]:
         text = dot.read_text(errors="replace").strip()
         if not text.startswith("gitdir:"):
             raise GitError(f"{dot} is not a git link")
-        gitdir = (repo / text.removeprefix("gitdir:").strip()).resolve()
+        gitdir = _resolve(repo, text.removeprefix("gitdir:").strip(), dot)
     else:
         raise GitError(f"{repo} is not a git working copy")
     common_file = gitdir / "commondir"
-    common = (gitdir / common_file.read_text().strip()).resolve() if common_file.is_file() else gitdir
-    return gitdir, common
+    if not common_file.is_file():
+        return gitdir, gitdir
+    return gitdir, _resolve(gitdir, common_file.read_text(errors="replace").strip(), common_file)
+
+
+def _resolve(base: Path, relative: str, source: Path) -> Path:
+    try:
+        return (base / relative).resolve()
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte
+        raise GitError(f"{source} does not hold a usable path: {exc}") from None
 
 
 def _build_shadow(shadow: Path, gitdir: Path, common: Path) -> None:

@@ -81,3 +81,19 @@ def test_a_linked_worktree_and_a_non_repo(tmp_path: Path, hostile_repo):
     )
     assert [p.name for p in markers.iterdir()] == ["hooks"]
     assert changed_files(tmp_path / "markers") == ""
+
+
+@pytest.mark.parametrize(
+    "name,content",
+    [(".git/commondir", b"\xff\xfe"), (".git/commondir", b"a\x00b"), (".git", b"gitdir: a\x00b"), (".git", b"\xff")],
+)
+def test_planted_git_link_files_are_no_crash(tmp_path: Path, name: str, content: bytes) -> None:
+    """What the agent can write in place of `.git` or `.git/commondir` (any bytes) gives no answer, never an
+    exception in the host process (chat shows `git status` after every request)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    if name == ".git":
+        subprocess.run(["rm", "-rf", str(repo / ".git")], check=True)
+    (repo / name).write_bytes(content)
+    assert changed_files(repo) == ""
