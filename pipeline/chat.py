@@ -46,8 +46,9 @@ As before: use the tools, then call finish with command=submit and your answer o
 
 
 def session_dir(name: str) -> Path:
-    if not name or "/" in name or name.startswith("."):
-        raise RunError(f"--session {name!r}: use a plain name (letters, digits, - and _)")
+    if not name or "/" in name or name.startswith(".") or len(name.encode()) > 200:
+        shown = name if len(name) <= 40 else name[:40] + "…"
+        raise RunError(f"--session {shown!r}: use a plain name (letters, digits, - and _, at most 200 bytes)")
     return home() / "sessions" / name
 
 

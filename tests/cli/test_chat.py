@@ -122,6 +122,15 @@ def test_resume_errors_are_one_line(tmp_path: Path, repo: Path, tiny_model_dir: 
     assert res.returncode == 2 and "no longer a folder" in res.stderr and res.stderr.count("\n") == 1
 
 
+def test_session_names_that_name_no_folder_are_refused() -> None:
+    from pipeline.config import RunError
+
+    for name in ("", "a/b", ".hidden", "..", "a" * 201, "é" * 101):  # the last two: longer than a file name may be
+        with pytest.raises(RunError, match="use a plain name"):
+            cs.session_dir(name)
+    assert cs.session_dir("my project").name == "my project"  # a repo folder's name, as the default session name
+
+
 def test_confirm_mode_asks_before_changes_only() -> None:
     assert cs.needs_confirmation(ToolCall("execute_bash", {"cmd": "ls"}))
     assert cs.needs_confirmation(ToolCall("file_editor", {"command": "str_replace", "path": "/testbed/a.py"}))
