@@ -193,20 +193,42 @@ def cross_fit(
 def learn_first(
     traces: list[Path], n: int, model, tokenizer, max_tokens: int | None, where: Path
 ) -> tuple[dict[Path, Path], dict]:
-    """What a user's runs of the default memory get when it learns as it goes (`solve`'s learning, `eval --warmup
-    N`): a profile calibrated on the first `n` conversations, for every later one; (trace -> profile, the record)."""
+    """What a user's runs of the default memory get when it learns as it goes (`solve` and `chat` learn from one
+    conversation, `eval --warmup N` from N): a profile calibrated on the first `n` conversations (one: with its task
+    statement marked, see first_statement_variants), for every later one; (trace -> profile, the record)."""
     path = where / "learned.pt"
-    profile = _calibrate_to(path, traces[:n], model, tokenizer, max_tokens, f"--learn {n}", {"learned": n})
+    variants = first_statement_variants(traces) if n == 1 else []
+    what = f"--learn {n}"
+    profile = _calibrate_to(path, traces[:n], model, tokenizer, max_tokens, what, {"learned": n}, variants)
     return {t: path for t in traces[n:]}, {"first": n, "profile": profile.summary, "sources": profile.meta["sources"]}
 
 
-def _calibrate_to(path: Path, sources: list[Path], model, tokenizer, max_tokens: int | None, what: str, meta: dict):
-    """A profile calibrated on the conversations `sources`, saved at `path` (saying so for `what`); the profile."""
+def first_statement_variants(traces: list[Path]) -> list[list[dict]]:
+    """The first conversation's opening with its task statement replaced (pipeline.learning.statement_variants),
+    what `--learn 1` calibrates one conversation with; a KVStoreError when its statement is not marked."""
+    from pipeline.conversations import task_statement
+    from pipeline.learning import statement_variants
+
+    conv = load_conversation(traces[0])
+    variants = statement_variants(conv.messages, task_statement(conv))
+    if not variants:
+        raise KVStoreError(
+            f"--learn 1: the task statement of {conv.name} is not marked (a mini-swe-agent trace's <pr_description>); "
+            "give --learn 2 or more"
+        )
+    return variants
+
+
+def _calibrate_to(
+    path: Path, sources: list[Path], model, tokenizer, max_tokens: int | None, what: str, meta: dict, variants=()
+):
+    """A profile calibrated on the conversations `sources` (and `variants`, kvstore.calibrate), saved at `path`
+    (saying so for `what`); the profile."""
     from pipeline.conversations import calibrate_recorded
 
     conversations = [load_conversation(t) for t in sources]
     console.print(f"{what}: calibrating on {', '.join(c.name for c in conversations)}")
-    profile = calibrate_recorded(model, tokenizer, conversations, console.print, max_tokens, meta)
+    profile = calibrate_recorded(model, tokenizer, conversations, console.print, max_tokens, meta, variants)
     profile.save(path)
     return profile
 
@@ -266,7 +288,8 @@ def replay_cmd(
         typer.Option(
             min=0,
             help="replay the first N conversations without a memory profile and the rest with one calibrated on "
-            "those N, as solve's learning and eval --warmup N run (runs labelled SPEC+learned); 0: off",
+            "those N, as solve's and chat's learning (N = 1: the first trace's task statement marked) and eval "
+            "--warmup N run (runs labelled SPEC+learned); 0: off",
         ),
     ] = 0,
     quick: Annotated[bool, typer.Option(help="1 conversation, 3072 tokens, 3 specs, budget 0.5")] = False,
@@ -291,8 +314,10 @@ def replay_cmd(
     cfg = ReplayConfig(specs_, tuple(budget_list), max_tokens, seeds, files, profile, bound, learn=learn)
     if sum(x is not None and x != 0 for x in (profile, cross_fit_folds, learn)) > 1:
         raise KVStoreError("give one of --profile, --cross-fit and --learn")
-    if learn and not 2 <= learn < len(files):
-        raise KVStoreError(f"--learn {learn}: give at least 2, and fewer than the {len(files)} conversations")
+    if learn and not learn < len(files):
+        raise KVStoreError(f"--learn {learn}: give fewer than the {len(files)} conversations")
+    if learn == 1:
+        first_statement_variants(files)  # before the model loads
     if profile is not None:
         from kvstore.profile import MemoryProfile
 

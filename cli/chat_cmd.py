@@ -68,24 +68,25 @@ def chat_cmd(
         from cli.chat_loop import Chat
 
         Chat(console, folder, name, state, conversation, sandbox, agent_cfg, yolo).run()
-    if learn and state.learn and not state.server:
-        _learn(console, folder, name, conversation.session)
+    if learn and state.learn and not state.server and state.requests:
+        _learn(console, folder, name, conversation.session, state.requests[0])
 
 
-def _learn(console: Console, folder: Path, name: str, session) -> None:
-    """Leaving a chat whose session has no memory profile: its conversation joins the pool, and a profile is learned
-    once two conversations of this agent are there (pipeline.learning). Ctrl-C skips it; nothing is lost."""
+def _learn(console: Console, folder: Path, name: str, session, request: str) -> None:
+    """Leaving a chat whose session has no memory profile: a profile is learned from its conversation, the first
+    `request` marking the task's text (pipeline.learning). Ctrl-C skips it; nothing is lost."""
     from pipeline.learning import learn_from_run
 
     if session.cache.prior is not None or not any(m["role"] == "assistant" for m in session.messages):
         return
     try:
         with console.status("learning this agent's memory profile… (Ctrl-C skips it)"):
-            trajectory, key = folder / cs.TRAJECTORY_FILE, f"chat-{name}"
-            model, tokenizer = session.model, session.tokenizer
-            said = learn_from_run(session.config.model, model, tokenizer, trajectory, console.print, key, "chat")
+            trajectory, model, tokenizer = folder / cs.TRAJECTORY_FILE, session.model, session.tokenizer
+            said = learn_from_run(
+                session.config.model, model, tokenizer, trajectory, console.print, f"chat-{name}", "chat", request
+            )
     except KeyboardInterrupt:
-        said = "memory profile: learning skipped; the conversations stay in the pool for the next chat or solve run"
+        said = "memory profile: learning skipped (Ctrl-C); the next chat or solve run of this agent learns one"
     except OSError as e:  # the session is saved already; learning is a bonus
         said = f"memory profile: could not learn from this chat ({e.strerror or e}); the session is kept"
     if said:

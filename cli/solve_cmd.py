@@ -39,7 +39,7 @@ def solve_cmd(
     finished: list = []
     report = _run_live(console, task, cfg, out, finished.append)
     console.print()
-    learned = _learn(console, cfg, finished[0], out) if finished else None
+    learned = _learn(console, cfg, finished[0], out, task.problem_statement) if finished else None
     print_summary(console, report, out, cfg.lacks_profile and learned is None)
     if learned:
         console.print("  " + learned, highlight=False)
@@ -57,8 +57,8 @@ def _run_live(console: Console, task, cfg: RunConfig, out: Path, on_finish) -> d
     return report
 
 
-def _learn(console: Console, cfg: RunConfig, backend, out: Path) -> str | None:
-    """Learn a memory profile from this run and the pool (pipeline.learning) when this run may teach one."""
+def _learn(console: Console, cfg: RunConfig, backend, out: Path, statement: str) -> str | None:
+    """Learn a memory profile from this run (pipeline.learning) when it may teach one; `statement`: the issue."""
     from pipeline.files import TRAJECTORY
     from pipeline.learning import learn_from_run, should_learn
 
@@ -67,7 +67,8 @@ def _learn(console: Console, cfg: RunConfig, backend, out: Path) -> str | None:
         return None
     try:
         with console.status("learning this agent's memory profile…"):
-            return learn_from_run(cfg.model, session.model, session.tokenizer, out / TRAJECTORY, console.print)
+            model, tokenizer = session.model, session.tokenizer
+            return learn_from_run(cfg.model, model, tokenizer, out / TRAJECTORY, console.print, statement=statement)
     except OSError as e:  # the run's results are written already; learning is a bonus
         return f"memory profile: could not learn from this run ({e.strerror or e}); its results are kept"
 

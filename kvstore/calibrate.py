@@ -41,8 +41,8 @@ class _ReplyAttention:
 
 
 def calibrate(model, tokenizer, conversations: list[list[dict]], *args, **kwargs) -> MemoryProfile:
-    """A profile from recorded conversations (each a list of {role, content} messages; at least two, sharing the
-    text of their openings): `calibration_steps` (the same arguments) run to its end."""
+    """A profile from recorded conversations (each a list of {role, content} messages; at least two sharing the text
+    of their openings, or one and `variants`): `calibration_steps` (the same arguments) run to its end."""
     return run_steps(calibration_steps(model, tokenizer, conversations, *args, **kwargs))
 
 
@@ -54,11 +54,15 @@ def calibration_steps(
     on_progress: Callable[[int, int, bool], None] | None = None,
     meta: dict | None = None,
     plans: list[Plan | None] | None = None,
+    variants: list[list[dict]] = (),
 ) -> Generator[None, None, MemoryProfile]:
     """Calibrate a profile, yielding after each message it replays (a server runs its sessions in between); returns
     the profile. Each conversation is replayed up to `max_tokens` (default: the model's positions); one without an
     opening and a reply inside that is left out. `on_progress(done, total, used)` after each. `plans`: the
-    conversations' `calibration_plans`, when the caller made them already (a server sizes its room by them)."""
+    conversations' `calibration_plans`, when the caller made them already (a server sizes its room by them).
+    `variants`: openings (system prompt and first user message) of the same agent on other tasks, never replayed:
+    they only show which text of an opening is the task's, so that one conversation can make a profile (the
+    template is the text every opening, these too, shares)."""
     limit = max_positions(model, max_tokens)
     identity = model_identity(model)
     openings, weights = [], []
@@ -74,12 +78,13 @@ def calibration_steps(
             weights.append(rec.sums[..., : len(p.opening_ids)])
         if on_progress is not None:
             on_progress(i + 1, len(conversations), p is not None)
-    if len(openings) < 2:
+    others = [ChatRenderer(tokenizer).encode_messages(v, first=True) for v in variants]
+    if len(openings) + len(others) < 2 or not openings:
+        need = "a conversation" if variants else "at least two conversations"
         raise KVStoreError(
-            f"calibration needs at least two conversations with an opening and a reply inside {limit} tokens; "
-            f"got {len(openings)}"
+            f"calibration needs {need} with an opening and a reply inside {limit} tokens; got {len(openings)}"
         )
-    return _profile(openings, weights, identity, (meta or {}) | {"max_tokens": limit})
+    return _profile(openings, weights, identity, (meta or {}) | {"max_tokens": limit}, others)
 
 
 def max_positions(model, max_tokens: int | None) -> int:
@@ -93,9 +98,12 @@ def calibration_plans(tokenizer, conversations: list[list[dict]], limit: int) ->
     return [plan(messages, renderer, limit) for messages in conversations]
 
 
-def _profile(openings: list[list[int]], weights: list[torch.Tensor], identity: dict, meta: dict) -> MemoryProfile:
-    """The template the openings share, weighted by each conversation's weights there (mean 1), averaged."""
-    a, b = common_template(openings)
+def _profile(
+    openings: list[list[int]], weights: list[torch.Tensor], identity: dict, meta: dict, others: list[list[int]] = ()
+) -> MemoryProfile:
+    """The template the openings (and `others`) share, weighted by each conversation's weights there (mean 1),
+    averaged."""
+    a, b = common_template([*openings, *others])
     if a + b == 0:
         raise KVStoreError("the conversations' openings share no text (no common first or last token)")
     pre, suf = [], []

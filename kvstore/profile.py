@@ -58,7 +58,7 @@ class MemoryProfile:
     def summary(self) -> str:
         """What it holds, for people: "P prefix + S suffix template tokens from N conversations"."""
         template = f"{len(self.prefix)} prefix + {len(self.suffix)} suffix template tokens"
-        return f"{template} from {self.conversations} conversations"
+        return f"{template} from {self.conversations} conversation{'' if self.conversations == 1 else 's'}"
 
     def check_model(self, identity: dict[str, Any]) -> None:
         """Raise when the profile was calibrated on a model of another architecture."""

@@ -84,6 +84,16 @@ def load_conversation(path: Path) -> Conversation:
         raise KVStoreError(f"{path}: {e}") from None
 
 
+def task_statement(conversation: Conversation) -> str | None:
+    """The task's statement inside a recorded conversation's first user message, where its recorder marks it: a
+    mini-swe-agent trace's `<pr_description>` (None when there is no such mark)."""
+    first = next((m["content"] for m in conversation.messages if m["role"] == "user"), "")
+    start, end = first.find("<pr_description>"), first.find("</pr_description>")
+    if start < 0 or end < start:
+        return None
+    return first[start + len("<pr_description>") : end].strip() or None
+
+
 def calibrate_recorded(
     model,
     tokenizer,
@@ -91,9 +101,11 @@ def calibrate_recorded(
     say: Callable[[str], None],
     max_tokens: int | None = None,
     meta: dict | None = None,
+    variants: list[list[dict]] = (),
 ):
     """kvstore.calibrate over recorded conversations, saying of each whether it was calibrated or left out (no
-    opening and reply inside the replayed tokens); the profile's meta names them as its sources."""
+    opening and reply inside the replayed tokens); the profile's meta names them as its sources. `variants`: as
+    kvstore.calibrate takes them (openings that mark the task's text, for a single conversation)."""
     import torch
 
     from kvstore.calibrate import calibrate
@@ -107,7 +119,9 @@ def calibrate_recorded(
 
     meta = (meta or {}) | {"sources": [c.name for c in conversations]}
     with torch.inference_mode():
-        return calibrate(model, tokenizer, [c.messages for c in conversations], max_tokens, progress, meta)
+        return calibrate(
+            model, tokenizer, [c.messages for c in conversations], max_tokens, progress, meta, variants=variants
+        )
 
 
 def mini_swe_messages(raw: list) -> list[dict[str, str]]:

@@ -1,14 +1,17 @@
-"""The memory learns its agent: `solve` runs and `chat` sessions of the default memory that found no memory profile
-for their opening keep their conversations in the profile store's pool (a solve run when it ends, a chat when the
-user leaves it), and once two of them share a system prompt, a profile is calibrated from those two
-(kvstore.calibrate, with the process's own model) into the store. Every later session of that agent and model then
-uses it (--memory-profile auto, the default). In `bench replay` a profile of two conversations did as well as one of
-twelve (docs/memory.md).
+"""The memory learns its agent: a `solve` run or a `chat` session of the default memory that found no memory
+profile for its opening teaches the store one when it ends (a chat when the user leaves it). Its conversation is
+calibrated (kvstore.calibrate, with the process's own model) with the task's statement (the issue, the chat's first
+request) marking the part of the opening that is the task's, so the profile covers the rest: the system prompt and
+the task message's fixed text. Every later session of that agent and model then uses it (--memory-profile auto, the
+default). In `bench replay` a profile of one conversation kept 95% of what one of two gained, and one of two did as
+well as one of twelve (docs/memory.md).
 
-The pool is `<profile store>/pool/<model>/`: copies of the trajectory.jsonl files, the newest KEEP per model; a chat
-left several times keeps only its last copy. The two conversations a profile was learned from leave the pool.
-`--no-learn`, `--memory-profile none` or another profile path turn learning off; so does a session whose opening
-matched a profile, and a conversation the store has a profile for by the time it ends (learned meanwhile).
+A conversation whose opening does not hold its statement (so its template is unknown) goes to the pool,
+`<profile store>/pool/<model>/` (copies of the trajectory.jsonl files, the newest KEEP per model; a chat left several
+times keeps only its last copy), and once two of the pool share a system prompt, the profile is calibrated from those
+two, which leave the pool. `--no-learn`, `--memory-profile none` or another profile path turn learning off; so does a
+session whose opening matched a profile, and a conversation the store has a profile for by the time it ends (learned
+meanwhile).
 """
 
 from __future__ import annotations
@@ -35,13 +38,14 @@ def should_learn(cfg: RunConfig, profile_status: str | None) -> bool:
 
 def learn_from_run(
     model_name: str, model, tokenizer, trajectory: Path, say: Callable[[str], None], key: str | None = None,
-    noun: str = "run",
+    noun: str = "run", statement: str | None = None,
 ) -> str | None:  # fmt: skip
-    """Keep the conversation of `trajectory` in the pool of `model_name` and, when the pool holds another of the same
-    agent (system prompt), calibrate a profile from the two into the store. `key`: the pooled copy's name, which
-    replaces an earlier copy of that name (a chat session pooled again); default: the conversation's own name, always
-    a new copy. `noun` names the conversation for people ("run", "chat"). One line for people: what happened (None:
-    no conversation to learn from)."""
+    """Calibrate a profile of `model_name` into the store from the conversation of `trajectory`, whose opening holds
+    the task's `statement`; without one there, keep the conversation in the pool and, when the pool holds another of
+    the same agent (system prompt), calibrate the profile from the two. `key`: the pooled copy's name, which replaces
+    an earlier copy of that name (a chat session pooled again); default: the conversation's own name, always a new
+    copy. `noun` names the conversation for people ("run", "chat"). One line for people: what happened (None: no
+    conversation to learn from)."""
     from filelock import FileLock
 
     from kvstore.errors import KVStoreError
@@ -56,7 +60,10 @@ def learn_from_run(
         return None
     covered = _stored_profile(model, tokenizer, this.messages)
     if covered:
-        return f"memory profile: {covered} in the store, learned meanwhile; later sessions of this agent use it"
+        return f"memory profile: the store has one for this agent now ({covered}); later sessions use it"
+    variants = statement_variants(this.messages, statement)
+    if variants:
+        return _learn_one(model_name, model, tokenizer, this, variants, say, noun)
     pool = profile_store() / POOL / _safe(model_name)
     pool.mkdir(parents=True, exist_ok=True)
     name = _safe(key or this.name)
@@ -86,6 +93,41 @@ def learn_from_run(
         profile.save(dest)
         for f, _ in same[:2]:
             f.unlink(missing_ok=True)
+    return f"memory profile: learned {profile.summary} -> {dest}; later sessions of this agent use it"
+
+
+def statement_variants(messages: list[dict[str, str]], statement: str | None) -> list[list[dict[str, str]]]:
+    """The conversation's opening (system prompt and first user message) twice more, the task's statement in it
+    replaced by other text each time: what calibrate needs to tell the task's text from the fixed text around it
+    (two, so that no token of a replacement agrees with the statement's by chance). [] when the first user message
+    does not hold the statement."""
+    statement = (statement or "").strip()
+    first = next((i for i, m in enumerate(messages) if m["role"] == "user"), None)
+    if not statement or first is None or statement not in messages[first]["content"]:
+        return []
+    opening = messages[: first + 1]
+    out = []
+    for other in ("(the statement of another task)", "[one more task's text]"):
+        variant = [dict(m) for m in opening]
+        variant[first]["content"] = variant[first]["content"].replace(statement, other, 1)
+        out.append(variant)
+    return out
+
+
+def _learn_one(model_name: str, model, tokenizer, this, variants, say: Callable[[str], None], noun: str) -> str:
+    """A profile from this one conversation (its statement marked by `variants`), into the store."""
+    from kvstore.errors import KVStoreError
+    from kvstore.profile import store_name
+    from pipeline.conversations import calibrate_recorded
+
+    say(f"learning a memory profile for this agent from this {noun}'s conversation (once)")
+    meta = {"model": model_name, "learned": [this.name]}
+    try:
+        profile = calibrate_recorded(model, tokenizer, [this], say, meta=meta, variants=variants)
+    except KVStoreError as e:
+        return f"memory profile: could not learn one from this {noun} ({e})"
+    dest = profile_store() / store_name(profile)
+    profile.save(dest)
     return f"memory profile: learned {profile.summary} -> {dest}; later sessions of this agent use it"
 
 

@@ -238,9 +238,34 @@ def test_learn_replays_the_first_conversations_bare_and_the_rest_with_their_prof
     assert "profile" not in runs[stems[0]] and "profile" not in runs[stems[1]]  # learned from, so run bare
     assert runs[stems[2]]["profile"] == "learned.pt" and runs[stems[2]]["profile_status"].startswith("matched")
     for bad, message in (
-        (["--learn", "1"], "at least 2"),
+        (["--learn", "1"], "the task statement of nexus-demo__csvkit-lite-1.gold is not marked"),
         (["--learn", "3"], "fewer than the 3"),
         (["--learn", "2", "--cross-fit", "2"], "give one of"),
     ):
         result = CliRunner().invoke(app, [*args, *bad])
         assert result.exit_code != 0 and message in str(result.exception) + result.output, bad
+
+
+@pytest.mark.slow  # one calibration of one conversation and two evicting replays of the tiny model
+def test_learn_one_calibrates_the_first_conversation_with_its_statement_marked(tmp_path: Path) -> None:
+    """`--learn 1`, what solve's and chat's learning give: the first trace's <pr_description> is the task's text."""
+    model = save_tiny_chat_model(tmp_path / "model")
+    traces = []
+    for n, issue in enumerate(("the parser drops the last line", "dates before 1970 are rejected")):
+        trace = json.loads(json.dumps(MINI_SWE))
+        trace["messages"][1]["content"] = (
+            f"<pr_description>{issue}</pr_description>\n<instructions>fix it</instructions>"
+        )
+        traces.append(tmp_path / f"demo__demo-{n}.traj.json")
+        traces[-1].write_text(json.dumps(trace))
+    out = tmp_path / "replay.json"
+    args = ["bench", "replay", *map(str, traces), "--model", str(model), "--dtype", "fp32", "--max-tokens", "2600"]
+    result = CliRunner().invoke(app, [*args, "--specs", "nexus-agent", "--budgets", "0.5", "--json", str(out),
+                                      "--learn", "1"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["config"]["learn"]["sources"] == ["demo__demo-0"]
+    assert data["config"]["learn"]["profile"].endswith("from 1 conversation")
+    runs = {r["conversation"]: r for r in data["runs"]}
+    assert "profile" not in runs["demo__demo-0"] and runs["demo__demo-1"]["profile"] == "learned.pt"
+    assert runs["demo__demo-1"]["profile_status"].startswith("matched")

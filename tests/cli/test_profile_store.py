@@ -13,6 +13,14 @@ from profilelib import save_tiny_profile
 from typer.testing import CliRunner
 
 from cli.app import app
+from tasks import get_task
+
+
+def tokenizer_of(model_dir: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
+
 
 TASK = "nexus-demo__pagekit-1"  # not one of the two calibration conversations
 pytestmark = pytest.mark.usefixtures("bwrap_installed")
@@ -49,8 +57,8 @@ def test_a_calibrated_profile_is_used_by_later_sessions_of_the_same_agent(tmp_pa
     assert "memory profile: none for this agent and model; `nexus-agent calibrate`" in " ".join(res.stdout.split())
 
 
-@pytest.mark.slow  # three one-step solves of the tiny model and one calibration: ~40 s
-def test_the_second_solve_of_an_agent_learns_its_profile(tmp_path: Path, tiny_model_dir: Path) -> None:
+@pytest.mark.slow  # four one-step solves of the tiny model and one calibration: ~40 s
+def test_the_first_solve_of_an_agent_learns_its_profile(tmp_path: Path, tiny_model_dir: Path) -> None:
     env = cli_env(tmp_path / "home")
     store = tmp_path / "home" / "profiles"
     args = ["--model", str(tiny_model_dir), "--max-steps", "1", "--max-new-tokens", "4", "--sandbox", "bwrap"]
@@ -60,29 +68,27 @@ def test_the_second_solve_of_an_agent_learns_its_profile(tmp_path: Path, tiny_mo
         assert res.returncode == 0, res.stdout + res.stderr
         return " ".join(res.stdout.split())
 
-    said = solve("nexus-demo__csvkit-lite-1", "first")
-    assert "this run's conversation is kept, and the next solve run or chat of this agent learns one" in said
-    assert len(list((store / "pool").rglob("*.jsonl"))) == 1 and not list(store.glob("*.pt"))
-    listed = CliRunner().invoke(app, ["profiles"], env={"NEXUS_AGENT_HOME": str(tmp_path / "home"), "COLUMNS": "200"})
-    assert "kept by solve runs and chats to learn a profile from: " in listed.output
-    assert ": 1 conversation (" in listed.output
-    solve("nexus-demo__iniconf-1", "off", "--no-learn")  # learning off: nothing kept
-    solve("nexus-demo__iniconf-1", "none", "--memory-profile", "none")  # no profile wanted: nothing kept either
-    assert len(list((store / "pool").rglob("*.jsonl"))) == 1
+    solve("nexus-demo__iniconf-1", "off", "--no-learn")  # learning off: nothing learned
+    solve("nexus-demo__iniconf-1", "none", "--memory-profile", "none")  # no profile wanted: nothing either
+    assert not list(store.glob("*.pt")) and not list(store.rglob("*.jsonl"))
 
-    said = solve("nexus-demo__iniconf-1", "second")
+    said = solve("nexus-demo__csvkit-lite-1", "first")
     (learned,) = store.glob("*.pt")
-    assert "learning a memory profile for this agent from 2 conversations" in said and f"-> {learned}" in said
-    assert "later sessions of this agent use it" in said and "nexus-agent calibrate" not in said
-    assert not list((store / "pool").rglob("*.jsonl"))  # the two it learned from left the pool
+    assert "learning a memory profile for this agent from this run's conversation" in said
+    assert f"-> {learned}" in said and "later sessions of this agent use it" in said
+    assert "nexus-agent calibrate" not in said and not list(store.rglob("*.jsonl"))  # nothing waits in the pool
     from kvstore.profile import MemoryProfile
 
-    assert MemoryProfile.load(learned).meta["learned"] == ["second", "first"]  # the newest first
+    profile = MemoryProfile.load(learned)
+    assert profile.meta["learned"] == ["first"] and profile.conversations == 1
+    issue = get_task("nexus-demo__csvkit-lite-1").problem_statement
+    template = tokenizer_of(tiny_model_dir).decode(profile.prefix + profile.suffix)
+    assert issue.strip()[:40] not in template and "Here is an issue reported against it" in template  # the issue: not
 
-    solve(TASK, "third")
-    used = _memory_profile_stats(tmp_path / "third")
+    solve(TASK, "second")
+    used = _memory_profile_stats(tmp_path / "second")
     assert used and all(s is not None and s.startswith("matched") and learned.name in s for s in used)
-    assert not list((store / "pool").rglob("*.jsonl"))  # a run with a profile teaches nothing
+    assert list(store.glob("*.pt")) == [learned]  # a run with a profile teaches nothing
 
 
 def test_an_eval_folder_does_not_resume_with_another_profile(tmp_path: Path, monkeypatch) -> None:
@@ -216,13 +222,12 @@ def test_profiles_lists_the_store_and_names_a_damaged_file(tmp_path: Path) -> No
     assert missing.exit_code != 0 and "no such folder" in str(missing.exception)
 
 
-@pytest.mark.slow  # five one-request chats of the tiny model and one calibration: ~60 s
+@pytest.mark.slow  # four one-request chats of the tiny model and one calibration: ~50 s
 def test_chats_learn_their_agents_profile_when_left(tmp_path: Path, tiny_model_dir: Path, repo: Path) -> None:
     import subprocess
     import sys
 
     env, store = cli_env(tmp_path / "home"), tmp_path / "home" / "profiles"
-    pooled = lambda: sorted(f.name.partition("--")[2] for f in (store / "pool").rglob("*.jsonl"))  # noqa: E731
 
     def chat(name: str, *more: str) -> str:
         args = ["chat", "--session", name, "--model", str(tiny_model_dir), "--max-steps", "1", "--max-new-tokens",
@@ -233,30 +238,25 @@ def test_chats_learn_their_agents_profile_when_left(tmp_path: Path, tiny_model_d
         assert res.returncode == 0, res.stdout + res.stderr
         return " ".join(res.stdout.split())
 
+    assert "memory profile:" not in chat("off", "--no-learn") and not store.exists()
     said = chat("one")
-    assert "this chat's conversation is kept, and the next solve run or chat of this agent learns one" in said
-    assert pooled() == ["chat-one.jsonl"]
-    chat("one", "--resume")  # left again: its newer copy replaces the first, it is still one conversation
-    assert pooled() == ["chat-one.jsonl"] and not list(store.glob("*.pt"))
-    assert "memory profile:" not in chat("off", "--no-learn") and pooled() == ["chat-one.jsonl"]
-
-    said = chat("two")
     (learned,) = store.glob("*.pt")
-    assert "learning a memory profile for this agent from 2 conversations" in said and f"-> {learned}" in said
-    assert pooled() == []
+    assert "learning a memory profile for this agent from this chat's conversation" in said and f"-> {learned}" in said
     from kvstore.profile import MemoryProfile
 
-    assert MemoryProfile.load(learned).meta["learned"] == ["chat-two", "chat-one"]
+    assert MemoryProfile.load(learned).meta["learned"] == ["one"] and not list(store.rglob("*.jsonl"))
 
-    said = chat("three")
+    said = chat("two")
     assert f"memory profile {store}" in said and "memory profile:" not in said  # it has one, so it teaches nothing
-    used = _memory_profile_stats(tmp_path / "home" / "sessions" / "three")
+    used = _memory_profile_stats(tmp_path / "home" / "sessions" / "two")
     assert used and all(s is not None and s.startswith("matched") and learned.name in s for s in used)
     said = chat("one", "--resume")  # it began without a profile, and the store has one for it now
-    assert "learned meanwhile" in said and pooled() == []
+    assert "the store has one for this agent now" in said and list(store.glob("*.pt")) == [learned]
 
 
-def test_a_damaged_conversation_in_the_pool_is_dropped(tmp_path: Path, tiny_model_dir: Path, monkeypatch) -> None:
+def test_without_its_statement_a_conversation_waits_in_the_pool_for_another(
+    tmp_path: Path, tiny_model_dir: Path, monkeypatch
+) -> None:
     from kvstore.models import load_model
     from pipeline.learning import POOL, learn_from_run
 
@@ -269,3 +269,7 @@ def test_a_damaged_conversation_in_the_pool_is_dropped(tmp_path: Path, tiny_mode
     said = learn_from_run("tiny", model, tokenizer, run, print)  # the damaged one is no partner: nothing to calibrate
     assert said is not None and "this run's conversation is kept" in said
     assert [f.name.partition("--")[2] for f in pool.glob("*.jsonl")] == ["nexus-demo__pagekit-1.gold.jsonl"]
+    other = GOLD_DIR / "nexus-demo__iniconf-1.gold.jsonl"  # no statement given: the pool pairs the two
+    said = learn_from_run("tiny", model, tokenizer, other, print, statement="not in this conversation's opening")
+    assert said is not None and "learned" in said and "from 2 conversations" in said
+    assert not list(pool.glob("*.jsonl")) and len(list((tmp_path / "home" / "profiles").glob("*.pt"))) == 1

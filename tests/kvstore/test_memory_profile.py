@@ -100,6 +100,25 @@ def test_calibration_needs_two_conversations() -> None:
         calibrate(tiny_chat_model(), qwen_tokenizer(), [conversation("only")], max_tokens=2000)
 
 
+def test_one_conversation_calibrates_when_variants_mark_its_task(profile_file: Path) -> None:
+    """A single conversation with openings of other tasks beside it (never replayed) finds the template the three
+    conversations of `profile_file` share, from its own replies alone."""
+    from pipeline.learning import statement_variants
+
+    task = words(40, "alpha")
+    one = conversation(task)
+    variants = statement_variants(one, task)
+    assert len(variants) == 2 and all(task not in v[1]["content"] for v in variants)
+    p = calibrate(tiny_chat_model(), qwen_tokenizer(), [one], max_tokens=2000, variants=variants)
+    three = MemoryProfile.load(profile_file)
+    assert p.conversations == 1 and p.prefix == three.prefix
+    # the three tasks all end in "39", so their template takes those tokens too; the variants' template does not
+    assert 0 <= len(three.suffix) - len(p.suffix) <= 3 and p.suffix == three.suffix[-len(p.suffix) :]
+    assert statement_variants(one, "not in it") == [] and statement_variants(one, None) == []
+    with pytest.raises(KVStoreError, match="needs a conversation"):  # variants alone: nothing replayed
+        calibrate(tiny_chat_model(), qwen_tokenizer(), [], max_tokens=2000, variants=variants)
+
+
 def test_a_profile_file_is_read_once_while_it_stays_the_same(profile_file: Path, tmp_path: Path) -> None:
     identity = model_identity(tiny_chat_model())
     copy = tmp_path / "copy.pt"
