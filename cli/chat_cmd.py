@@ -34,8 +34,8 @@ def chat_cmd(
     A new session takes the session defaults (model, policy, budget, protocol, protect) for options not given; a
     resumed one keeps its saved settings and refuses options that differ from them. With --server URL the model
     runs in that `nexus-agent serve` (its model and cache settings apply) and the chat continues one server session.
-    Leaving a local chat that has no memory profile keeps its conversation, and the second such chat or solve run of
-    the agent learns one for later sessions (--no-learn turns this off).
+    Leaving a local chat that has no memory profile learns one from its conversation for later sessions of the agent
+    (--no-learn turns this off).
     """
     from agent.loop import AgentConfig
     from kvstore.defaults import parse_budget

@@ -71,9 +71,8 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
         bool,
         typer.Option(
             "--learn/--no-learn",
-            help="With no memory profile for this agent, keep the conversation (a solve run's when it ends, a "
-            "chat's when you leave it); the second such conversation learns one into the profile store (with "
-            "--memory-profile auto).",
+            help="With no memory profile for this agent, learn one into the profile store from this conversation "
+            "(a solve run's when it ends, a chat's when you leave it; with --memory-profile auto).",
         ),
     ),
 }

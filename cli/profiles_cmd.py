@@ -31,7 +31,7 @@ def profiles_cmd(
     if folder is None:
         _pool_line(console, where)
     if not files:
-        hint = " (make one with: nexus-agent calibrate TRACES..., or run solve or chat twice)" if folder is None else ""
+        hint = " (make one with: nexus-agent calibrate TRACES..., or run solve or chat once)" if folder is None else ""
         console.print(f"no memory profiles in {where}{hint}", highlight=False)
         return
     table = Table(title=f"{len(files)} memory profile{'' if len(files) == 1 else 's'} in {where}")
