@@ -63,7 +63,7 @@ def run_eval(
     console.print(f"eval: {len(tasks)} tasks, {len(tasks) - len(todo)} already finished, {len(todo)} to run -> {out}")
     if cfg.lacks_profile and len(todo) > 2:
         console.print(
-            "memory profile: none for this agent and model; --warmup 2 learns one from the first two tasks for the "
+            "memory profile: none for this agent and model; --warmup 1 learns one from the first task for the "
             "rest (docs/memory.md)",
             highlight=False,
         )

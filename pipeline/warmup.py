@@ -1,9 +1,10 @@
 """`eval --warmup N`: a batch learns its own memory profile.
 
 The first N selected tasks run without a profile; once they have finished, their conversations are calibrated
-(kvstore.calibrate) into `<out>/memory-profile.pt`, and every other task's session uses it. In `bench replay` a
-profile calibrated on two conversations did about as well as one calibrated on twelve (docs/memory.md), so a batch
-pays for its profile with two or three tasks run on the plain default memory.
+(kvstore.calibrate) into `<out>/memory-profile.pt`, and every other task's session uses it. With N = 1 the task's
+issue marks the task's text in its opening (pipeline.learning.statement_variants), as `solve` learns. In `bench
+replay` a profile calibrated on one conversation did as well as one calibrated on two, and two as well as twelve
+(docs/memory.md), so a batch pays for its profile with a task or two run on the plain default memory.
 
 The profile records which tasks it was calibrated on, so a resumed batch keeps the same warm-up tasks whatever it
 selects, and never calibrates twice.
@@ -68,13 +69,22 @@ def calibrate_warmup(cfg: RunConfig, out: Path, warm: list[Task], dest: Path, sa
     from kvstore.models import load_model
     from pipeline.backends import set_threads
     from pipeline.conversations import calibrate_recorded
+    from pipeline.learning import statement_variants
 
     conversations = _warmup_conversations(out, warm, dest, say)
+    variants = []
+    if len(warm) == 1 and conversations:  # one task: its issue marks the task's text in the opening
+        variants = statement_variants(conversations[0].messages, warm[0].problem_statement)
+        if not variants:
+            raise RunError(
+                f"--warmup 1: the issue of {warm[0].instance_id} is not in its opening, so one conversation cannot "
+                "tell the agent's fixed text from the task's; its result is kept: use another --out with --warmup 2"
+            )
     set_threads(cfg.threads, 1)
     model, tokenizer, _ = load_model(cfg.model, device=cfg.device)
     meta = {"model": cfg.model, "warmup": [t.instance_id for t in warm]}
     try:
-        profile = calibrate_recorded(model, tokenizer, conversations, say, meta=meta)
+        profile = calibrate_recorded(model, tokenizer, conversations, say, meta=meta, variants=variants)
     except KVStoreError as e:
         raise RunError(
             f"--warmup {cfg.warmup}: cannot calibrate from the warm-up tasks ({e}); their results are kept: rerun "

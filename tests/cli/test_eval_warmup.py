@@ -24,8 +24,8 @@ def test_warmup_settings_and_label(tmp_path: Path) -> None:
     assert cfg.profile is None  # the warm-up tasks run without a profile, whatever the store holds
     assert cfg.model_label().endswith("-true-eviction-warmup2")
     for bad, match in (
-        ({"warmup": 1}, "at least 2"),
-        ({"warmup": -3}, "at least 2"),
+        ({"warmup": -3}, "at least 1"),
+        ({"warmup": 1, "server": "http://127.0.0.1:9/v1"}, "give --warmup 2"),
         ({"warmup": 2, "profile": "none"}, "leave --memory-profile at auto"),
         ({"warmup": 2, "replay_dir": tmp_path}, "excludes --replay-dir"),
         ({"warmup": 2, "server": "http://127.0.0.1:9/v1", "profile": str(tmp_path)}, "leave --memory-profile"),
@@ -86,27 +86,30 @@ def test_stages_calibrate_once_between_the_warmup_tasks_and_the_rest(tmp_path: P
         next(warmup.stages(cfg, out, TASKS, TASKS, print))
 
 
-@pytest.mark.slow  # three one-step tasks of the tiny model and one calibration: ~60 s
+@pytest.mark.slow  # three one-step tasks of the tiny model and one calibration: ~60 s each
 @pytest.mark.usefixtures("bwrap_installed")
-def test_eval_learns_its_profile_from_the_first_tasks(tmp_path: Path, tiny_model_dir: Path) -> None:
+@pytest.mark.parametrize("n", [1, 2])
+def test_eval_learns_its_profile_from_the_first_tasks(tmp_path: Path, tiny_model_dir: Path, n: int) -> None:
     env, out = cli_env(tmp_path / "home"), tmp_path / "run"
     ids = [t.instance_id for t in TASKS[:3]]
     args = ["eval", "--instances", ",".join(ids), "--model", str(tiny_model_dir), "--max-steps", "1",
-            "--max-new-tokens", "4", "--sandbox", "bwrap", "--warmup", "2", "--out", str(out)]  # fmt: skip
+            "--max-new-tokens", "4", "--sandbox", "bwrap", "--warmup", str(n), "--out", str(out)]  # fmt: skip
     res = nexus(*args, env=env, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "warm-up: calibrating a memory profile from 2 finished tasks" in res.stdout.replace("\n", " ")
+    assert f"warm-up: calibrating a memory profile from {n} finished tasks" in res.stdout.replace("\n", " ")
     learned = out / warmup.WARMUP_PROFILE
-    assert MemoryProfile.load(learned).meta["warmup"] == ids[:2]
+    profile = MemoryProfile.load(learned)
+    assert profile.meta["warmup"] == ids[:n] and profile.conversations == n
     for i, name in enumerate(ids):
         steps = [json.loads(x) for x in (out / name / "trajectory.jsonl").read_text().splitlines()]
         used = [s["stats"].get("memory_profile") for s in steps if "stats" in s]
-        assert used and all((u is not None and u.startswith("matched")) == (i == 2) for u in used), (name, used)
+        assert used and all((u is not None and u.startswith("matched")) == (i >= n) for u in used), (name, used)
     labels = {json.loads(x)["model_name_or_path"] for x in (out / "predictions.jsonl").read_text().splitlines()}
-    assert len(labels) == 1 and labels.pop().endswith("-warmup2")
+    assert len(labels) == 1 and labels.pop().endswith(f"-warmup{n}")
 
     stamp = learned.stat().st_mtime_ns
     res = nexus(*args, env=env, cwd=tmp_path)  # resumed: everything finished, nothing calibrated again
     assert res.returncode == 0 and "3 already finished" in res.stdout and learned.stat().st_mtime_ns == stamp
-    res = nexus(*[a if a != "2" else "3" for a in args], env=env, cwd=tmp_path)
-    assert res.returncode != 0 and "warmup: 2 -> 3" in res.stdout + res.stderr
+    more = args.index("--warmup") + 1
+    res = nexus(*args[:more], "3", *args[more + 1 :], env=env, cwd=tmp_path)
+    assert res.returncode != 0 and f"warmup: {n} -> 3" in res.stdout + res.stderr
