@@ -68,8 +68,10 @@ def chat_cmd(
         from cli.chat_loop import Chat
 
         Chat(console, folder, name, state, conversation, sandbox, agent_cfg, yolo).run()
-    if learn and state.learn and not state.server and state.requests:
-        _learn(console, folder, name, conversation.session, state.requests[0])
+    if learn and state.learn and not state.server:
+        saved = cs.ChatState.load(folder)  # as the last complete step left it (a rollback replaces the chat's state)
+        if saved.requests:
+            _learn(console, folder, name, conversation.session, saved.requests[0])
 
 
 def _learn(console: Console, folder: Path, name: str, session, request: str) -> None:
