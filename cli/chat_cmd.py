@@ -79,7 +79,7 @@ def _learn(console: Console, folder: Path, name: str, session, request: str) -> 
     `request` marking the task's text (pipeline.learning). Ctrl-C skips it; nothing is lost."""
     from pipeline.learning import learn_from_run
 
-    if session.cache.prior is not None or not any(m["role"] == "assistant" for m in session.messages):
+    if session.cache.prior is not None:  # it has a profile: nothing to learn
         return
     try:
         with console.status("learning this agent's memory profile… (Ctrl-C skips it)"):

@@ -22,6 +22,7 @@ from pipeline.files import atomic_write
 from pipeline.home import home
 
 SESSION_FILE, STATE_FILE, TRAJECTORY_FILE = "session.safetensors", "chat.json", "trajectory.jsonl"
+OPTIONAL_STATE = ("unseen", "server", "learn")  # chat.json keys that older sessions' files lack
 SERVED_FILE = "conversation.json"  # a --server chat's conversation (pipeline/chat_served.py)
 
 FIRST_REQUEST = """\
@@ -79,7 +80,7 @@ class ChatState:
         problem = _state_problem(data)
         if problem:
             raise RunError(f"{path} is corrupt ({problem}); delete {folder} to start over")
-        optional = {k: data[k] for k in ("unseen", "server", "learn") if k in data}
+        optional = {k: data[k] for k in OPTIONAL_STATE if k in data}
         return cls(data["repo"], data["config"], data["requests"], **optional)
 
     def check_resumable(self, folder: Path, repo: Path | None = None) -> None:
@@ -115,7 +116,7 @@ def _state_problem(data: Any) -> str:
         return "not a JSON object"
     expected = {"repo": str, "config": dict, "requests": list, "unseen": str, "server": str, "learn": bool}
     for key, kind in expected.items():
-        if key in ("unseen", "server", "learn") and key not in data:
+        if key in OPTIONAL_STATE and key not in data:
             continue
         if not isinstance(data.get(key), kind):
             return f"{key!r} is not a {kind.__name__}"

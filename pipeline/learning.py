@@ -49,8 +49,7 @@ def learn_from_run(
     from filelock import FileLock
 
     from kvstore.errors import KVStoreError
-    from kvstore.profile import store_name
-    from pipeline.conversations import calibrate_recorded, load_conversation
+    from pipeline.conversations import load_conversation
 
     try:
         this = load_conversation(trajectory)
@@ -63,7 +62,11 @@ def learn_from_run(
         return f"memory profile: the store has one for this agent now ({covered}); later sessions use it"
     variants = statement_variants(this.messages, statement)
     if variants:
-        return _learn_one(model_name, model, tokenizer, this, variants, say, noun)
+        say(f"learning a memory profile for this agent from this {noun}'s conversation (once)")
+        try:
+            return _learn_into_store(model_name, model, tokenizer, [this], say, variants)
+        except KVStoreError as e:
+            return f"memory profile: could not learn one from this {noun} ({e})"
     pool = profile_store() / POOL / _safe(model_name)
     pool.mkdir(parents=True, exist_ok=True)
     name = _safe(key or this.name)
@@ -84,16 +87,13 @@ def learn_from_run(
             )
         pair = [replace(c, name=f.stem.partition("--")[2]) for f, c in same[:2]]  # the run's name, not the pool's
         say(f"learning a memory profile for this agent from {len(pair)} conversations (once)")
-        meta = {"model": model_name, "learned": [c.name for c in pair]}
         try:
-            profile = calibrate_recorded(model, tokenizer, pair, say, meta=meta)
+            said = _learn_into_store(model_name, model, tokenizer, pair, say)
         except KVStoreError as e:
             return f"memory profile: could not learn one from the last two conversations ({e}); they are kept"
-        dest = profile_store() / store_name(profile)
-        profile.save(dest)
         for f, _ in same[:2]:
             f.unlink(missing_ok=True)
-    return f"memory profile: learned {profile.summary} -> {dest}; later sessions of this agent use it"
+    return said
 
 
 def statement_variants(messages: list[dict[str, str]], statement: str | None) -> list[list[dict[str, str]]]:
@@ -101,31 +101,25 @@ def statement_variants(messages: list[dict[str, str]], statement: str | None) ->
     replaced by other text each time: what calibrate needs to tell the task's text from the fixed text around it
     (two, so that no token of a replacement agrees with the statement's by chance). [] when the first user message
     does not hold the statement."""
-    statement = (statement or "").strip()
-    first = next((i for i, m in enumerate(messages) if m["role"] == "user"), None)
-    if not statement or first is None or statement not in messages[first]["content"]:
+    statement, opening = (statement or "").strip(), _opening(messages)
+    if not statement or opening is None or statement not in opening[-1]["content"]:
         return []
-    opening = messages[: first + 1]
     out = []
     for other in ("(the statement of another task)", "[one more task's text]"):
         variant = [dict(m) for m in opening]
-        variant[first]["content"] = variant[first]["content"].replace(statement, other, 1)
+        variant[-1]["content"] = variant[-1]["content"].replace(statement, other, 1)
         out.append(variant)
     return out
 
 
-def _learn_one(model_name: str, model, tokenizer, this, variants, say: Callable[[str], None], noun: str) -> str:
-    """A profile from this one conversation (its statement marked by `variants`), into the store."""
-    from kvstore.errors import KVStoreError
+def _learn_into_store(model_name: str, model, tokenizer, conversations, say, variants=()) -> str:
+    """Calibrate a profile from `conversations` (and `variants`, kvstore.calibrate) with the model and save it into
+    the store; one line for people (KVStoreError when the conversations cannot make one)."""
     from kvstore.profile import store_name
     from pipeline.conversations import calibrate_recorded
 
-    say(f"learning a memory profile for this agent from this {noun}'s conversation (once)")
-    meta = {"model": model_name, "learned": [this.name]}
-    try:
-        profile = calibrate_recorded(model, tokenizer, [this], say, meta=meta, variants=variants)
-    except KVStoreError as e:
-        return f"memory profile: could not learn one from this {noun} ({e})"
+    meta = {"model": model_name, "learned": [c.name for c in conversations]}
+    profile = calibrate_recorded(model, tokenizer, conversations, say, meta=meta, variants=variants)
     dest = profile_store() / store_name(profile)
     profile.save(dest)
     return f"memory profile: learned {profile.summary} -> {dest}; later sessions of this agent use it"
@@ -158,17 +152,21 @@ def _stored_profile(model, tokenizer, messages: list[dict[str, str]]) -> str | N
     from kvstore.errors import KVStoreError
     from kvstore.profile import best_match, load_profiles
 
-    store = profile_store()
-    first_user = next((i for i, m in enumerate(messages) if m["role"] == "user"), None)
-    if first_user is None or not store.is_dir():
+    store, opening = profile_store(), _opening(messages)
+    if opening is None or not store.is_dir():
         return None
     try:
         profiles = load_profiles(store, model_identity(model))
     except (KVStoreError, OSError):
         return None
-    opening = ChatRenderer(tokenizer).encode_messages(messages[: first_user + 1], first=True)
-    prior, status = best_match(profiles, opening)
+    prior, status = best_match(profiles, ChatRenderer(tokenizer).encode_messages(opening, first=True))
     return status if prior is not None else None
+
+
+def _opening(messages: list[dict[str, str]]) -> list[dict[str, str]] | None:
+    """The messages up to and with the first user message (None without one)."""
+    first = next((i for i, m in enumerate(messages) if m["role"] == "user"), None)
+    return None if first is None else messages[: first + 1]
 
 
 def _system(messages: list[dict[str, str]]) -> str | None:
