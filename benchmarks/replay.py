@@ -204,10 +204,10 @@ def learn_first(
 
 
 def first_statement_variants(traces: list[Path]) -> list[list[dict]]:
-    """The first conversation's opening with its task statement replaced (pipeline.learning.statement_variants),
+    """The first conversation's opening with its task statement replaced (kvstore.calibrate.statement_variants),
     what `--learn 1` calibrates one conversation with; a KVStoreError when its statement is not marked."""
+    from kvstore.calibrate import statement_variants
     from pipeline.conversations import task_statement
-    from pipeline.learning import statement_variants
 
     conv = load_conversation(traces[0])
     variants = statement_variants(conv.messages, task_statement(conv))

@@ -63,7 +63,7 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
         typer.Option(
             "--warmup",
             help="Learn a memory profile from the first N tasks (run without one, then calibrated, here or on the "
-            "--server, which needs N >= 2); the other tasks use it. 0: off.",
+            "--server); the other tasks use it. 0: off.",
         ),
     ),
     "server": (str | None, typer.Option("--server", help="URL of a `nexus-agent serve` (…/v1) all workers share.")),

@@ -87,6 +87,28 @@ def calibration_steps(
     return _profile(openings, weights, identity, (meta or {}) | {"max_tokens": limit}, others)
 
 
+def opening(messages: list[dict]) -> list[dict] | None:
+    """The messages up to and with the first user message (None without one)."""
+    first = next((i for i, m in enumerate(messages) if m["role"] == "user"), None)
+    return None if first is None else messages[: first + 1]
+
+
+def statement_variants(messages: list[dict], statement: str | None) -> list[list[dict]]:
+    """The conversation's opening (system prompt and first user message) twice more, the task's statement in it
+    replaced by other text each time: the `variants` a calibration from this one conversation needs to tell the
+    task's text from the fixed text around it (two, so that no token of a replacement agrees with the statement's by
+    chance). [] when the first user message does not hold the statement."""
+    statement, first = (statement or "").strip(), opening(messages)
+    if not statement or first is None or statement not in first[-1]["content"]:
+        return []
+    out = []
+    for other in ("(the statement of another task)", "[one more task's text]"):
+        variant = [dict(m) for m in first]
+        variant[-1]["content"] = variant[-1]["content"].replace(statement, other, 1)
+        out.append(variant)
+    return out
+
+
 def max_positions(model, max_tokens: int | None) -> int:
     """How far a calibration replays each conversation: `max_tokens`, at most the model's positions."""
     return min(max_tokens or 10**9, int(model.config.max_position_embeddings))

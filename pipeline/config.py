@@ -121,8 +121,6 @@ class RunConfig:
         run without one."""
         if self.warmup < 1:
             raise RunError(f"--warmup needs at least 1 task to calibrate from (0: off), got {self.warmup}")
-        if self.warmup == 1 and self.server is not None:
-            raise RunError("--warmup 1 with --server: the server calibrates from two or more tasks; give --warmup 2")
         if self.replaying:
             raise RunError("--warmup calibrates with a model: it excludes --replay-dir")
         if isinstance(self.profile, str):  # as given; the learned profile comes as a Path (pipeline.warmup)

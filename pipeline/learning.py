@@ -48,6 +48,7 @@ def learn_from_run(
     conversation to learn from)."""
     from filelock import FileLock
 
+    from kvstore.calibrate import statement_variants
     from kvstore.errors import KVStoreError
     from pipeline.conversations import load_conversation
 
@@ -96,22 +97,6 @@ def learn_from_run(
     return said
 
 
-def statement_variants(messages: list[dict[str, str]], statement: str | None) -> list[list[dict[str, str]]]:
-    """The conversation's opening (system prompt and first user message) twice more, the task's statement in it
-    replaced by other text each time: what calibrate needs to tell the task's text from the fixed text around it
-    (two, so that no token of a replacement agrees with the statement's by chance). [] when the first user message
-    does not hold the statement."""
-    statement, opening = (statement or "").strip(), _opening(messages)
-    if not statement or opening is None or statement not in opening[-1]["content"]:
-        return []
-    out = []
-    for other in ("(the statement of another task)", "[one more task's text]"):
-        variant = [dict(m) for m in opening]
-        variant[-1]["content"] = variant[-1]["content"].replace(statement, other, 1)
-        out.append(variant)
-    return out
-
-
 def _learn_into_store(model_name: str, model, tokenizer, conversations, say, variants=()) -> str:
     """Calibrate a profile from `conversations` (and `variants`, kvstore.calibrate) with the model and save it into
     the store; one line for people (KVStoreError when the conversations cannot make one)."""
@@ -148,25 +133,20 @@ def _stored_profile(model, tokenizer, messages: list[dict[str, str]]) -> str | N
     """The store's profile that this conversation's opening carries, as "matched N of M template tokens (file)";
     None when there is none (or the store cannot be read: learning then goes on, and calibrate replaces a file)."""
     from kvstore.cache import model_identity
+    from kvstore.calibrate import opening
     from kvstore.chat import ChatRenderer
     from kvstore.errors import KVStoreError
     from kvstore.profile import best_match, load_profiles
 
-    store, opening = profile_store(), _opening(messages)
-    if opening is None or not store.is_dir():
+    store, first = profile_store(), opening(messages)
+    if first is None or not store.is_dir():
         return None
     try:
         profiles = load_profiles(store, model_identity(model))
     except (KVStoreError, OSError):
         return None
-    prior, status = best_match(profiles, ChatRenderer(tokenizer).encode_messages(opening, first=True))
+    prior, status = best_match(profiles, ChatRenderer(tokenizer).encode_messages(first, first=True))
     return status if prior is not None else None
-
-
-def _opening(messages: list[dict[str, str]]) -> list[dict[str, str]] | None:
-    """The messages up to and with the first user message (None without one)."""
-    first = next((i for i, m in enumerate(messages) if m["role"] == "user"), None)
-    return None if first is None else messages[: first + 1]
 
 
 def _system(messages: list[dict[str, str]]) -> str | None:

@@ -2,7 +2,7 @@
 
 The first N selected tasks run without a profile; once they have finished, their conversations are calibrated
 (kvstore.calibrate) into `<out>/memory-profile.pt`, and every other task's session uses it. With N = 1 the task's
-issue marks the task's text in its opening (pipeline.learning.statement_variants), as `solve` learns. In `bench
+issue marks the task's text in its opening (kvstore.calibrate.statement_variants), as `solve` learns. In `bench
 replay` a profile calibrated on one conversation did as well as one calibrated on two, and two as well as twelve
 (docs/memory.md), so a batch pays for its profile with a task or two run on the plain default memory.
 
@@ -65,21 +65,14 @@ def stages(
 def calibrate_warmup(cfg: RunConfig, out: Path, warm: list[Task], dest: Path, say: Callable[[str], None]) -> None:
     """Calibrate a profile from the warm-up tasks' conversations in this process, into `dest` (written at once, so
     an interrupted calibration leaves nothing and is redone on resume)."""
+    from kvstore.calibrate import statement_variants
     from kvstore.errors import KVStoreError
     from kvstore.models import load_model
     from pipeline.backends import set_threads
     from pipeline.conversations import calibrate_recorded
-    from pipeline.learning import statement_variants
 
     conversations = _warmup_conversations(out, warm, dest, say)
-    variants = []
-    if len(warm) == 1 and conversations:  # one task: its issue marks the task's text in the opening
-        variants = statement_variants(conversations[0].messages, warm[0].problem_statement)
-        if not variants:
-            raise RunError(
-                f"--warmup 1: the issue of {warm[0].instance_id} is not in its opening, so one conversation cannot "
-                "tell the agent's fixed text from the task's; its result is kept: use another --out with --warmup 2"
-            )
+    variants = statement_variants(conversations[0].messages, _statement(warm, conversations)) if conversations else []
     set_threads(cfg.threads, 1)
     model, tokenizer, _ = load_model(cfg.model, device=cfg.device)
     meta = {"model": cfg.model, "warmup": [t.instance_id for t in warm]}
@@ -102,12 +95,15 @@ def calibrate_served(cfg: RunConfig, out: Path, warm: list[Task], dest: Path, sa
     from kvstore.profile import MemoryProfile
 
     conversations = _warmup_conversations(out, warm, dest, say)
-    if len(conversations) < 2:
+    statement = _statement(warm, conversations)
+    if len(conversations) < (1 if statement else 2):
         raise RunError(
             f"--warmup {cfg.warmup}: only {len(conversations)} of the warm-up tasks left a conversation; their results "
             "are kept: rerun with --retry-errors, or use another --out with a larger --warmup or without it"
         )
     body = {"conversations": [c.messages for c in conversations], "sources": [c.name for c in conversations]}
+    if statement:
+        body["statement"] = statement
     try:
         answer = _post_profiles(cfg.server, body)
     except RunError as e:
@@ -143,6 +139,21 @@ def check_server(server: str) -> None:
             f"{settings.get('memory_profile')}), so the profile learned would not be used; restart it with "
             "--memory-profile auto (the default) or --memory-profile DIR"
         )
+
+
+def _statement(warm: list[Task], conversations: list) -> str | None:
+    """With one warm-up task, its issue: it marks the task's text in the task's opening, so that its one conversation
+    can make a profile (as `solve` learns). RunError when the issue is not in the opening."""
+    from kvstore.calibrate import statement_variants
+
+    if len(warm) != 1 or not conversations:
+        return None
+    if not statement_variants(conversations[0].messages, warm[0].problem_statement):
+        raise RunError(
+            f"--warmup 1: the issue of {warm[0].instance_id} is not in its opening, so one conversation cannot "
+            "tell the agent's fixed text from the task's; its result is kept: use another --out with --warmup 2"
+        )
+    return warm[0].problem_statement
 
 
 def _warmup_conversations(out: Path, warm: list[Task], dest: Path, say: Callable[[str], None]) -> list:

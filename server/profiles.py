@@ -4,8 +4,10 @@ A server started with a profile directory (`serve --memory-profile auto`, the pr
 every new session's profile from it, so a profile written there is used by every later session of that agent.
 This endpoint writes one, in either of two ways:
 
-- {"conversations": [[message, ...], ...], "max_tokens": N, "sources": [name, ...]}: calibrate on the served
-  model (kvstore.calibrate, teacher-forced on a full cache) from at least two finished conversations of the agent.
+- {"conversations": [[message, ...], ...], "max_tokens": N, "sources": [name, ...], "statement": text}: calibrate on
+  the served model (kvstore.calibrate, teacher-forced on a full cache) from at least two finished conversations of
+  the agent, or from one whose first user message holds the task's `statement` (the issue, a chat's first request),
+  which marks the task's text in its opening as a local `solve` learns (kvstore.calibrate.statement_variants).
   It runs on the scheduler thread one replayed message per scheduler loop, so the other sessions go on decoding
   in between (each waits at most one message's forward); under --memory-cap idle sessions are parked to make room
   for that full cache, which stays set aside until the calibration ends, else HTTP 503;
@@ -42,7 +44,7 @@ def profile_dir(config: ServeConfig) -> Path:
 
 
 def parse(body: object) -> tuple[str, Any]:
-    """("calibrate", (conversations, max_tokens, sources)) or ("install", profile bytes); ServeError 400."""
+    """("calibrate", (conversations, max_tokens, sources, variants)) or ("install", profile bytes); ServeError 400."""
     if not isinstance(body, dict) or ("conversations" in body) == ("profile" in body):
         raise ServeError("the body must be a JSON object with either 'conversations' or 'profile'")
     if "profile" in body:
@@ -50,20 +52,39 @@ def parse(body: object) -> tuple[str, Any]:
             return "install", base64.b64decode(str(body["profile"]), validate=True)
         except ValueError:
             raise ServeError("'profile' must be a profile file in base64") from None
-    conversations = body["conversations"]
-    if not isinstance(conversations, list) or len(conversations) < 2:
-        raise ServeError("'conversations' must be a list of at least two conversations (lists of messages)")
+    conversations, statement = body["conversations"], body.get("statement")
+    if statement is not None and (not isinstance(statement, str) or not statement.strip()):
+        raise ServeError("'statement' must be the task's text as a non-empty string")
+    least = 1 if statement is not None else 2
+    if not isinstance(conversations, list) or len(conversations) < least:
+        raise ServeError(
+            "'conversations' must be a list of at least two conversations (lists of messages), or of one with the "
+            "task's 'statement'"
+        )
     try:
         parsed = [normalize(c) for c in conversations]
     except ServeError as exc:
         raise ServeError(f"conversations: {exc}") from None
+    variants = _variants(parsed[0], statement) if statement is not None else []
     max_tokens = body.get("max_tokens")
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
         raise ServeError(f"max_tokens must be a positive integer, got {max_tokens!r}")
     sources = body.get("sources") or [f"conversation-{i + 1}" for i in range(len(parsed))]
     if not isinstance(sources, list) or len(sources) != len(parsed) or not all(isinstance(s, str) for s in sources):
         raise ServeError("'sources' must name each conversation (a list of strings as long as 'conversations')")
-    return "calibrate", (parsed, max_tokens, sources)
+    return "calibrate", (parsed, max_tokens, sources, variants)
+
+
+def _variants(messages: list[dict[str, str]], statement: str) -> list[list[dict[str, str]]]:
+    from kvstore.calibrate import statement_variants
+
+    variants = statement_variants(messages, statement)
+    if not variants:
+        raise ServeError(
+            "'statement' is not in the first conversation's first user message, so it cannot mark the task's text "
+            "there; send the text as it appears in that message, or two conversations without it"
+        )
+    return variants
 
 
 def calibrate(model, tokenizer, config: ServeConfig, request: tuple, make_room: Callable[[int], None]) -> Generator:
@@ -72,7 +93,7 @@ def calibrate(model, tokenizer, config: ServeConfig, request: tuple, make_room: 
     `make_room(tokens)` first: the calibration holds a full cache of its longest conversation beside the sessions."""
     from kvstore.calibrate import calibration_plans, calibration_steps, max_positions
 
-    conversations, max_tokens, sources = request
+    conversations, max_tokens, sources, variants = request
     folder = profile_dir(config)
     plans, limit = [], max_positions(model, max_tokens)
     for conversation in conversations:  # tokenized once, one conversation per scheduler loop
@@ -87,7 +108,9 @@ def calibrate(model, tokenizer, config: ServeConfig, request: tuple, make_room: 
             left_out.append(sources[done - 1])
 
     try:
-        profile = yield from calibration_steps(model, tokenizer, conversations, max_tokens, progress, meta, plans)
+        profile = yield from calibration_steps(
+            model, tokenizer, conversations, max_tokens, progress, meta, plans, variants=variants
+        )
     except KVStoreError as exc:
         raise ServeError(f"cannot calibrate from these conversations: {exc}") from None
     answer = _save(profile, folder)

@@ -25,7 +25,6 @@ def test_warmup_settings_and_label(tmp_path: Path) -> None:
     assert cfg.model_label().endswith("-true-eviction-warmup2")
     for bad, match in (
         ({"warmup": -3}, "at least 1"),
-        ({"warmup": 1, "server": "http://127.0.0.1:9/v1"}, "give --warmup 2"),
         ({"warmup": 2, "profile": "none"}, "leave --memory-profile at auto"),
         ({"warmup": 2, "replay_dir": tmp_path}, "excludes --replay-dir"),
         ({"warmup": 2, "server": "http://127.0.0.1:9/v1", "profile": str(tmp_path)}, "leave --memory-profile"),

@@ -103,7 +103,7 @@ def test_calibration_needs_two_conversations() -> None:
 def test_one_conversation_calibrates_when_variants_mark_its_task(profile_file: Path) -> None:
     """A single conversation with openings of other tasks beside it (never replayed) finds the template the three
     conversations of `profile_file` share, from its own replies alone."""
-    from pipeline.learning import statement_variants
+    from kvstore.calibrate import statement_variants
 
     task = words(40, "alpha")
     one = conversation(task)

@@ -62,33 +62,35 @@ def _eval(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def test_eval_warmup_on_a_server_learns_the_profile_there(make_server, tmp_path: Path) -> None:
+@pytest.mark.parametrize("n", [1, 2])
+def test_eval_warmup_on_a_server_learns_the_profile_there(make_server, tmp_path: Path, n: int) -> None:
     from kvstore.profile import MemoryProfile
 
     ids = [*TASKS, "nexus-demo__csvkit-lite-1"]
     base = ["eval", "--instances", ",".join(ids), "--sandbox", "local", "--max-steps", "1", "--max-new-tokens", "4"]
     out = tmp_path / "run"
-    refused = _eval([*base, "--server", make_server().url, "--warmup", "2", "--out", str(out)], tmp_path)
+    refused = _eval([*base, "--server", make_server().url, "--warmup", str(n), "--out", str(out)], tmp_path)
     assert refused.returncode != 0 and "reads no profile directory" in refused.stdout + refused.stderr
     assert not out.exists()  # refused before any work
 
     store = tmp_path / "store"
     store.mkdir()
     server = make_server(budget=512, profile=store)
-    args = [*base, "--server", server.url, "--warmup", "2", "--out", str(out)]
+    args = [*base, "--server", server.url, "--warmup", str(n), "--out", str(out)]
     res = _eval(args, tmp_path)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     text = " ".join(res.stdout.split())
-    assert "warm-up: calibrating a memory profile from 2 finished tasks" in text and "saved by the server" in text
+    assert f"warm-up: calibrating a memory profile from {n} finished tasks" in text and "saved by the server" in text
     (stored,) = store.glob("*.pt")
     kept = MemoryProfile.load(out / "memory-profile.pt")
-    assert kept.meta["warmup"] == ids[:2] and kept.digest() == MemoryProfile.load(stored).digest()
+    assert kept.meta["warmup"] == ids[:n] and kept.digest() == MemoryProfile.load(stored).digest()
+    assert kept.conversations == n
     for i, name in enumerate(ids):
         steps = [json.loads(x) for x in (out / name / "trajectory.jsonl").read_text().splitlines()]
         used = [s["stats"].get("memory_profile") for s in steps if s["type"] == "step"]
-        assert used and all((u or "").startswith("matched") == (i == 2) for u in used), (name, used)
+        assert used and all((u or "").startswith("matched") == (i >= n) for u in used), (name, used)
     labels = {json.loads(x)["model_name_or_path"] for x in (out / "predictions.jsonl").read_text().splitlines()}
-    assert labels == {"nexus-agent__tiny-qwen3__nexus-agent-512-true-eviction-warmup2"}
+    assert labels == {f"nexus-agent__tiny-qwen3__nexus-agent-512-true-eviction-warmup{n}"}
 
     stored.unlink()  # the server lost it (another store, a restart): a resume with tasks left gives it back
     (out / ids[2] / "report.json").unlink()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import openai
 import pytest
+import torch
 from profilelib import conversation, save_tiny_profile
 from sessionlib import qwen_tokenizer, tiny_chat_model, words
 
@@ -94,6 +95,24 @@ def test_the_server_calibrates_a_profile_that_its_later_sessions_use(make_server
     assert status == 200 and again["name"] == answer["name"] and saved.is_file()
 
 
+def test_one_conversation_and_its_statement_make_the_profile_a_local_run_learns(make_server, tmp_path: Path) -> None:
+    from kvstore.calibrate import calibrate, statement_variants
+
+    store = tmp_path / "profiles"
+    store.mkdir()
+    server = make_server(budget=256, profile=store)
+    task = words(40, "alpha")
+    one = conversation(task)
+    status, answer = _post_profiles(server, {"conversations": [one], "statement": task, "max_tokens": 2000})
+    assert status == 200, answer
+    served = MemoryProfile.load(store / answer["name"])
+    variants = statement_variants(one, task)
+    local = calibrate(tiny_chat_model(), qwen_tokenizer(), [one], max_tokens=2000, variants=variants)
+    assert served.conversations == 1 and (served.prefix, served.suffix) == (local.prefix, local.suffix)
+    assert torch.allclose(served.prefix_weight, local.prefix_weight, atol=1e-5)
+    assert "alpha" not in qwen_tokenizer().decode(served.prefix + served.suffix)  # the task is not fixed text
+
+
 def test_the_profiles_endpoint_refuses_what_it_cannot_use(make_server, tmp_path: Path) -> None:
     no_dir = make_server()
     status, answer = _post_profiles(no_dir, {"conversations": []})
@@ -111,6 +130,11 @@ def test_the_profiles_endpoint_refuses_what_it_cannot_use(make_server, tmp_path:
         ([], "either 'conversations' or 'profile'"),
         ({"conversations": [], "profile": ""}, "either 'conversations' or 'profile'"),
         ({"conversations": [[{"role": "user", "content": "x"}]]}, "at least two conversations"),
+        ({"conversations": [], "statement": "x"}, "or of one with the task's 'statement'"),
+        ({"conversations": [[{"role": "user", "content": "x"}]], "statement": 3}, "non-empty string"),
+        ({"conversations": [[{"role": "user", "content": "x"}]], "statement": " "}, "non-empty string"),
+        ({"conversations": [[{"role": "user", "content": "x"}]], "statement": "y"}, "is not in the first"),
+        ({"conversations": [[{"role": "user", "content": "x y"}]], "statement": "y"}, "cannot calibrate"),
         ({"conversations": [[{"role": "pilot", "content": "x"}]] * 2}, "unsupported role"),
         ({"conversations": [[{"role": "user", "content": "x"}]] * 2, "max_tokens": 0}, "positive integer"),
         ({"conversations": [[{"role": "user", "content": "x"}]] * 2, "sources": ["a"]}, "name each conversation"),
