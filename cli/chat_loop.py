@@ -34,6 +34,7 @@ class Chat:
         self.agent = Agent(self.conv.model, cs.ChatEnvironment(sandbox), agent_cfg, self.writer, f"chat:{name}",
                            on_step=self._on_step, before_execute=self._confirm)  # fmt: skip
         self.interrupt = cs.TurnInterrupt(self._note)
+        self.git_dirs = cs.repo_git_dirs(Path(state.repo))  # before the agent runs: it can rewrite .git
 
     def _note(self, msg: str) -> None:
         self.console.print(f"\n[yellow]{msg}[/yellow]", markup=True, highlight=False)
@@ -158,7 +159,7 @@ class Chat:
             self.console.print(result.submission, markup=False)
         if result.exit_reason == "token_limit":
             self.console.print(f"[yellow]{self.conv.token_limit_note()}[/yellow]")
-        changed = cs.changed_files(Path(self.state.repo))
+        changed = cs.changed_files(Path(self.state.repo), self.git_dirs)
         if changed:
             self.console.print(f"changes in the repo:\n{changed}", markup=False)
 

@@ -143,20 +143,33 @@ def open_repo_sandbox(repo: Path, name: str):
     return BwrapSandbox(task, BwrapConfig(python_env=False), repo=repo)
 
 
-def _git(repo: Path, *args: str) -> str:
+def _git(repo: Path, *args: str, dirs: tuple[Path, Path] | None = None) -> str:
     """Host-side git on the user's repo, which the agent can write: none of the repo's own config runs."""
     from swe_env.safegit import GitError, run_git
 
     try:
-        res = run_git(repo, *args, timeout=30)
+        res = run_git(repo, *args, timeout=30, dirs=dirs)
     except GitError:
         return ""
     return res.stdout.strip() if res.returncode == 0 else ""
 
 
-def changed_files(repo: Path) -> str:
-    """`git status --short` of the user's repo ("" when it is not a git repo or nothing changed)."""
-    return _git(repo, "status", "--short")
+def repo_git_dirs(repo: Path) -> tuple[Path, Path] | None:
+    """The user's repo's git dirs as its `.git` names them now (None: not a git repo). Taken when a chat opens,
+    before the agent runs anything: the agent can rewrite `.git` to name another repository on the host, and the
+    chat's `git status` must not show the user (or anyone reading the terminal) that repository's paths."""
+    from swe_env.safegit import GitError, git_dirs
+
+    try:
+        return git_dirs(repo)
+    except (GitError, OSError):
+        return None
+
+
+def changed_files(repo: Path, dirs: tuple[Path, Path] | None) -> str:
+    """`git status --short` of the user's repo with the git dirs `repo_git_dirs` found when the chat opened ("" when
+    it is not a git repo, those dirs are gone, or nothing changed)."""
+    return _git(repo, "status", "--short", dirs=dirs) if dirs is not None else ""
 
 
 @dataclass

@@ -41,9 +41,13 @@ class GitError(RuntimeError):
     """Git could not be run on the tree (not a repository, git missing, a timeout)."""
 
 
-def run_git(repo: Path, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
-    """`git <args>` on the work tree `repo` with none of the repository's executable config honoured."""
-    gitdir, common = git_dirs(repo)
+def run_git(
+    repo: Path, *args: str, timeout: float = 60.0, dirs: tuple[Path, Path] | None = None
+) -> subprocess.CompletedProcess:
+    """`git <args>` on the work tree `repo` with none of the repository's executable config honoured. `dirs`: the
+    git dir and common dir to use (`git_dirs` as found before the agent could write the tree); default: as the
+    tree's `.git` says now."""
+    gitdir, common = dirs or git_dirs(repo)
     with tempfile.TemporaryDirectory(prefix="nexus-safegit-") as tmp:
         shadow = Path(tmp) / "git"
         _build_shadow(shadow, gitdir, common)
@@ -86,15 +90,24 @@ def _resolve(base: Path, relative: str, source: Path) -> Path:
 
 
 def _build_shadow(shadow: Path, gitdir: Path, common: Path) -> None:
+    """The shadow git dir: the safe config, a copy of HEAD, links to the rest. An entry that is a symlink out of its
+    git dir (the agent's link to another repository's index or refs on the host) is left out."""
     shadow.mkdir()
     (shadow / "config").write_text(_safe_config(common / "config"))
     head = gitdir / "HEAD"
-    if head.is_file():
+    if head.is_file() and _inside(head, gitdir):
         shutil.copyfile(head, shadow / "HEAD")
     for name, base in (("objects", common), ("refs", common), ("packed-refs", common), ("shallow", common),
                        ("info", common), ("index", gitdir)):  # fmt: skip
-        if (base / name).exists():
+        if (base / name).exists() and _inside(base / name, base):
             (shadow / name).symlink_to(base / name)
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(folder.resolve())
+    except (OSError, ValueError):
+        return False
 
 
 def _safe_config(path: Path) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.chat import changed_files
+from pipeline.chat import changed_files, repo_git_dirs
 from swe_env.safegit import run_git
 
 ATTACKS = {
@@ -61,7 +61,7 @@ def test_plain_git_would_run_the_planted_commands(hostile_repo):
 
 def test_safe_git_runs_none_of_them_and_still_answers(hostile_repo):
     repo, markers = hostile_repo
-    assert changed_files(repo).splitlines() == ["M a.txt", "?? .gitattributes"]
+    assert changed_files(repo, repo_git_dirs(repo)).splitlines() == ["M a.txt", "?? .gitattributes"]
     diff = run_git(repo, "diff").stdout
     assert "-one" in diff and "+two" in diff
     run_git(repo, "add", "-A")
@@ -80,7 +80,7 @@ def test_a_linked_worktree_and_a_non_repo(tmp_path: Path, hostile_repo):
         == run_git(repo, "rev-parse", "HEAD").stdout.strip()
     )
     assert [p.name for p in markers.iterdir()] == ["hooks"]
-    assert changed_files(tmp_path / "markers") == ""
+    assert changed_files(tmp_path / "markers", repo_git_dirs(tmp_path / "markers")) == ""
 
 
 @pytest.mark.parametrize(
@@ -95,5 +95,34 @@ def test_planted_git_link_files_are_no_crash(tmp_path: Path, name: str, content:
     _git(repo, "init", "-q")
     if name == ".git":
         subprocess.run(["rm", "-rf", str(repo / ".git")], check=True)
+    opened = repo_git_dirs(repo)
     (repo / name).write_bytes(content)
-    assert changed_files(repo) == ""
+    assert changed_files(repo, repo_git_dirs(repo)) == ""  # a chat opened on it (resumed) shows nothing
+    assert changed_files(repo, opened) == ""  # one opened before (an empty repo: nothing changed)
+
+
+def test_a_git_link_planted_to_another_host_repo_shows_none_of_its_paths(tmp_path: Path) -> None:
+    """The agent swaps the user's `.git` for a link to another repository on the host: the chat's `git status`
+    keeps to the git dir it found when it opened, so that repository's paths never show."""
+    other, repo = tmp_path / "other", tmp_path / "repo"
+    for r, name in ((other, "secret_plan.txt"), (repo, "mine.txt")):
+        r.mkdir()
+        _git(r, "init", "-q")
+        (r / name).write_text("x\n")
+        _git(r, "add", name)
+        _git(r, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    opened = repo_git_dirs(repo)
+    (repo / "mine.txt").write_text("changed\n")
+    assert changed_files(repo, opened) == "M mine.txt"
+    (repo / ".git").rename(repo / ".git-moved")
+    (repo / ".git").write_text(f"gitdir: {other / '.git'}\n")
+    assert "secret_plan" in changed_files(repo, repo_git_dirs(repo))  # what following the link would show
+    assert changed_files(repo, opened) == ""  # the git dir it opened with is gone: nothing
+    (repo / ".git").unlink()
+    (repo / ".git-moved").rename(repo / ".git")
+    (repo / "sub").mkdir()
+    (repo / "sub" / ".git").write_text(f"gitdir: {other / '.git'}\n")  # elsewhere in the tree: not followed
+    assert "secret_plan" not in changed_files(repo, opened)
+    (repo / ".git" / "index").unlink()
+    (repo / ".git" / "index").symlink_to(other / ".git" / "index")  # a link to its index, inside the git dir
+    assert "secret_plan" not in changed_files(repo, opened)
