@@ -34,8 +34,8 @@ def chat_cmd(
     A new session takes the session defaults (model, policy, budget, protocol, protect) for options not given; a
     resumed one keeps its saved settings and refuses options that differ from them. With --server URL the model
     runs in that `nexus-agent serve` (its model and cache settings apply) and the chat continues one server session.
-    Leaving a local chat that has no memory profile learns one from its conversation for later sessions of the agent
-    (--no-learn turns this off).
+    Leaving a chat that has no memory profile learns one from its conversation for later sessions of the agent (with
+    --server the server learns it; --no-learn turns this off).
     """
     from agent.loop import AgentConfig
     from kvstore.defaults import parse_budget
@@ -57,7 +57,7 @@ def chat_cmd(
     if server is not None or (resume and cs.ChatState.load(folder).server):
         from pipeline.chat_served import open_served
 
-        state, conversation = open_served(folder, repo, server, resume, seed, given)
+        state, conversation = open_served(folder, repo, server, resume, seed, given, learn)
     else:
         given["budget"] = None if given["budget"] is None else parse_budget(given["budget"])
         if given["budget"] is None:
@@ -68,9 +68,11 @@ def chat_cmd(
         from cli.chat_loop import Chat
 
         Chat(console, folder, name, state, conversation, sandbox, agent_cfg, yolo).run()
-    if learn and state.learn and not state.server:
+    if learn and state.learn:
         saved = cs.ChatState.load(folder)  # as the last complete step left it (a rollback replaces the chat's state)
-        if saved.requests:
+        if saved.requests and saved.server:
+            _learn_served(console, folder, saved.server, saved.requests[0])
+        elif saved.requests:
             _learn(console, folder, name, conversation.session, saved.requests[0])
 
 
@@ -91,6 +93,20 @@ def _learn(console: Console, folder: Path, name: str, session, request: str) -> 
         said = "memory profile: learning skipped (Ctrl-C); the next chat or solve run of this agent learns one"
     except OSError as e:  # the session is saved already; learning is a bonus
         said = f"memory profile: could not learn from this chat ({e.strerror or e}); the session is kept"
+    if said:
+        console.print(said, highlight=False)
+
+
+def _learn_served(console: Console, folder: Path, server: str, request: str) -> None:
+    """Leaving a --server chat: the server learns a memory profile from its conversation when its session found
+    none (pipeline.learning.learn_served). Ctrl-C stops waiting; nothing is lost."""
+    from pipeline.learning import learn_served
+
+    try:
+        with console.status("the server learns this agent's memory profile… (Ctrl-C stops waiting)"):
+            said = learn_served(server, folder / cs.TRAJECTORY_FILE, request, "chat")
+    except KeyboardInterrupt:
+        said = "memory profile: stopped waiting for the server (Ctrl-C); it may still save the profile"
     if said:
         console.print(said, highlight=False)
 

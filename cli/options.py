@@ -72,7 +72,8 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
         typer.Option(
             "--learn/--no-learn",
             help="With no memory profile for this agent, learn one into the profile store from this conversation "
-            "(a solve run's when it ends, a chat's when you leave it; with --memory-profile auto).",
+            "(a solve run's when it ends, a chat's when you leave it; with --memory-profile auto); with --server, "
+            "the server learns it.",
         ),
     ),
 }

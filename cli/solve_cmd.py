@@ -60,8 +60,14 @@ def _run_live(console: Console, task, cfg: RunConfig, out: Path, on_finish) -> d
 def _learn(console: Console, cfg: RunConfig, backend, out: Path, statement: str) -> str | None:
     """Learn a memory profile from this run (pipeline.learning) when it may teach one; `statement`: the issue."""
     from pipeline.files import TRAJECTORY
-    from pipeline.learning import learn_from_run, should_learn
+    from pipeline.learning import learn_from_run, learn_served, should_learn
 
+    if cfg.teaches_server:
+        try:
+            with console.status("the server learns this agent's memory profile… (Ctrl-C stops waiting)"):
+                return learn_served(cfg.server, out / TRAJECTORY, statement)
+        except KeyboardInterrupt:
+            return "memory profile: stopped waiting for the server (Ctrl-C); it may still save the profile"
     session = getattr(backend, "session", None)  # a local model's session; none for a server or a replay
     if session is None or not should_learn(cfg, session.profile_status):
         return None

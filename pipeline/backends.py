@@ -80,6 +80,30 @@ def server_settings(url: str) -> dict[str, Any]:
         ) from None
 
 
+def post_profiles(server: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST /v1/nexus/profiles of a `nexus-agent serve` (server/profiles.py): its answer, or a RunError with the
+    server's message. A calibration runs on the server's model between its sessions' steps: minutes, not seconds."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from agent.backends.openai_compat import auth_headers
+
+    headers = {"Content-Type": "application/json"} | auth_headers()
+    request = urllib.request.Request(server.rstrip("/") + "/nexus/profiles", json.dumps(body).encode(), headers)
+    try:
+        with urllib.request.urlopen(request, timeout=3600) as resp:
+            return json.load(resp)
+    except urllib.error.HTTPError as exc:
+        try:
+            message = json.load(exc)["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = f"HTTP {exc.code}"
+        raise RunError(f"the server at {server} did not take the memory profile: {message}") from None
+    except (OSError, ValueError) as exc:
+        raise RunError(f"no answer from the server at {server} ({exc})") from None
+
+
 def describe_model(cfg: RunConfig) -> str:
     """The model and cache settings a run actually uses, for people: the server's under --server."""
     if cfg.replaying:

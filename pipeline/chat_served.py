@@ -77,8 +77,12 @@ def new_session_id(name: str) -> str:
     return f"chat-{plain}-{uuid.uuid4().hex[:12]}" if plain else f"chat-{uuid.uuid4().hex[:12]}"
 
 
-def open_served(folder: Path, repo: Path | None, server: str | None, resume: bool, seed: int, given: dict[str, Any]):
-    """The chat state and conversation of a new or resumed --server chat (`server`: None keeps the saved URL)."""
+def open_served(
+    folder: Path, repo: Path | None, server: str | None, resume: bool, seed: int, given: dict[str, Any],
+    learn: bool = False,
+):  # fmt: skip
+    """The chat state and conversation of a new or resumed --server chat (`server`: None keeps the saved URL).
+    `learn`: a new chat may teach the server a memory profile when it is left (a resumed one keeps its choice)."""
     from pipeline import chat as cs
     from pipeline.backends import server_settings
 
@@ -95,7 +99,7 @@ def open_served(folder: Path, repo: Path | None, server: str | None, resume: boo
         state.server = record.server = server or state.server  # a --server given on resume: the server moved
     else:
         repo = cs.new_chat_repo(folder, repo)
-        state = cs.ChatState(repo=str(repo), server=server)
+        state = cs.ChatState(repo=str(repo), server=server, learn=learn)
         record = ServedRecord(server, new_session_id(folder.name))
     settings = server_settings(record.server)  # RunError (one line) when no server answers
     state.config = {k: v for k, v in settings.items() if k != "id"}

@@ -145,6 +145,12 @@ class RunConfig:
         return self.learn and self.server is None and not self.replaying and self.policy == DEFAULT_POLICY
 
     @property
+    def teaches_server(self) -> bool:
+        """Whether a finished run may teach its --server a memory profile (pipeline.learning.learn_served; the server
+        decides the rest: its memory, its profile directory, what its session matched)."""
+        return self.learn and self.server is not None and not self.replaying
+
+    @property
     def replaying(self) -> bool:
         return self.replay is not None or self.replay_dir is not None
 

@@ -97,6 +97,57 @@ def learn_from_run(
     return said
 
 
+def learn_served(server: str, trajectory: Path, statement: str | None, noun: str = "run") -> str | None:
+    """A `solve` run or chat against a `nexus-agent serve` teaches the server a memory profile: when the server runs
+    the default memory and reads a profile directory, and the session found no profile there, the conversation of
+    `trajectory` and its task's `statement` go to the server's POST /v1/nexus/profiles, which calibrates on its own
+    model (unless a profile for this opening arrived meanwhile) and saves the profile where its sessions read them.
+    One line for people, or None when there is nothing to learn."""
+    from kvstore.calibrate import statement_variants
+    from kvstore.defaults import DEFAULT_POLICY
+    from kvstore.errors import KVStoreError
+    from pipeline.backends import post_profiles, server_settings
+    from pipeline.config import RunError
+    from pipeline.conversations import load_conversation
+
+    try:
+        settings = server_settings(server)
+        this = load_conversation(trajectory)
+    except (RunError, KVStoreError, OSError):
+        return None
+    if settings.get("policy") != DEFAULT_POLICY or not settings.get("profile_directory"):
+        return None
+    if _served_match(trajectory) or not any(m["role"] == "assistant" for m in this.messages):
+        return None
+    if not statement_variants(this.messages, statement):
+        return f"memory profile: not learned on the server (this {noun}'s opening does not hold its task's text)"
+    body = {"conversations": [this.messages], "statement": statement, "sources": [this.name], "if_missing": True}
+    try:
+        answer = post_profiles(server, body)
+    except RunError as e:
+        return f"memory profile: could not learn one on the server ({e}); this {noun}'s results are kept"
+    if answer.get("kept"):
+        return f"memory profile: the server has one for this agent now ({answer['name']}); its later sessions use it"
+    return (
+        f"memory profile: the server learned {answer['summary']} -> {answer['name']}; its later sessions of this "
+        "agent use it"
+    )
+
+
+def _served_match(trajectory: Path) -> bool:
+    """Whether a step of this served run says its session matched a memory profile."""
+    import json
+
+    for line in trajectory.read_text(errors="replace").splitlines():
+        try:
+            stats = json.loads(line).get("stats") or {}
+        except (ValueError, AttributeError):
+            continue
+        if str(stats.get("memory_profile") or "").startswith("matched"):
+            return True
+    return False
+
+
 def _learn_into_store(model_name: str, model, tokenizer, conversations, say, variants=()) -> str:
     """Calibrate a profile from `conversations` (and `variants`, kvstore.calibrate) with the model and save it into
     the store; one line for people (KVStoreError when the conversations cannot make one)."""

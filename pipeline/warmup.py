@@ -166,26 +166,12 @@ def _warmup_conversations(out: Path, warm: list[Task], dest: Path, say: Callable
 
 
 def _post_profiles(server: str, body: dict) -> dict:
-    """POST /v1/nexus/profiles; its answer, or a RunError with the server's message."""
-    import json
-    import urllib.error
-    import urllib.request
+    from pipeline.backends import post_profiles
 
-    from agent.backends.openai_compat import auth_headers
-
-    headers = {"Content-Type": "application/json"} | auth_headers()
-    request = urllib.request.Request(server.rstrip("/") + "/nexus/profiles", json.dumps(body).encode(), headers)
     try:
-        with urllib.request.urlopen(request, timeout=3600) as resp:
-            return json.load(resp)
-    except urllib.error.HTTPError as exc:
-        try:
-            message = json.load(exc)["error"]["message"]
-        except (ValueError, KeyError, TypeError):
-            message = f"HTTP {exc.code}"
-        raise RunError(f"--warmup: the server at {server} did not take the memory profile: {message}") from None
-    except (OSError, ValueError) as exc:
-        raise RunError(f"--warmup: no answer from the server at {server} ({exc})") from None
+        return post_profiles(server, body)
+    except RunError as e:
+        raise RunError(f"--warmup: {e}") from None
 
 
 def _calibrated_on(profile: Path) -> list[str]:

@@ -8,6 +8,9 @@ This endpoint writes one, in either of two ways:
   the served model (kvstore.calibrate, teacher-forced on a full cache) from at least two finished conversations of
   the agent, or from one whose first user message holds the task's `statement` (the issue, a chat's first request),
   which marks the task's text in its opening as a local `solve` learns (kvstore.calibrate.statement_variants).
+  With "if_missing": true nothing is calibrated when the directory holds a profile that the first conversation's
+  opening carries already (a client that learns from its finished session: another may have taught it meanwhile);
+  the answer then describes that profile, with "kept": true.
   It runs on the scheduler thread one replayed message per scheduler loop, so the other sessions go on decoding
   in between (each waits at most one message's forward); under --memory-cap idle sessions are parked to make room
   for that full cache, which stays set aside until the calibration ends, else HTTP 503;
@@ -23,12 +26,25 @@ from __future__ import annotations
 import base64
 import io
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kvstore.errors import KVStoreError
 from server.config import ServeConfig, ServeError
 from server.messages import normalize
+
+
+@dataclass
+class Calibration:
+    """A calibration request, as parsed."""
+
+    conversations: list[list[dict[str, str]]]
+    max_tokens: int | None
+    sources: list[str]
+    variants: list[list[dict[str, str]]]  # the first conversation's opening with its statement replaced (or [])
+    if_missing: bool  # calibrate only when no profile of the directory fits the first conversation's opening
+
 
 NEEDS_DIRECTORY = (
     "this server reads no profile directory, so a profile made here would not be used; start it with "
@@ -44,7 +60,7 @@ def profile_dir(config: ServeConfig) -> Path:
 
 
 def parse(body: object) -> tuple[str, Any]:
-    """("calibrate", (conversations, max_tokens, sources, variants)) or ("install", profile bytes); ServeError 400."""
+    """("calibrate", Calibration) or ("install", profile bytes); ServeError 400."""
     if not isinstance(body, dict) or ("conversations" in body) == ("profile" in body):
         raise ServeError("the body must be a JSON object with either 'conversations' or 'profile'")
     if "profile" in body:
@@ -72,7 +88,10 @@ def parse(body: object) -> tuple[str, Any]:
     sources = body.get("sources") or [f"conversation-{i + 1}" for i in range(len(parsed))]
     if not isinstance(sources, list) or len(sources) != len(parsed) or not all(isinstance(s, str) for s in sources):
         raise ServeError("'sources' must name each conversation (a list of strings as long as 'conversations')")
-    return "calibrate", (parsed, max_tokens, sources, variants)
+    if_missing = body.get("if_missing", False)
+    if not isinstance(if_missing, bool):
+        raise ServeError(f"'if_missing' must be true or false, got {if_missing!r}")
+    return "calibrate", Calibration(parsed, max_tokens, sources, variants, if_missing)
 
 
 def _variants(messages: list[dict[str, str]], statement: str) -> list[list[dict[str, str]]]:
@@ -87,18 +106,23 @@ def _variants(messages: list[dict[str, str]], statement: str) -> list[list[dict[
     return variants
 
 
-def calibrate(model, tokenizer, config: ServeConfig, request: tuple, make_room: Callable[[int], None]) -> Generator:
+def calibrate(
+    model, tokenizer, config: ServeConfig, request: Calibration, make_room: Callable[[int], None]
+) -> Generator:
     """Calibrate from the request's conversations on the served model and save the profile. A generator for
     Scheduler.call: one step per replayed message, so the sessions keep decoding in between; it returns the answer.
     `make_room(tokens)` first: the calibration holds a full cache of its longest conversation beside the sessions."""
     from kvstore.calibrate import calibration_plans, calibration_steps, max_positions
 
-    conversations, max_tokens, sources, variants = request
+    conversations, max_tokens, sources = request.conversations, request.max_tokens, request.sources
     folder = profile_dir(config)
     plans, limit = [], max_positions(model, max_tokens)
     for conversation in conversations:  # tokenized once, one conversation per scheduler loop
         plans += calibration_plans(tokenizer, [conversation], limit)
         yield
+    kept = _fitting(model, folder, plans[0]) if request.if_missing and plans[0] is not None else None
+    if kept is not None:
+        return kept | {"kept": True}
     make_room(max((p.tokens for p in plans if p is not None), default=0))
     meta = {"model": config.model, "sources": sources, "served": True}
     left_out: list[str] = []
@@ -109,7 +133,7 @@ def calibrate(model, tokenizer, config: ServeConfig, request: tuple, make_room: 
 
     try:
         profile = yield from calibration_steps(
-            model, tokenizer, conversations, max_tokens, progress, meta, plans, variants=variants
+            model, tokenizer, conversations, max_tokens, progress, meta, plans, variants=request.variants
         )
     except KVStoreError as exc:
         raise ServeError(f"cannot calibrate from these conversations: {exc}") from None
@@ -133,11 +157,31 @@ def install(model, config: ServeConfig, data: bytes) -> dict[str, Any]:
     return _save(profile, folder)
 
 
+def _fitting(model, folder: Path, plan) -> dict[str, Any] | None:
+    """The answer for the directory's profile that this plan's opening carries, or None."""
+    from kvstore.cache import model_identity
+    from kvstore.profile import load_profiles
+
+    try:
+        profiles = load_profiles(folder, model_identity(model))
+    except (KVStoreError, OSError):  # a damaged file there: calibrate, which writes a good one
+        return None
+    fits = [(hit[1], name, p) for name, p in profiles if (hit := p.prior_for(plan.opening_ids)) is not None]
+    if not fits:
+        return None
+    _, name, profile = max(fits, key=lambda f: f[0])
+    return _describe(profile, name)
+
+
 def _save(profile, folder: Path) -> dict[str, Any]:
     from kvstore.profile import store_name
 
     name = store_name(profile)
     profile.save(folder / name)
+    return _describe(profile, name)
+
+
+def _describe(profile, name: str) -> dict[str, Any]:
     return {
         "object": "nexus.profile",
         "name": name,

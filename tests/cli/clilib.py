@@ -32,9 +32,11 @@ def cli_env(home: Path) -> dict[str, str]:
     return {**os.environ, "NEXUS_AGENT_HOME": str(home), "HF_HUB_OFFLINE": "1", "COLUMNS": "200", "NO_COLOR": "1"}
 
 
-def nexus(*args: str, env: dict[str, str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+def nexus(
+    *args: str, env: dict[str, str], cwd: Path, timeout: float = 300, input: str | None = None
+) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-c", "from cli.app import main; main()", *args]
-    return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, input=input)
 
 
 class Pty:

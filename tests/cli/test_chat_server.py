@@ -212,3 +212,27 @@ def test_a_full_server_refuses_with_one_line_and_the_chat_retries(tmp_path: Path
     record, state = _saved(tmp_path)
     assert state["requests"] == ["first request: alpha"] and len(record["messages"]) == 3
     _in_step(server, record)
+
+
+def test_a_served_chat_teaches_the_server_when_left(serve, tmp_path: Path, repo: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    server = serve(profile=store)
+
+    def chat(name: str, *more: str) -> str:
+        args = ["chat", "--session", name, "--server", server.url, "--max-steps", "1", "--max-new-tokens", "4",
+                "--yolo", "--repo", str(repo), *more]  # fmt: skip
+        res = nexus(*args, env=cli_env(tmp_path / "home"), cwd=tmp_path, input=f"a request of {name}\n")
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        return _plain(res.stdout)
+
+    said = chat("one")
+    (learned,) = store.glob("*.pt")
+    assert "memory profile: the server learned" in said and "from 1 conversation" in said and learned.name in said
+    said = chat("two")
+    assert "memory profile: the server" not in said
+    steps = (tmp_path / "home" / "sessions" / "two" / cs.TRAJECTORY_FILE).read_text().splitlines()
+    used = [json.loads(x)["stats"].get("memory_profile") for x in steps if json.loads(x).get("type") == "step"]
+    assert used and all(u is not None and u.startswith("matched") for u in used)
+    said = chat("one", "--resume")  # it began without a profile, and the server has one for it now
+    assert f"the server has one for this agent now ({learned.name})" in said and list(store.glob("*.pt")) == [learned]

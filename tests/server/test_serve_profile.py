@@ -112,6 +112,16 @@ def test_one_conversation_and_its_statement_make_the_profile_a_local_run_learns(
     assert torch.allclose(served.prefix_weight, local.prefix_weight, atol=1e-5)
     assert "alpha" not in qwen_tokenizer().decode(served.prefix + served.suffix)  # the task is not fixed text
 
+    task = words(40, "beta")  # another task of the agent, from a client that learns only when none fits
+    body = {"conversations": [conversation(task)], "statement": task, "max_tokens": 2000, "if_missing": True}
+    stamp = (store / answer["name"]).stat().st_mtime_ns
+    status, again = _post_profiles(server, body)
+    assert status == 200 and again["kept"] is True and again["name"] == answer["name"] and "profile" not in again
+    assert (store / answer["name"]).stat().st_mtime_ns == stamp and len(list(store.iterdir())) == 1
+    (store / answer["name"]).unlink()
+    status, again = _post_profiles(server, body)
+    assert status == 200 and "kept" not in again and (store / again["name"]).is_file()
+
 
 def test_the_profiles_endpoint_refuses_what_it_cannot_use(make_server, tmp_path: Path) -> None:
     no_dir = make_server()
@@ -135,6 +145,7 @@ def test_the_profiles_endpoint_refuses_what_it_cannot_use(make_server, tmp_path:
         ({"conversations": [[{"role": "user", "content": "x"}]], "statement": " "}, "non-empty string"),
         ({"conversations": [[{"role": "user", "content": "x"}]], "statement": "y"}, "is not in the first"),
         ({"conversations": [[{"role": "user", "content": "x y"}]], "statement": "y"}, "cannot calibrate"),
+        ({"conversations": [[{"role": "user", "content": "x"}]] * 2, "if_missing": "yes"}, "true or false"),
         ({"conversations": [[{"role": "pilot", "content": "x"}]] * 2}, "unsupported role"),
         ({"conversations": [[{"role": "user", "content": "x"}]] * 2, "max_tokens": 0}, "positive integer"),
         ({"conversations": [[{"role": "user", "content": "x"}]] * 2, "sources": ["a"]}, "name each conversation"),
