@@ -206,16 +206,12 @@ def learn_first(
 def first_statement_variants(traces: list[Path]) -> list[list[dict]]:
     """The first conversation's opening with its task statement replaced (kvstore.calibrate.statement_variants),
     what `--learn 1` calibrates one conversation with; a KVStoreError when its statement is not marked."""
-    from kvstore.calibrate import statement_variants
-    from pipeline.conversations import task_statement
+    from pipeline.conversations import marked_variants, unmarked
 
     conv = load_conversation(traces[0])
-    variants = statement_variants(conv.messages, task_statement(conv))
+    variants = marked_variants(conv)
     if not variants:
-        raise KVStoreError(
-            f"--learn 1: the task statement of {conv.name} is not marked (a mini-swe-agent trace's <pr_description>); "
-            "give --learn 2 or more"
-        )
+        raise KVStoreError(f"--learn 1: {unmarked(conv.name)}; give --learn 2 or more")
     return variants
 
 

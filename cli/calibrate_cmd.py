@@ -14,8 +14,9 @@ def calibrate_cmd(
     traces: Annotated[
         list[Path],
         typer.Argument(
-            help="recorded conversations (.traj.json / .jsonl), two or more, or folders of them: an eval's --out, "
-            "solve runs, the chat sessions folder"
+            help="recorded conversations (.traj.json / .jsonl), or folders of them: an eval's --out, solve runs, the "
+            "chat sessions folder; two or more, or one whose task statement is marked (<github_issue>, <request>, "
+            "<pr_description>)"
         ),
     ],
     out: Annotated[
@@ -39,23 +40,33 @@ def calibrate_cmd(
     By default it goes into the profile store ($NEXUS_AGENT_HOME/profiles), where solve, eval, chat and serve find
     it for every session of this model whose opening carries the same template (--memory-profile auto); calibrating
     the same agent and model again replaces it. With --out it is written there only, for --memory-profile FILE and
-    bench replay --profile FILE. In bench replay two conversations made about as good a profile as twelve
-    (docs/memory.md)."""
+    bench replay --profile FILE. In bench replay one conversation with its task statement marked made about as good
+    a profile as two, and two as twelve (docs/memory.md)."""
     import torch
     from rich.console import Console
 
+    from kvstore.errors import KVStoreError
     from kvstore.models import load_model
-    from pipeline.conversations import calibrate_recorded, conversation_files, load_conversation
+    from pipeline.conversations import (
+        calibrate_recorded,
+        conversation_files,
+        load_conversation,
+        marked_variants,
+        unmarked,
+    )
 
     console = Console(stderr=True)
-    if limit is not None and limit < 2:
-        raise typer.BadParameter(f"--limit {limit}: a profile needs at least two conversations")
+    if limit is not None and limit < 1:
+        raise typer.BadParameter(f"--limit {limit}: give at least 1")
     if threads:
         torch.set_num_threads(threads)
     files = conversation_files(traces)[:limit]
     conversations = [load_conversation(p) for p in files]  # a bad file fails here, before the model loads
+    variants = marked_variants(conversations[0]) if len(conversations) == 1 else []
+    if len(conversations) == 1 and not variants:  # one opening alone cannot tell the fixed text from the task's
+        raise KVStoreError(f"a profile from one conversation needs its task's text marked: {unmarked(files[0].name)}")
     m, tok, _ = load_model(model, dtype=dtype)
-    profile = calibrate_recorded(m, tok, conversations, console.print, max_tokens, {"model": model})
+    profile = calibrate_recorded(m, tok, conversations, console.print, max_tokens, {"model": model}, variants)
     if out is None:
         from kvstore.profile import store_name
         from pipeline.home import profile_store

@@ -84,14 +84,33 @@ def load_conversation(path: Path) -> Conversation:
         raise KVStoreError(f"{path}: {e}") from None
 
 
+# Tags that mark the task's statement in a first user message: a mini-swe-agent trace's, this project's solve prompt
+# (agent.prompts) and a chat's first request (pipeline.chat).
+STATEMENT_MARKS = ("pr_description", "github_issue", "request")
+
+
 def task_statement(conversation: Conversation) -> str | None:
-    """The task's statement inside a recorded conversation's first user message, where its recorder marks it: a
-    mini-swe-agent trace's `<pr_description>` (None when there is no such mark)."""
+    """The task's statement inside a recorded conversation's first user message, where its recorder marks it (one
+    of STATEMENT_MARKS; None when there is no such mark)."""
     first = next((m["content"] for m in conversation.messages if m["role"] == "user"), "")
-    start, end = first.find("<pr_description>"), first.find("</pr_description>")
-    if start < 0 or end < start:
-        return None
-    return first[start + len("<pr_description>") : end].strip() or None
+    for tag in STATEMENT_MARKS:
+        start, end = first.find(f"<{tag}>"), first.find(f"</{tag}>")
+        if 0 <= start < end:
+            return first[start + len(tag) + 2 : end].strip() or None
+    return None
+
+
+def marked_variants(conversation: Conversation) -> list[list[dict]]:
+    """The conversation's opening with its marked task statement replaced (kvstore.calibrate.statement_variants):
+    what calibrating this one conversation alone needs; [] when its statement is not marked."""
+    from kvstore.calibrate import statement_variants
+
+    return statement_variants(conversation.messages, task_statement(conversation))
+
+
+def unmarked(name: str) -> str:
+    marks = ", ".join(f"<{t}>" for t in STATEMENT_MARKS)
+    return f"the task statement of {name} is not marked in its first user message (by {marks})"
 
 
 def calibrate_recorded(

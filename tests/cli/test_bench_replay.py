@@ -171,8 +171,8 @@ def test_calibrate_writes_a_profile_that_bench_replay_uses(tmp_path: Path) -> No
     (failed / "trajectory.jsonl").write_text(header + "\n")
     args = ["calibrate", str(runs), "--model", str(model), "--dtype", "fp32", "--max-tokens", "2600"]
     args += ["-o", str(profile)]
-    result = CliRunner().invoke(app, [*args, "--limit", "1"])
-    assert result.exit_code != 0 and "at least two conversations" in result.output
+    result = CliRunner().invoke(app, [*args, "--limit", "0"])
+    assert result.exit_code != 0 and "give at least 1" in result.output
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "template tokens from 2 conversations" in result.output.replace("\n", " ")
@@ -237,12 +237,16 @@ def test_learn_replays_the_first_conversations_bare_and_the_rest_with_their_prof
     assert all(r["spec"] == "nexus-agent+learned" for r in runs.values()) and len(runs) == 3
     assert "profile" not in runs[stems[0]] and "profile" not in runs[stems[1]]  # learned from, so run bare
     assert runs[stems[2]]["profile"] == "learned.pt" and runs[stems[2]]["profile_status"].startswith("matched")
+    unmarked = tmp_path / "unmarked.jsonl"  # the gold run without the tags around its issue
+    text = (GOLD_DIR / "nexus-demo__csvkit-lite-1.gold.jsonl").read_text()
+    unmarked.write_text(text.replace("<github_issue>", "").replace("</github_issue>", ""))
     for bad, message in (
-        (["--learn", "1"], "the task statement of nexus-demo__csvkit-lite-1.gold is not marked"),
+        (["--learn", "1"], "the task statement of unmarked is not marked"),
         (["--learn", "3"], "fewer than the 3"),
         (["--learn", "2", "--cross-fit", "2"], "give one of"),
     ):
-        result = CliRunner().invoke(app, [*args, *bad])
+        given = [*args[:2], str(unmarked), *args[3:]] if bad == ["--learn", "1"] else args
+        result = CliRunner().invoke(app, [*given, *bad])
         assert result.exit_code != 0 and message in str(result.exception) + result.output, bad
 
 

@@ -273,3 +273,22 @@ def test_without_its_statement_a_conversation_waits_in_the_pool_for_another(
     said = learn_from_run("tiny", model, tokenizer, other, print, statement="not in this conversation's opening")
     assert said is not None and "learned" in said and "from 2 conversations" in said
     assert not list(pool.glob("*.jsonl")) and len(list((tmp_path / "home" / "profiles").glob("*.pt"))) == 1
+
+
+def test_calibrate_learns_from_one_conversation_whose_task_is_marked(tmp_path: Path, tiny_model_dir: Path) -> None:
+    from kvstore.profile import MemoryProfile
+
+    env, gold = cli_env(tmp_path / "home"), GOLD_DIR / "nexus-demo__csvkit-lite-1.gold.jsonl"
+    res = nexus("calibrate", str(gold), "--model", str(tiny_model_dir), "--max-tokens", "2600", "--out",
+                str(tmp_path / "one.pt"), env=env, cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    profile = MemoryProfile.load(tmp_path / "one.pt")
+    text = tokenizer_of(tiny_model_dir).decode(profile.prefix + profile.suffix)
+    assert profile.conversations == 1 and "You are a software engineer" in text and "<github_issue>" in text
+    assert "Quoted fields" not in text  # the issue is the task's text, not the agent's
+
+    bare = tmp_path / "bare.traj.json"  # no mark: one opening cannot tell its fixed text from the task's
+    bare.write_text(json.dumps({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                                             {"role": "assistant", "content": "a"}]}))  # fmt: skip
+    res = nexus("calibrate", str(bare), "--model", str(tiny_model_dir), env=env, cwd=tmp_path)
+    assert res.returncode == 2 and "needs its task's text marked" in res.stderr and res.stderr.count("\n") == 1
