@@ -12,6 +12,10 @@ times keeps only its last copy), and once two of the pool share a system prompt,
 two, which leave the pool. `--no-learn`, `--memory-profile none` or another profile path turn learning off; so does a
 session whose opening matched a profile, and a conversation the store has a profile for by the time it ends (learned
 meanwhile).
+
+Under --server the server learns instead (`learn_served`): the conversation and its statement go to its POST
+/v1/nexus/profiles (server/profiles.py), which calibrates on the server's model and saves the profile where its
+sessions read them.
 """
 
 from __future__ import annotations
