@@ -89,19 +89,22 @@ class MemoryProfile:
         with its suffix, with how many template tokens matched; 0 on the tokens between them (the task's own text).
 
         The prefix and suffix match as far as they agree with the opening: calibration conversations may share a
-        few task tokens by chance (two tasks that start with the same word), which a new task need not have. None
-        when less than half of the template tokens match: the opening is another agent's."""
+        few task tokens by chance (two tasks that start with the same word), which a new task need not have. The
+        suffix may also differ in a few tokens near its end (SUFFIX_SLACK), such as the step limit an agent states
+        after its instructions ("Steps Remaining: 40" where the profile's runs had 5): its text before them matches
+        still. None when less than half of the template tokens match: the opening is another agent's."""
         n = len(opening)
         a = _agree(self.prefix, opening[: len(self.prefix)])
-        b = _agree(self.suffix[::-1], opening[::-1][: len(self.suffix)])
-        b = min(b, n - a)
-        if 2 * (a + b) < self.template_tokens:
-            return None
         out = torch.zeros(*self.prefix_weight.shape[:2], n)
         out[..., :a] = self.prefix_weight[..., :a]
-        if b:
-            out[..., n - b :] = self.suffix_weight[..., len(self.suffix) - b :]
-        return out, a + b
+        matched = a
+        for s0, o0, size in _suffix_runs(self.suffix, opening[a:]):  # ends, counted back from the last token
+            o_end, s_end = n - o0, len(self.suffix) - s0
+            out[..., o_end - size : o_end] = self.suffix_weight[..., s_end - size : s_end]
+            matched += size
+        if 2 * matched < self.template_tokens:
+            return None
+        return out, matched
 
     def digest(self) -> str:
         """A digest of what a session takes from this profile: its template tokens and their weights."""
@@ -249,6 +252,32 @@ def _load_cached(path: Path, folder: Path | None = None) -> MemoryProfile:
 def _read_once(path: str, mtime_ns: int, size: int) -> MemoryProfile:
     """MemoryProfile.load, remembered per file version (path, modification time, size); callers never change it."""
     return MemoryProfile.load(path)
+
+
+SUFFIX_SLACK = 4  # tokens near the end of an opening in which it may differ from a profile's suffix
+
+
+def _suffix_runs(suffix: Sequence[int], tail: Sequence[int]) -> list[tuple[int, int, int]]:
+    """Where `suffix` agrees with the end of `tail` (an opening after its matched prefix): (tokens skipped back
+    from the suffix's end, tokens skipped back from the tail's end, tokens that agree), for the run of agreeing
+    tokens at the very end, and for one more run before it after a differing stretch of at most SUFFIX_SLACK tokens
+    on either side (kept when it is longer than that stretch)."""
+    s, t = suffix[::-1], tail[::-1]
+    first = min(_agree(s, t), len(t))
+    runs = [(0, 0, first)] if first else []
+    if first == len(s) or first == len(t):
+        return runs
+    best = (0, 0, 0)
+    for di in range(SUFFIX_SLACK + 1):
+        for dj in range(SUFFIX_SLACK + 1):
+            i, j = first + di, first + dj
+            if (di or dj) and i < len(s) and j < len(t):
+                size = _agree(s[i:], t[j:])
+                if size > best[2]:
+                    best = (i, j, size)
+    if best[2] > SUFFIX_SLACK:
+        runs.append(best)
+    return runs
 
 
 def _agree(a: Sequence[int], b: Sequence[int]) -> int:

@@ -44,6 +44,18 @@ def test_a_profile_applies_only_to_openings_that_carry_its_template(profile_file
     prior, matched = p.prior_for(shorter)
     assert matched == p.template_tokens - 2 and bool((prior[..., len(p.prefix) - 2 : -len(p.suffix)] == 0).all())
     assert p.prior_for([7] + mine[1:60] + [8] * 40) is None  # another agent's opening
+
+    # a suffix that differs near its end (an agent's "Steps Remaining: 40" where the profile's runs had "5")
+    head, end = p.prefix + [11, 12, 13] + p.suffix[:-3], p.suffix[-2:]
+    for other in ([99], [98, 99]):
+        prior, matched = p.prior_for(head + other + end)
+        assert matched == p.template_tokens - 1, other
+        n = len(head)
+        torch.testing.assert_close(prior[..., n - 5 : n], p.suffix_weight[..., -8:-3])  # the text before it matches
+        assert bool((prior[..., n : n + len(other)] == 0).all())
+        torch.testing.assert_close(prior[..., -2:], p.suffix_weight[..., -2:])
+    changed = p.prefix + [11] + p.suffix[:-12] + [99] * 10 + p.suffix[-2:]  # more than a few tokens: the end only
+    assert p.prior_for(changed)[1] == len(p.prefix) + 2
     assert common_template([[1, 2, 3, 9], [1, 2, 4, 9], [1, 2, 9]]) == (2, 1)
 
 
