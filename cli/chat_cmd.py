@@ -102,11 +102,8 @@ def _learn_served(console: Console, folder: Path, server: str, request: str) -> 
     none (pipeline.learning.learn_served). Ctrl-C stops waiting; nothing is lost."""
     from pipeline.learning import learn_served
 
-    try:
-        with console.status("the server learns this agent's memory profile… (Ctrl-C stops waiting)"):
-            said = learn_served(server, folder / cs.TRAJECTORY_FILE, request, "chat")
-    except KeyboardInterrupt:
-        said = "memory profile: stopped waiting for the server (Ctrl-C); it may still save the profile"
+    with console.status("the server learns this agent's memory profile… (Ctrl-C stops waiting)"):
+        said = learn_served(server, folder / cs.TRAJECTORY_FILE, request, "chat")
     if said:
         console.print(said, highlight=False)
 

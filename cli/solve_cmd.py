@@ -63,11 +63,8 @@ def _learn(console: Console, cfg: RunConfig, backend, out: Path, statement: str)
     from pipeline.learning import learn_from_run, learn_served, should_learn
 
     if cfg.teaches_server:
-        try:
-            with console.status("the server learns this agent's memory profile… (Ctrl-C stops waiting)"):
-                return learn_served(cfg.server, out / TRAJECTORY, statement)
-        except KeyboardInterrupt:
-            return "memory profile: stopped waiting for the server (Ctrl-C); it may still save the profile"
+        with console.status("the server learns this agent's memory profile… (Ctrl-C stops waiting)"):
+            return learn_served(cfg.server, out / TRAJECTORY, statement)
     session = getattr(backend, "session", None)  # a local model's session; none for a server or a replay
     if session is None or not should_learn(cfg, session.profile_status):
         return None

@@ -200,17 +200,27 @@ def best_match(
 ) -> tuple[torch.Tensor | None, str]:
     """`prior_for` of the profile whose template covers most of this opening, with what happened, for people:
     (weights or None, "matched N of M template tokens (file)" or why none applies)."""
-    best = None
-    for name, profile in profiles:
-        found = profile.prior_for(opening)
-        if found is not None and (best is None or found[1] > best[1]):
-            best = (found[0], found[1], f"{profile.template_tokens} template tokens ({name})")
+    best = best_fit(profiles, opening)
     if best is None:
         if not profiles:
             return None, "no memory profile for this model"
         what = "the profile's template" if len(profiles) == 1 else f"the template of any of {len(profiles)} profiles"
         return None, f"opening does not carry {what}"
-    return best[0], f"matched {best[1]} of {best[2]}"
+    name, profile, weights, matched = best
+    return weights, f"matched {matched} of {profile.template_tokens} template tokens ({name})"
+
+
+def best_fit(
+    profiles: Sequence[tuple[str, MemoryProfile]], opening: Sequence[int]
+) -> tuple[str, MemoryProfile, torch.Tensor, int] | None:
+    """(file name, profile, `prior_for` weights, template tokens matched) of the profile whose template covers most
+    of this opening (the first of equals), or None when no profile's template is carried."""
+    best = None
+    for name, profile in profiles:
+        found = profile.prior_for(opening)
+        if found is not None and (best is None or found[1] > best[3]):
+            best = (name, profile, found[0], found[1])
+    return best
 
 
 def fingerprint(path: str | Path, architecture: dict[str, Any] | None = None) -> tuple[dict[str, str], set[str]]:
@@ -263,7 +273,7 @@ def _suffix_runs(suffix: Sequence[int], tail: Sequence[int]) -> list[tuple[int, 
     tokens at the very end, and for one more run before it after a differing stretch of at most SUFFIX_SLACK tokens
     on either side (kept when it is longer than that stretch)."""
     s, t = suffix[::-1], tail[::-1]
-    first = min(_agree(s, t), len(t))
+    first = _agree(s, t)
     runs = [(0, 0, first)] if first else []
     if first == len(s) or first == len(t):
         return runs

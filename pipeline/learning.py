@@ -106,7 +106,8 @@ def learn_served(server: str, trajectory: Path, statement: str | None, noun: str
     the default memory and reads a profile directory, and the session found no profile there, the conversation of
     `trajectory` and its task's `statement` go to the server's POST /v1/nexus/profiles, which calibrates on its own
     model (unless a profile for this opening arrived meanwhile) and saves the profile where its sessions read them.
-    One line for people, or None when there is nothing to learn."""
+    One line for people, or None when there is nothing to learn. Ctrl-C while the server calibrates stops waiting
+    (the server may still save the profile)."""
     from kvstore.calibrate import statement_variants
     from kvstore.defaults import DEFAULT_POLICY
     from kvstore.errors import KVStoreError
@@ -130,6 +131,8 @@ def learn_served(server: str, trajectory: Path, statement: str | None, noun: str
         answer = post_profiles(server, body)
     except RunError as e:
         return f"memory profile: could not learn one on the server ({e}); this {noun}'s results are kept"
+    except KeyboardInterrupt:
+        return "memory profile: stopped waiting for the server (Ctrl-C); it may still save the profile"
     if answer.get("kept"):
         return f"memory profile: the server has one for this agent now ({answer['name']}); its later sessions use it"
     return (

@@ -160,17 +160,14 @@ def install(model, config: ServeConfig, data: bytes) -> dict[str, Any]:
 def _fitting(model, folder: Path, plan) -> dict[str, Any] | None:
     """The answer for the directory's profile that this plan's opening carries, or None."""
     from kvstore.cache import model_identity
-    from kvstore.profile import load_profiles
+    from kvstore.profile import best_fit, load_profiles
 
     try:
         profiles = load_profiles(folder, model_identity(model))
     except (KVStoreError, OSError):  # a damaged file there: calibrate, which writes a good one
         return None
-    fits = [(hit[1], name, p) for name, p in profiles if (hit := p.prior_for(plan.opening_ids)) is not None]
-    if not fits:
-        return None
-    _, name, profile = max(fits, key=lambda f: f[0])
-    return _describe(profile, name)
+    best = best_fit(profiles, plan.opening_ids)
+    return None if best is None else _describe(best[1], best[0])
 
 
 def _save(profile, folder: Path) -> dict[str, Any]:
