@@ -304,7 +304,9 @@ class Session:
         try:
             if pending:
                 ids = torch.tensor([self.tokens[self.prefilled :]], device=self.device)  # [1, pending]
-                out = kvstore.prefill(self.model, self.cache, ids, self.config.chunk_size, all_logits)[0]
+                out = kvstore.prefill(
+                    self.model, self.cache, ids, self.config.chunk_size, all_logits, self._reply_boundary()
+                )[0]
                 self._all_logits = out if all_logits else None  # [pending, V]
                 self._logits = out[-1] if all_logits else out  # [V]
                 self.prefilled = len(self.tokens)
@@ -319,6 +321,12 @@ class Session:
         stats = self._stats(before, self.cache.stats(), pending, generated, t1 - t0, t2 - t1)
         self.turns.append(stats)
         return stats
+
+    def _reply_boundary(self) -> int | None:
+        """Where the reply begun by `begin_reply` starts among the pending tokens (a prefill chunk ends there), or
+        None (no reply begun, or it starts with them)."""
+        start = self.cache.reply_from
+        return None if start is None or start <= self.prefilled else start - self.prefilled
 
     def _decode(self, stream: TextStream, limit: int, temperature: float, top_p: float) -> str:
         """Decode up to `limit` tokens into `stream`; the finish reason. The last token stays pending (unseen)."""

@@ -16,6 +16,7 @@ import torch
 
 import kvstore
 from kvstore.errors import KVStoreError
+from kvstore.forwarding import chunk_end
 from kvstore.sampling import TextStream, next_token
 from kvstore.session import Reply, Session
 
@@ -73,7 +74,8 @@ class ReplyInProgress:
         s = self.session
         with self._guard():
             if s.prefilled < len(s.tokens):
-                end = min(s.prefilled + self.chunk, len(s.tokens))
+                boundary = s._reply_boundary()
+                end = s.prefilled + chunk_end(0, len(s.tokens) - s.prefilled, self.chunk, boundary)
                 ids = torch.tensor([s.tokens[s.prefilled : end]], device=s.device)  # [1, chunk]
                 s._logits = kvstore.forward(s.model, s.cache, ids)[0, -1]  # [V]
                 s.prefilled = end

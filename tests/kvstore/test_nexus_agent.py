@@ -110,6 +110,33 @@ def test_only_the_agents_own_replies_count_as_reply_attention() -> None:
     assert _reply_seen(s)[-4:].tolist() == [4.0, 3.0, 2.0, 1.0]  # causal: the newest tokens saw fewer reply queries
 
 
+@pytest.mark.parametrize("driver", ["generate", "stepwise"])
+def test_a_reply_begins_after_the_message_before_it_is_evicted(driver: str) -> None:
+    """The generation prompt's queries are the reply's; they run in a chunk of their own, after the message before
+    them has been evicted, as `bench replay` measures a recorded reply (teacher_force). Had they shared the
+    message's last chunk, the reply term would have ranked that chunk's eviction on three queries."""
+    from kvstore.stepwise import ReplyInProgress
+
+    opening = [{"role": "system", "content": words(80)}, {"role": "user", "content": words(150, "u")}]
+    ours, apart = _session(budget=96), _session(budget=96)
+    ours.append(opening)
+    apart.append(opening)
+    apart.prefill()  # the opening on its own, evicted at its end
+    assert apart.num_tokens < ours.config.chunk_size  # one chunk: without the boundary it would hold the prompt too
+    if driver == "generate":
+        reply = ours.generate(max_new_tokens=5)
+    else:
+        step = ReplyInProgress(ours, 5)
+        step.prefill()
+        while step.next_input is not None:
+            step.step_alone()
+        reply = step.finish()
+    assert reply.token_ids == apart.generate(max_new_tokens=5).token_ids
+    for a, b in zip(ours.cache.layers, apart.cache.layers, strict=True):
+        assert torch.equal(a.positions, b.positions)
+        torch.testing.assert_close(a.state["reply_acc"], b.state["reply_acc"])
+
+
 def test_the_reply_term_changes_what_is_kept() -> None:
     kept = {}
     for policy in ("nexus-agent", "nexus-agent-acc"):
