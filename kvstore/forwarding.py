@@ -30,19 +30,19 @@ def prefill(
     input_ids: torch.Tensor,
     chunk_size: int | None = None,
     all_logits: bool = False,
-    boundary: int | None = None,
+    reply: tuple[int, int] | None = None,
 ) -> torch.Tensor:
     """Prefill `input_ids` [B, T] in chunks; returns the logits of the last position [B, V], or with `all_logits`
     the logits after every position [B, T, V] (teacher forcing: row t predicts token t + 1).
 
-    boundary: an index into `input_ids` where a chunk must end (see `chunk_end`).
+    reply: [start, end) of a reply's generation prompt within `input_ids` (see `chunk_end`).
     A density budget is fixed here from the prompt length (tokens already seen + T)."""
     if hasattr(cache, "resolve_budget"):
         cache.resolve_budget(cache.get_seq_length() + input_ids.shape[-1])
     size = chunk_size or getattr(getattr(cache, "config", None), "chunk_size", None) or input_ids.shape[-1]
     chunks, start, total = [], 0, input_ids.shape[-1]
     while start < total:
-        end = chunk_end(start, total, size, boundary)
+        end = chunk_end(start, total, size, reply)
         chunks.append(forward(model, cache, input_ids[:, start:end], last_only=not all_logits))
         start = end
     if not chunks:
@@ -50,10 +50,17 @@ def prefill(
     return torch.cat(chunks, dim=1) if all_logits else chunks[-1][:, -1]
 
 
-def chunk_end(start: int, total: int, size: int, boundary: int | None = None) -> int:
-    """Where the prefill chunk that starts at `start` ends: `size` tokens on, or at `total`, or at `boundary` when
-    it falls inside. The session puts the boundary where a reply begins (its generation prompt), so that the
-    message before it is evicted before the reply's own queries arrive, as `bench replay` measures it
-    (docs/memory.md, "Where a reply's prefill begins")."""
+def chunk_end(start: int, total: int, size: int, reply: tuple[int, int] | None = None) -> int:
+    """Where the prefill chunk that starts at `start` ends: `size` tokens on or at `total`, except around `reply`,
+    the [start, end) of the generation prompt of a reply being generated. A chunk ends where the prompt begins, and
+    the prompt's tokens run one at a time, as decoding runs the reply's: the message before the reply is evicted
+    before any of the reply's queries count (the reply term), and the prompt evicts only past the budget plus the
+    decode slack. That is the cache `bench replay` measures for a recorded reply (docs/memory.md, "Where a reply's
+    prefill begins")."""
     end = min(start + size, total)
-    return boundary if boundary is not None and start < boundary < end else end
+    if reply is None:
+        return end
+    first, last = reply
+    if first <= start < last:
+        return start + 1
+    return first if start < first < end else end

@@ -86,6 +86,7 @@ class Session:
         self.eos_ids = _eos_ids(model, tokenizer)
         self.max_positions = int(model.config.max_position_embeddings)
         self._logits: torch.Tensor | None = None  # [V] logits after the last token the cache has seen
+        self._prompt: tuple[int, int] | None = None  # the generation prompt of the reply being generated (positions)
         self._all_logits: torch.Tensor | None = None  # [pending, V] logits of the last teacher-forced turn
         # the memory profile's verdict on this session's opening: None (no profile, or no opening yet), else
         # "matched N template tokens" or "opening does not carry the profile's template"
@@ -247,6 +248,7 @@ class Session:
             )
         self.cache.reply_from = len(self.tokens)  # from the generation prompt on, queries are the reply's own
         self._grow(prompt)
+        self._prompt = (self.cache.reply_from, len(self.tokens))
         return min(max_new_tokens, room)
 
     def generate(
@@ -286,7 +288,7 @@ class Session:
         text = self.renderer.decode(ids[:-1] if finish_reason == "eos" else ids)
         if self.cache.reply_from is not None:
             self.cache.add_reply(self.cache.reply_from, self.prefilled)
-        self.cache.reply_from = None
+        self.cache.reply_from, self._prompt = None, None
         self.tokens.extend(self.renderer.end_of_reply(ids))
         self.messages.append({"role": "assistant", "content": text})
         return text
@@ -305,7 +307,7 @@ class Session:
             if pending:
                 ids = torch.tensor([self.tokens[self.prefilled :]], device=self.device)  # [1, pending]
                 out = kvstore.prefill(
-                    self.model, self.cache, ids, self.config.chunk_size, all_logits, self._reply_boundary()
+                    self.model, self.cache, ids, self.config.chunk_size, all_logits, self.pending_prompt()
                 )[0]
                 self._all_logits = out if all_logits else None  # [pending, V]
                 self._logits = out[-1] if all_logits else out  # [V]
@@ -322,11 +324,12 @@ class Session:
         self.turns.append(stats)
         return stats
 
-    def _reply_boundary(self) -> int | None:
-        """Where the reply begun by `begin_reply` starts among the pending tokens (a prefill chunk ends there), or
-        None (no reply begun, or it starts with them)."""
-        start = self.cache.reply_from
-        return None if start is None or start <= self.prefilled else start - self.prefilled
+    def pending_prompt(self) -> tuple[int, int] | None:
+        """[start, end) of the generation prompt of the reply begun by `begin_reply` among the pending tokens (the
+        prefill runs it apart: kvstore.forwarding.chunk_end), or None (no reply begun, or its prompt has run)."""
+        if self._prompt is None or self._prompt[1] <= self.prefilled:
+            return None
+        return self._prompt[0] - self.prefilled, self._prompt[1] - self.prefilled
 
     def _decode(self, stream: TextStream, limit: int, temperature: float, top_p: float) -> str:
         """Decode up to `limit` tokens into `stream`; the finish reason. The last token stays pending (unseen)."""

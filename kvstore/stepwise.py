@@ -74,8 +74,7 @@ class ReplyInProgress:
         s = self.session
         with self._guard():
             if s.prefilled < len(s.tokens):
-                boundary = s._reply_boundary()
-                end = s.prefilled + chunk_end(0, len(s.tokens) - s.prefilled, self.chunk, boundary)
+                end = s.prefilled + chunk_end(0, len(s.tokens) - s.prefilled, self.chunk, s.pending_prompt())
                 ids = torch.tensor([s.tokens[s.prefilled : end]], device=s.device)  # [1, chunk]
                 s._logits = kvstore.forward(s.model, s.cache, ids)[0, -1]  # [V]
                 s.prefilled = end

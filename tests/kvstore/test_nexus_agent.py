@@ -112,9 +112,9 @@ def test_only_the_agents_own_replies_count_as_reply_attention() -> None:
 
 @pytest.mark.parametrize("driver", ["generate", "stepwise"])
 def test_a_reply_begins_after_the_message_before_it_is_evicted(driver: str) -> None:
-    """The generation prompt's queries are the reply's; they run in a chunk of their own, after the message before
-    them has been evicted, as `bench replay` measures a recorded reply (teacher_force). Had they shared the
-    message's last chunk, the reply term would have ranked that chunk's eviction on three queries."""
+    """The generation prompt's queries are the reply's; they run after the message before them has been evicted,
+    one token at a time like the reply's decoding, as `bench replay` measures a recorded reply (teacher_force). Had
+    they shared the message's last chunk, the reply term would have ranked that chunk's eviction on three queries."""
     from kvstore.stepwise import ReplyInProgress
 
     opening = [{"role": "system", "content": words(80)}, {"role": "user", "content": words(150, "u")}]
@@ -135,6 +135,23 @@ def test_a_reply_begins_after_the_message_before_it_is_evicted(driver: str) -> N
     for a, b in zip(ours.cache.layers, apart.cache.layers, strict=True):
         assert torch.equal(a.positions, b.positions)
         torch.testing.assert_close(a.state["reply_acc"], b.state["reply_acc"])
+
+
+def test_a_replys_generation_prompt_is_prefilled_apart_one_token_at_a_time() -> None:
+    from kvstore.forwarding import chunk_end
+
+    def chunks(total: int, size: int, reply=None) -> list[int]:
+        ends, start = [], 0
+        while start < total:
+            start = chunk_end(start, total, size, reply)
+            ends.append(start)
+        return ends
+
+    assert chunks(10, 4) == [4, 8, 10]
+    assert chunks(10, 4, (7, 10)) == [4, 7, 8, 9, 10]  # the message's chunks end where the prompt begins
+    assert chunks(10, 4, (8, 10)) == [4, 8, 9, 10]
+    assert chunks(3, 4, (0, 3)) == [1, 2, 3]  # only the prompt is pending (the message ran before)
+    assert chunks(3, 4, (-1, 2)) == [1, 2, 3]  # part of it ran: the rest goes on one token at a time
 
 
 def test_the_reply_term_changes_what_is_kept() -> None:

@@ -74,8 +74,8 @@ def both(tmp_path_factory) -> dict[bool, dict]:
 
 def test_decode_steps_run_between_the_chunks_of_a_long_prefill(both) -> None:
     inter = both[True]
-    prompt = len(ChatRenderer(qwen_tokenizer()).generation_prompt_ids)  # the reply's own chunk comes last
-    chunks = -(-(inter["b_prefill"] - prompt) // CHUNK) + 1
+    prompt = len(ChatRenderer(qwen_tokenizer()).generation_prompt_ids)  # the reply's prompt: a token per chunk
+    chunks = -(-(inter["b_prefill"] - prompt) // CHUNK) + prompt
     assert chunks >= 10  # a long newcomer: many chunks
     left = [t for t, _ in inter["timeline"]]
     generated = [n for _, n in inter["timeline"]]
