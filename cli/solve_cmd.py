@@ -117,8 +117,8 @@ def _memory_line(report: dict[str, Any], lacks_profile: bool) -> str | None:
         return f"memory profile: {said[0]}"
     if lacks_profile and report["turns"]:
         return (
-            "memory profile: none for this agent and model; `nexus-agent calibrate` on two finished runs' "
-            "folders learns one, which later runs use (docs/memory.md)"
+            "memory profile: none for this agent and model; `nexus-agent calibrate` on this run's folder (or a "
+            "run with --learn, the default) learns one, which later runs use (docs/memory.md)"
         )
     return None
 
