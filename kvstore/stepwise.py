@@ -70,20 +70,27 @@ class ReplyInProgress:
         return 0 if self.prefill_done else len(self.session.tokens) - self.session.prefilled
 
     def prefill_chunk(self) -> bool:
-        """Run the next chunk of the pending tokens; True once all have run and the first reply token is chosen."""
+        """Run the next chunk of the pending tokens; True once all have run and the first reply token is chosen.
+        The generation prompt's tokens run one at a time (kvstore.forwarding.chunk_end), all in the call that ran
+        the message's last chunk, so that a driver's loop counts chunks of the message only."""
         s = self.session
         with self._guard():
             if s.prefilled < len(s.tokens):
-                end = s.prefilled + chunk_end(0, len(s.tokens) - s.prefilled, self.chunk, s.pending_prompt())
-                ids = torch.tensor([s.tokens[s.prefilled : end]], device=s.device)  # [1, chunk]
-                s._logits = kvstore.forward(s.model, s.cache, ids)[0, -1]  # [V]
-                s.prefilled = end
+                self._forward_chunk(s)
+            while (prompt := s.pending_prompt()) is not None and prompt[0] <= 0:
+                self._forward_chunk(s)
         if s.prefilled < len(s.tokens):
             return False
         self._t[1] = s._now()
         self.prefill_done = True
         self._choose(s._logits)
         return True
+
+    def _forward_chunk(self, s: Session) -> None:
+        end = s.prefilled + chunk_end(0, len(s.tokens) - s.prefilled, self.chunk, s.pending_prompt())
+        ids = torch.tensor([s.tokens[s.prefilled : end]], device=s.device)  # [1, chunk]
+        s._logits = kvstore.forward(s.model, s.cache, ids)[0, -1]  # [V]
+        s.prefilled = end
 
     def step_alone(self) -> None:
         """Run `next_input` through the model for this session only, then choose the next token."""

@@ -74,13 +74,14 @@ def both(tmp_path_factory) -> dict[bool, dict]:
 
 def test_decode_steps_run_between_the_chunks_of_a_long_prefill(both) -> None:
     inter = both[True]
-    prompt = len(ChatRenderer(qwen_tokenizer()).generation_prompt_ids)  # the reply's prompt: a token per chunk
-    chunks = -(-(inter["b_prefill"] - prompt) // CHUNK) + prompt
+    prompt = len(ChatRenderer(qwen_tokenizer()).generation_prompt_ids)  # runs with the message's last chunk
+    chunks = -(-(inter["b_prefill"] - prompt) // CHUNK)
     assert chunks >= 10  # a long newcomer: many chunks
     left = [t for t, _ in inter["timeline"]]
     generated = [n for _, n in inter["timeline"]]
     assert len(left) == chunks and left[-1] == 0
-    assert all(0 < x - y <= CHUNK for x, y in zip(left, left[1:], strict=False))  # one chunk per loop
+    assert all(x - y == CHUNK for x, y in zip(left[:-2], left[1:-1], strict=True))  # one chunk per loop
+    assert 0 < left[-2] - prompt <= CHUNK  # the last loop: the message's last chunk, then the prompt
     assert generated == list(range(inter["a_before"] + 1, inter["a_before"] + 1 + chunks))  # A: a token per chunk
 
     whole = both[False]
