@@ -11,7 +11,9 @@ from sessionlib import qwen_tokenizer, tiny_chat_model, words
 import kvstore
 from kvstore import Session, SessionConfig
 from kvstore.errors import KVStoreError
+from kvstore.forwarding import chunk_end
 from kvstore.state import export_state, restore_cache
+from kvstore.stepwise import ReplyInProgress
 
 
 def _prefilled(policy: str, budget: int = 192, **options):
@@ -115,8 +117,6 @@ def test_a_reply_begins_after_the_message_before_it_is_evicted(driver: str) -> N
     """The generation prompt's queries are the reply's; they run after the message before them has been evicted,
     one token at a time like the reply's decoding, as `bench replay` measures a recorded reply (teacher_force). Had
     they shared the message's last chunk, the reply term would have ranked that chunk's eviction on three queries."""
-    from kvstore.stepwise import ReplyInProgress
-
     opening = [{"role": "system", "content": words(80)}, {"role": "user", "content": words(150, "u")}]
     ours, apart = _session(budget=96), _session(budget=96)
     ours.append(opening)
@@ -138,8 +138,6 @@ def test_a_reply_begins_after_the_message_before_it_is_evicted(driver: str) -> N
 
 
 def test_a_replys_generation_prompt_is_prefilled_apart_one_token_at_a_time() -> None:
-    from kvstore.forwarding import chunk_end
-
     def chunks(total: int, size: int, reply=None) -> list[int]:
         ends, start = [], 0
         while start < total:
