@@ -53,6 +53,10 @@ def serve_cmd(
         help="Answer only requests that send 'Authorization: Bearer KEY' (every route but /health and /metrics); "
         "best given as $NEXUS_AGENT_API_KEY, since a flag shows in the process list. Clients send $OPENAI_API_KEY.",
     ),
+    tls_cert: Path = typer.Option(
+        None, "--tls-cert", help="PEM certificate (chain): serve HTTPS only (clients trust it via SSL_CERT_FILE)."
+    ),
+    tls_key: Path = typer.Option(None, "--tls-key", help="PEM key of --tls-cert (default: in the certificate file)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every HTTP request."),
 ) -> None:
     """Serve one model to many agent sessions at /v1/chat/completions (see docs/server.md)."""
@@ -68,7 +72,7 @@ def serve_cmd(
         memory_cap=parse_size(memory_cap),
         park=park, park_dir=park_dir, queue_timeout_s=queue_timeout, max_new_tokens=max_new_tokens, seed=seed,
         device=device, dtype=dtype, threads=threads, chunk_size=chunk_size, interleave_prefill=interleave,
-        api_key=api_key,
+        api_key=api_key, tls_cert=tls_cert, tls_key=tls_key,
     )  # fmt: skip
     set_threads(threads)
     server = Server.load(config, verbose=verbose)
@@ -88,14 +92,23 @@ def serve_cmd(
 
 
 def _access_line(config: ServeConfig) -> str:
-    """Who may use the server: a warning when it listens beyond this machine with no API key."""
+    """Who may use the server: a warning when it listens beyond this machine with no API key, or with one but no
+    TLS (the key and every conversation then cross the network in clear)."""
+    local = config.host in ("127.0.0.1", "localhost", "::1")
+    link = "TLS: on" if config.tls_cert is not None else "TLS: off"
     if config.api_key is not None:
-        return "  API key: required (Authorization: Bearer ...; /health and /metrics stay open)"
-    if config.host in ("127.0.0.1", "localhost", "::1"):
-        return "  API key: none (listening on this machine only)"
+        line = f"  API key: required (Authorization: Bearer ...; /health and /metrics stay open); {link}"
+        if config.tls_cert is None and not local:
+            line += (
+                f"\n  warning: listening on {config.host} without TLS: the key and the conversations cross the "
+                "network in clear; give --tls-cert (or put a TLS proxy in front)"
+            )
+        return line
+    if local:
+        return f"  API key: none (listening on this machine only); {link}"
     return (
         f"  warning: listening on {config.host} with no API key: anyone who reaches this port can use and close "
-        "sessions and install memory profiles; set NEXUS_AGENT_API_KEY"
+        f"sessions and install memory profiles; set NEXUS_AGENT_API_KEY; {link}"
     )
 
 

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for tool in bwrap:bubblewrap dockerd:docker.io debootstrap:debootstrap patch:patch; do
+for tool in bwrap:bubblewrap dockerd:docker.io debootstrap:debootstrap patch:patch openssl:openssl; do
   command -v "${tool%%:*}" >/dev/null || need+=("${tool#*:}")
 done
 if ((${#need[@]})); then

@@ -1,7 +1,7 @@
 """The server object: one model, the session registry, the scheduler thread and the HTTP listener, wired together.
 
 server = Server(model, tokenizer, ServeConfig(port=0)).start()   # or Server.load(config) by model name
-... server.url ...                                              # http://127.0.0.1:PORT/v1
+... server.url ...                                              # http://127.0.0.1:PORT/v1 (https with TLS)
 server.close()
 """
 
@@ -35,7 +35,10 @@ class Server:
     def load(cls, config: ServeConfig, verbose: bool = False) -> Server:
         """Load `config.model` through kvstore's registry and build the server on it."""
         from kvstore.models import load_model
+        from server.tls import server_context
 
+        if config.tls_cert is not None:  # a bad certificate is one line of error before the model loads
+            server_context(config.tls_cert, config.tls_key)
         model, tokenizer, _ = load_model(config.model, device=config.device, dtype=config.dtype)
         return cls(model, tokenizer, config, verbose)
 
@@ -46,7 +49,8 @@ class Server:
     @property
     def url(self) -> str:
         """The base URL clients use (OpenAI's base_url)."""
-        return f"http://{self.config.host}:{self.port}/v1"
+        scheme = "http" if self.config.tls_cert is None else "https"
+        return f"{scheme}://{self.config.host}:{self.port}/v1"
 
     def start(self) -> Server:
         """Start the scheduler and serve HTTP in a background thread."""

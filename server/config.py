@@ -59,6 +59,8 @@ class ServeConfig:
     session_ttl_s: float = 3600.0  # idle sessions older than this are closed (their memory and files freed)
     max_new_tokens: int = 1024  # reply length when a request gives no max_tokens
     api_key: str | None = field(default=None, repr=False)  # clients must send "Authorization: Bearer KEY" (None: open)
+    tls_cert: Path | None = None  # PEM certificate (chain): serve HTTPS (None: plain HTTP; server.tls)
+    tls_key: Path | None = None  # PEM key of tls_cert (None: the certificate file holds it)
 
     def __post_init__(self) -> None:
         if self.park not in PARK_MODES:
@@ -70,6 +72,8 @@ class ServeConfig:
                 raise ServeError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.memory_cap is not None and self.memory_cap < 1:
             raise ServeError(f"memory cap must be positive, got {self.memory_cap}")
+        if self.tls_key is not None and self.tls_cert is None:
+            raise ServeError("--tls-key needs --tls-cert (the certificate the key belongs to)")
         if self.api_key is not None and not self.api_key.strip():
             raise ServeError("--api-key is empty: give the key clients must send, or leave it out")
 

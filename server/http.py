@@ -2,16 +2,19 @@
 /health, /v1/sessions (list, DELETE one), /v1/nexus/profiles (POST: server.profiles). Each chat request is parsed
 here, matched to its session by the registry and handed to the scheduler, whose events (text pieces, the result, an
 error) this thread turns into the answer. A server started with an API key answers every route but /health and
-/metrics with HTTP 401 unless the request carries "Authorization: Bearer <key>"."""
+/metrics with HTTP 401 unless the request carries "Authorization: Bearer <key>". A server started with a TLS
+certificate speaks HTTPS only (server.tls: each connection's handshake runs in its own thread)."""
 
 from __future__ import annotations
 
 import hmac
 import json
+import ssl
+import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from server import api
+from server import api, tls
 from server.batching import Job, internal_error
 from server.config import ServeError
 
@@ -204,12 +207,32 @@ class Handler(BaseHTTPRequestHandler):
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     app: Server
+    tls: ssl.SSLContext | None = None
+
+    def finish_request(self, request, client_address) -> None:
+        """Serve one connection (in its own thread); with TLS, its handshake first, here rather than in accept()."""
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        try:
+            conn = tls.handshake(self.tls, request)
+        except (ssl.SSLError, OSError) as exc:  # plain HTTP on the TLS port, an untrusting client, a timeout
+            if self.app.verbose:
+                reason = getattr(exc, "reason", None) or exc
+                print(f"{client_address[0]}: TLS handshake failed: {reason}", file=sys.stderr, flush=True)
+            return
+        try:
+            super().finish_request(conn, client_address)
+        finally:
+            self.shutdown_request(conn)
 
 
 def make_http_server(app: Server) -> _HTTPServer:
+    config = app.config
+    context = None if config.tls_cert is None else tls.server_context(config.tls_cert, config.tls_key)
     try:
-        httpd = _HTTPServer((app.config.host, app.config.port), Handler)
+        httpd = _HTTPServer((config.host, config.port), Handler)
     except OSError as exc:
-        raise ServeError(f"cannot listen on {app.config.host}:{app.config.port}: {exc.strerror or exc}") from None
-    httpd.app = app
+        raise ServeError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
+    httpd.app, httpd.tls = app, context
     return httpd

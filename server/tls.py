@@ -1,0 +1,53 @@
+"""TLS for `nexus-agent serve` (--tls-cert, --tls-key): the server's SSL context, loaded once at start with a clear
+error for a bad file, and the handshake of each connection, run in that connection's own thread, so that a client
+that connects and never speaks cannot hold up the others."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from pathlib import Path
+
+from server.config import ServeError
+
+HANDSHAKE_TIMEOUT_S = 30.0  # a client must finish its TLS handshake within this
+
+
+def server_context(cert: Path, key: Path | None = None) -> ssl.SSLContext:
+    """The context the listener wraps each connection in: `cert` (PEM, the chain; it may hold the key too) and `key`
+    (PEM, not encrypted). TLS 1.2 at least, Python's default server ciphers."""
+    for what, path in (("certificate", cert), ("key", key)):
+        if path is not None and not Path(path).is_file():
+            raise ServeError(f"--tls-{'cert' if what == 'certificate' else 'key'} {path}: no such file")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(str(cert), None if key is None else str(key), password=_no_password)
+    except _EncryptedKey:
+        raise ServeError(
+            f"the TLS key in {key or cert} is encrypted; give an unencrypted key (e.g. `openssl pkey -in KEY -out "
+            "PLAIN`), readable by this user only"
+        ) from None
+    except ssl.SSLError as exc:
+        hint = "" if key is not None else " (the certificate file holds no key: give it with --tls-key)"
+        raise ServeError(
+            f"cannot load the TLS certificate {cert}{'' if key is None else f' with the key {key}'}: "
+            f"{exc.reason or exc}{hint}"
+        ) from None
+    return context
+
+
+def handshake(context: ssl.SSLContext, conn: socket.socket) -> ssl.SSLSocket:
+    """The server side of one connection's handshake (ssl.SSLError or OSError when the client fails it)."""
+    conn.settimeout(HANDSHAKE_TIMEOUT_S)
+    wrapped = context.wrap_socket(conn, server_side=True)
+    wrapped.settimeout(None)
+    return wrapped
+
+
+class _EncryptedKey(Exception):
+    pass
+
+
+def _no_password() -> str:
+    raise _EncryptedKey  # never prompt on the terminal for a passphrase
