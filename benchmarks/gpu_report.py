@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import platform
 import sys
 import time
 from dataclasses import asdict, replace
@@ -17,6 +16,7 @@ from typing import Any
 import torch
 
 from benchmarks.gpu_measure import GpuBenchConfig, build_model, kernel_rows, run_policy, warm_up_kernel
+from benchmarks.machine import machine
 from kvstore.errors import KVStoreError
 
 
@@ -37,8 +37,6 @@ def parse_ints(text: str | None) -> tuple[int, ...] | None:
 
 def environment(cfg: GpuBenchConfig, attn: str, layers: int) -> dict[str, Any]:
     """What ran: versions, device, attention kernel, scoring path, and how many of the model's layers were built."""
-    import transformers
-
     from kvstore.kernels import triton_error, use_triton
 
     triton_version = None
@@ -46,13 +44,8 @@ def environment(cfg: GpuBenchConfig, attn: str, layers: int) -> dict[str, Any]:
         import triton
 
         triton_version = triton.__version__
-    cuda = cfg.device.startswith("cuda")
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
+    return machine(cfg.device) | {
         "triton": triton_version,
-        "device": torch.cuda.get_device_name(cfg.device) if cuda else platform.processor() or "cpu",
         "attn_implementation": attn,
         "scoring_path": "triton" if use_triton(torch.device(cfg.device)) else "torch",
         "triton_error": triton_error(),

@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from benchmarks.common import console, write_json
+from benchmarks.machine import machine
 from benchmarks.replay_bound import LABEL as BOUND
 from benchmarks.replay_bound import check_model, query_top_b
 from benchmarks.replay_data import default_traces
@@ -327,6 +328,7 @@ def replay_cmd(
     cfg_info = {"model": model, "dtype": info.dtype, "specs": [run_label(s, profiled, learn > 0) for s in spec_list]}
     cfg_info["budgets"] = budget_list
     cfg_info |= {"max_tokens": max_tokens, "seeds": seeds, "traces": [str(f) for f in files], "bound": bound}
+    cfg_info["machine"] = machine(next(m.parameters()).device)
 
     def checkpoint(result: dict) -> None:  # a stopped run keeps the replays it finished
         write_json(json_out, result | {"config": cfg_info, "partial": True})
