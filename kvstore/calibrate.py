@@ -15,7 +15,8 @@ from kvstore.errors import KVStoreError
 from kvstore.policies.base import head_token_attention
 from kvstore.profile import MemoryProfile, common_template
 from kvstore.session import Session, SessionConfig
-from kvstore.teacher import Plan, plan, replay_steps, run_steps
+from kvstore.steps import run_steps
+from kvstore.teacher import Plan, plan, replay_steps
 
 
 class _ReplyAttention:

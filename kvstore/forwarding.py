@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Generator
 
 import torch
 from transformers.cache_utils import Cache
+
+from kvstore.steps import run_steps
 
 
 def cache_kwarg(model: torch.nn.Module) -> str:
@@ -37,6 +40,20 @@ def prefill(
 
     reply: [start, end) of a reply's generation prompt within `input_ids` (see `chunk_end`).
     A density budget is fixed here from the prompt length (tokens already seen + T)."""
+    return run_steps(prefill_steps(model, cache, input_ids, chunk_size, all_logits, reply))
+
+
+@torch.inference_mode()
+def prefill_steps(
+    model: torch.nn.Module,
+    cache: Cache,
+    input_ids: torch.Tensor,
+    chunk_size: int | None = None,
+    all_logits: bool = False,
+    reply: tuple[int, int] | None = None,
+) -> Generator[None, None, torch.Tensor]:
+    """`prefill`, yielding after each chunk (a caller may run other work between them, as a server's scheduler does
+    between the steps of a calibration); returns what `prefill` returns. The chunks and evictions are the same."""
     if hasattr(cache, "resolve_budget"):
         cache.resolve_budget(cache.get_seq_length() + input_ids.shape[-1])
     size = chunk_size or getattr(getattr(cache, "config", None), "chunk_size", None) or input_ids.shape[-1]
@@ -45,6 +62,8 @@ def prefill(
         end = chunk_end(start, total, size, reply)
         chunks.append(forward(model, cache, input_ids[:, start:end], last_only=not all_logits))
         start = end
+        if start < total:
+            yield
     if not chunks:
         raise ValueError("prefill needs at least one token")
     return torch.cat(chunks, dim=1) if all_logits else chunks[-1][:, -1]

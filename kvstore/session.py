@@ -10,7 +10,7 @@ has seen a prefix of it. Two protocols differ only in what the cache holds, neve
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -20,8 +20,10 @@ import torch
 import kvstore
 from kvstore.chat import ChatRenderer
 from kvstore.errors import KVStoreError
+from kvstore.forwarding import prefill_steps
 from kvstore.sampling import TextStream, check_sampling, next_token
 from kvstore.session_config import SessionConfig
+from kvstore.steps import run_steps
 
 
 @dataclass
@@ -213,6 +215,12 @@ class Session:
         """Run the pending tokens through the model (the whole history under re-prefill); a turn without decoding."""
         return self._turn(lambda: None)
 
+    def prefill_steps(self) -> Generator[None, None, TurnStats]:
+        """`prefill`, yielding between its chunks (a server's scheduler runs other sessions meanwhile); returns the
+        turn's statistics. Left unfinished, it starts the cache over from the token history, as a failed forward
+        does."""
+        return self._turn_steps(lambda: None)
+
     def teacher_force(self, messages: list[dict[str, str]]) -> tuple[torch.Tensor, list[int]]:
         """Append `messages` and run them through the cache (teacher forcing: no decoding, one turn).
 
@@ -298,6 +306,12 @@ class Session:
         """Prefill (per the protocol), then `decode()`; record and return the turn's statistics.
 
         all_logits: keep the logits after every pending token in `self._all_logits` [pending, V]."""
+        return run_steps(self._turn_steps(decode, all_logits))
+
+    def _turn_steps(
+        self, decode: Callable[[], int | None], all_logits: bool = False
+    ) -> Generator[None, None, TurnStats]:
+        """`_turn`, yielding between the prefill's chunks."""
         if self.config.protocol == "re-prefill":
             self.cache, self.prefilled = self.new_cache(), 0
         before = self.cache.stats()
@@ -306,9 +320,10 @@ class Session:
         try:
             if pending:
                 ids = torch.tensor([self.tokens[self.prefilled :]], device=self.device)  # [1, pending]
-                out = kvstore.prefill(
+                out = yield from prefill_steps(
                     self.model, self.cache, ids, self.config.chunk_size, all_logits, self.pending_prompt()
-                )[0]
+                )
+                out = out[0]
                 self._all_logits = out if all_logits else None  # [pending, V]
                 self._logits = out[-1] if all_logits else out  # [V]
                 self.prefilled = len(self.tokens)
@@ -316,7 +331,8 @@ class Session:
             t1 = self._now()
             generated = decode() or 0
         except BaseException:
-            # a forward cut short may leave some layers ahead of others: start over from the token history
+            # a forward cut short (or a prefill left unfinished) may leave some layers ahead of others, and the cache
+            # ahead of the history's prefilled mark: start over from the token history
             self.cache, self.prefilled = self.new_cache(), 0
             raise
         t2 = self._now()

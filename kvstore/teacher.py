@@ -7,15 +7,13 @@ for every token at once, no decoding)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 import torch
 
 from kvstore.chat import ChatRenderer
-
-T = TypeVar("T")
+from kvstore.steps import run_steps
 
 
 @dataclass
@@ -66,15 +64,16 @@ def replay(session, p: Plan, on_reply: Callable, before_reply: Callable[[int], N
 def replay_steps(
     session, p: Plan, on_reply: Callable, before_reply: Callable[[int], None] | None = None
 ) -> Iterator[None]:
-    """`replay`, yielding after each message, so that a caller can do other work between them (a server)."""
+    """`replay`, yielding after each message and between a message's prefill chunks, so that a caller can do other
+    work in between (a server's scheduler waits at most one chunk's forward, or one reply's)."""
     session.append(p.opening)
-    session.prefill()
+    yield from session.prefill_steps()
     yield
     turn = 0
     for m in p.rest:
         if m["role"] != "assistant":
             session.append([m])
-            session.prefill()
+            yield from session.prefill_steps()
             yield
             continue
         turn += 1
@@ -85,15 +84,6 @@ def replay_steps(
         rows = scored_rows(session, m["content"], len(ids))
         on_reply(turn, start, logits[rows], torch.tensor(ids[rows], device=logits.device), held)
         yield
-
-
-def run_steps(steps: Generator[Any, None, T]) -> T:
-    """Run a step generator (`replay_steps`, kvstore.calibrate.calibration_steps) to its end; what it returns."""
-    while True:
-        try:
-            next(steps)
-        except StopIteration as stop:
-            return stop.value
 
 
 def _held(session) -> float:

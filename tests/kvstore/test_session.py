@@ -179,3 +179,39 @@ def test_an_interrupted_reply_leaves_a_usable_session() -> None:
     reply = s.generate(4)
     assert reply.stats.prefill_tokens == reply.stats.history_tokens - 4  # the whole history, once
     assert s.cache.get_seq_length() == s.prefilled
+
+
+def test_prefill_steps_yield_between_chunks_and_leave_what_prefill_leaves() -> None:
+    import torch
+
+    options = EVICTING | {"chunk_size": 64}
+    whole, stepped = session(**options), session(**options)
+    opening = [{"role": "system", "content": words(120, "sys")}, {"role": "user", "content": words(60, "task")}]
+    for s in (whole, stepped):
+        s.append(opening)
+    whole.prefill()
+    steps = stepped.prefill_steps()
+    pauses = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            stats = done.value
+            break
+        pauses += 1
+        assert stepped.prefilled == 0  # mid-prefill: the history's mark moves once it is over
+    assert pauses == -(-len(stepped.tokens) // 64) - 1  # one pause between each two chunks
+    assert stats.prefill_tokens == len(stepped.tokens) and stepped.turns[-1] is stats
+    for a, b in zip(whole.cache.layers, stepped.cache.layers, strict=True):
+        assert torch.equal(a.positions, b.positions) and torch.equal(a.keys, b.keys)
+    assert torch.equal(whole._logits, stepped._logits)
+
+    # left unfinished (a server's calibration cut short), the cache starts over from the history
+    left = session(**options)
+    left.append(opening)
+    steps = left.prefill_steps()
+    next(steps)
+    steps.close()
+    assert left.prefilled == 0 and left.cache.get_seq_length() == 0 and not left.turns
+    left.prefill()
+    assert left.cache.get_seq_length() == left.prefilled == len(left.tokens)
