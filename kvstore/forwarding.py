@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Generator
+from typing import Any
 
 import torch
 from transformers.cache_utils import Cache
@@ -27,20 +28,11 @@ def forward(model: torch.nn.Module, cache: Cache, input_ids: torch.Tensor, last_
 
 
 @torch.inference_mode()
-def prefill(
-    model: torch.nn.Module,
-    cache: Cache,
-    input_ids: torch.Tensor,
-    chunk_size: int | None = None,
-    all_logits: bool = False,
-    reply: tuple[int, int] | None = None,
-) -> torch.Tensor:
+def prefill(model: torch.nn.Module, cache: Cache, input_ids: torch.Tensor, *args: Any, **options: Any) -> torch.Tensor:
     """Prefill `input_ids` [B, T] in chunks; returns the logits of the last position [B, V], or with `all_logits`
-    the logits after every position [B, T, V] (teacher forcing: row t predicts token t + 1).
-
-    reply: [start, end) of a reply's generation prompt within `input_ids` (see `chunk_end`).
-    A density budget is fixed here from the prompt length (tokens already seen + T)."""
-    return run_steps(prefill_steps(model, cache, input_ids, chunk_size, all_logits, reply))
+    the logits after every position [B, T, V] (teacher forcing: row t predicts token t + 1). The options, in order:
+    chunk_size, all_logits, reply (see `prefill_steps`)."""
+    return run_steps(prefill_steps(model, cache, input_ids, *args, **options))
 
 
 @torch.inference_mode()
@@ -52,8 +44,12 @@ def prefill_steps(
     all_logits: bool = False,
     reply: tuple[int, int] | None = None,
 ) -> Generator[None, None, torch.Tensor]:
-    """`prefill`, yielding after each chunk (a caller may run other work between them, as a server's scheduler does
-    between the steps of a calibration); returns what `prefill` returns. The chunks and evictions are the same."""
+    """`prefill`, yielding between its chunks (a caller may run other work in between, as a server's scheduler does
+    between the steps of a calibration); returns what `prefill` returns. The chunks and evictions are the same.
+
+    chunk_size: tokens per forward (default: the cache's `chunk_size`, else all at once); all_logits: return every
+    position's logits; reply: [start, end) of a reply's generation prompt within `input_ids` (see `chunk_end`).
+    A density budget is fixed here from the prompt length (tokens already seen + T)."""
     if hasattr(cache, "resolve_budget"):
         cache.resolve_budget(cache.get_seq_length() + input_ids.shape[-1])
     size = chunk_size or getattr(getattr(cache, "config", None), "chunk_size", None) or input_ids.shape[-1]
