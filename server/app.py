@@ -7,6 +7,7 @@ server.close()
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from typing import Any
@@ -17,30 +18,32 @@ from server.config import ServeConfig
 from server.http import make_http_server
 from server.metrics import Metrics
 from server.sessions import Registry
+from server.tls import tls_context
 
 
 class Server:
     """Serves one loaded model to many sessions over the OpenAI-compatible API."""
 
-    def __init__(self, model, tokenizer, config: ServeConfig, verbose: bool = False) -> None:
+    def __init__(
+        self, model, tokenizer, config: ServeConfig, verbose: bool = False, tls: ssl.SSLContext | None = None
+    ) -> None:
+        """tls: the context of `config.tls_cert` when the caller loaded it already (default: loaded here)."""
         self.config, self.verbose = config, verbose
         self.started = time.time()
         self.registry = Registry(config)
         self.metrics = Metrics()
         self.scheduler = Scheduler(model, tokenizer, config, self.registry, self.metrics)
-        self.httpd = make_http_server(self)
+        self.httpd = make_http_server(self, tls if tls is not None else tls_context(config))
         self._thread: threading.Thread | None = None
 
     @classmethod
     def load(cls, config: ServeConfig, verbose: bool = False) -> Server:
         """Load `config.model` through kvstore's registry and build the server on it."""
         from kvstore.models import load_model
-        from server.tls import server_context
 
-        if config.tls_cert is not None:  # a bad certificate is one line of error before the model loads
-            server_context(config.tls_cert, config.tls_key)
+        tls = tls_context(config)  # a bad certificate is one line of error before the model loads
         model, tokenizer, _ = load_model(config.model, device=config.device, dtype=config.dtype)
-        return cls(model, tokenizer, config, verbose)
+        return cls(model, tokenizer, config, verbose, tls)
 
     @property
     def port(self) -> int:

@@ -227,9 +227,9 @@ class _HTTPServer(ThreadingHTTPServer):
             self.shutdown_request(conn)
 
 
-def make_http_server(app: Server) -> _HTTPServer:
+def make_http_server(app: Server, context: ssl.SSLContext | None = None) -> _HTTPServer:
+    """The listener of `app`; with a TLS `context` (server.tls.tls_context), HTTPS only."""
     config = app.config
-    context = None if config.tls_cert is None else tls.server_context(config.tls_cert, config.tls_key)
     try:
         httpd = _HTTPServer((config.host, config.port), Handler)
     except OSError as exc:

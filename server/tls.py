@@ -8,17 +8,22 @@ import socket
 import ssl
 from pathlib import Path
 
-from server.config import ServeError
+from server.config import ServeConfig, ServeError
 
 HANDSHAKE_TIMEOUT_S = 30.0  # a client must finish its TLS handshake within this
+
+
+def tls_context(config: ServeConfig) -> ssl.SSLContext | None:
+    """The context of the server's --tls-cert / --tls-key, or None when it serves plain HTTP."""
+    return None if config.tls_cert is None else server_context(config.tls_cert, config.tls_key)
 
 
 def server_context(cert: Path, key: Path | None = None) -> ssl.SSLContext:
     """The context the listener wraps each connection in: `cert` (PEM, the chain; it may hold the key too) and `key`
     (PEM, not encrypted). TLS 1.2 at least, Python's default server ciphers."""
-    for what, path in (("certificate", cert), ("key", key)):
+    for flag, path in (("--tls-cert", cert), ("--tls-key", key)):
         if path is not None and not Path(path).is_file():
-            raise ServeError(f"--tls-{'cert' if what == 'certificate' else 'key'} {path}: no such file")
+            raise ServeError(f"{flag} {path}: no such file")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
