@@ -21,10 +21,10 @@ _EXPORTS = {
     "cache_kwarg": "kvstore.forwarding",
     "forward": "kvstore.forwarding",
     "prefill": "kvstore.forwarding",
-    "Reply": "kvstore.session",
+    "Reply": "kvstore.turn_stats",
     "Session": "kvstore.session",
     "SessionConfig": "kvstore.session_config",
-    "TurnStats": "kvstore.session",
+    "TurnStats": "kvstore.turn_stats",
     "export_state": "kvstore.state",
     "restore_cache": "kvstore.state",
 }
@@ -56,9 +56,10 @@ if TYPE_CHECKING:
     from kvstore.forwarding import cache_kwarg, forward, prefill
     from kvstore.models import ModelInfo, load_model
     from kvstore.policies import POLICIES
-    from kvstore.session import Reply, Session, TurnStats
+    from kvstore.session import Session
     from kvstore.session_config import SessionConfig
     from kvstore.state import export_state, restore_cache
+    from kvstore.turn_stats import Reply, TurnStats
 
 
 def __getattr__(name: str) -> Any:
