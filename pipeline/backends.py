@@ -58,7 +58,7 @@ def server_settings(url: str) -> dict[str, Any]:
     import urllib.error
     import urllib.request
 
-    from agent.backends.openai_compat import API_KEY_ENV, auth_headers
+    from agent.backends.openai_compat import API_KEY_ENV, auth_headers, tls_hint
 
     request = urllib.request.Request(url.rstrip("/") + "/models", headers=auth_headers())
     try:
@@ -80,24 +80,6 @@ def server_settings(url: str) -> dict[str, Any]:
             f"--server {url}: no OpenAI-compatible server answers there ({exc}); start one with `nexus-agent serve` "
             "and give its base URL, e.g. http://127.0.0.1:8000/v1"
         ) from None
-
-
-def tls_hint(url: str, exc: BaseException) -> str:
-    """What to try when a connection to `url` failed over TLS, or perhaps for the lack of it; "" otherwise."""
-    import http.client
-    import ssl
-
-    reason = getattr(exc, "reason", exc)
-    if isinstance(reason, ssl.SSLCertVerificationError):
-        return (
-            "its TLS certificate is not trusted here: for a self-signed one (nexus-agent serve --tls-cert), set "
-            "SSL_CERT_FILE to that certificate"
-        )
-    if isinstance(reason, ssl.SSLError) and url.startswith("https:"):
-        return "it does not speak TLS there: give http://"
-    if isinstance(exc, (http.client.RemoteDisconnected, ConnectionResetError)) and url.startswith("http:"):
-        return "if the server was started with --tls-cert, give https://"
-    return ""
 
 
 def post_profiles(server: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -103,13 +104,15 @@ class OpenAICompatModel:
                 if exc.code < 500 or attempt == self.config.retries:
                     raise AgentError(f"{url}: HTTP {exc.code}: {detail}") from None
             except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as exc:
-                if started[0] or attempt == self.config.retries:
+                hint = "" if started[0] else tls_hint(url, exc)
+                tls_failed = isinstance(getattr(exc, "reason", exc), ssl.SSLError)  # no retry mends a TLS setup
+                if started[0] or tls_failed or attempt == self.config.retries:
                     reason = getattr(exc, "reason", None) or exc or type(exc).__name__
                     if started[0]:
                         raise AgentError(
                             f"the connection to the model server broke mid-reply ({url}: {reason})"
                         ) from None
-                    raise AgentError(f"cannot reach the model server at {url}: {reason}") from None
+                    raise AgentError(f"cannot reach the model server at {url}: {reason}{hint and '; '}{hint}") from None
             except json.JSONDecodeError:
                 raise AgentError(f"{url}: the answer is not JSON") from None
             time.sleep(min(2.0**attempt, 10.0))
@@ -136,6 +139,21 @@ class OpenAICompatModel:
         if finish is None:
             raise AgentError(f"the model server's stream ended before the reply did ({url})")
         return {"choices": [{"message": {"content": "".join(text)}, "finish_reason": finish}], **extra}
+
+
+def tls_hint(url: str, exc: BaseException) -> str:
+    """What to try when a connection to `url` failed over TLS, or perhaps for the lack of it; "" otherwise."""
+    reason = getattr(exc, "reason", exc)
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        return (
+            "its TLS certificate is not trusted here: for a self-signed one (nexus-agent serve --tls-cert), set "
+            "SSL_CERT_FILE to that certificate"
+        )
+    if isinstance(reason, ssl.SSLError) and url.startswith("https:"):
+        return "it does not speak TLS there: give http://"
+    if isinstance(reason, (http.client.RemoteDisconnected, ConnectionResetError)) and url.startswith("http:"):
+        return "if the server was started with --tls-cert, give https://"
+    return ""
 
 
 def auth_headers(env: str = API_KEY_ENV) -> dict[str, str]:

@@ -14,6 +14,7 @@ import pytest
 from sessionlib import words
 
 from agent.backends.openai_compat import OpenAICompatConfig, OpenAICompatModel
+from agent.errors import AgentError
 from agent.protocols import Sampling
 from cli.serve_cmd import _access_line
 from pipeline.backends import server_settings
@@ -76,6 +77,25 @@ def test_a_client_that_does_not_trust_it_or_speaks_plain_http_is_told_what_to_do
         monkeypatch.setenv("SSL_CERT_FILE", str(cert))
         settings.cache_clear()
         assert settings(server.url)["policy"] == "nexus-agent"
+
+
+def test_the_agents_model_client_is_told_too_and_does_not_retry_a_tls_failure(make_server, certs, monkeypatch) -> None:
+    cert, key = certs
+    server = make_server(tls_cert=cert, tls_key=key)
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    waits: list[float] = []
+    monkeypatch.setattr("agent.backends.openai_compat.time.sleep", waits.append)
+
+    def reply(url: str):
+        model = OpenAICompatModel(OpenAICompatConfig(model="tiny-qwen3", base_url=url, retries=2))
+        return model.reply(list(MESSAGES), Sampling(max_new_tokens=2, temperature=0.0))
+
+    with pytest.raises(AgentError, match="not trusted here.*SSL_CERT_FILE"):
+        reply(server.url)
+    assert waits == []  # an untrusted certificate stays untrusted: no retry
+    with pytest.raises(AgentError, match="started with --tls-cert, give https://"):
+        reply(server.url.replace("https://", "http://"))
+    assert len(waits) == 2  # a dropped connection may be a restart: retried first, the hint comes with the last
 
 
 def test_https_to_a_plain_server_is_told_to_use_http(make_server, settings) -> None:
