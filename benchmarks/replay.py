@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Annotated
@@ -22,6 +23,7 @@ from benchmarks.machine import machine
 from benchmarks.replay_bound import LABEL as BOUND
 from benchmarks.replay_bound import check_model, query_top_b
 from benchmarks.replay_data import default_traces
+from benchmarks.replay_oracle import HORIZONS, ReplyAttention, oracle_session, parse_horizons
 from benchmarks.replay_report import curves, plot, summarize, summary_table, target_rows, target_table
 from benchmarks.replay_run import Spec, budget_tokens, compare, reference, session_for
 from kvstore import POLICIES, CacheConfig
@@ -47,6 +49,7 @@ class ReplayConfig:
     traces: list[Path] = field(default_factory=list)  # conversation files
     profile: Path | None = None  # memory profile every replayed session gets (runs labelled SPEC+profile)
     bound: bool = False  # also replay the query-specific bound at every budget (benchmarks.replay_bound)
+    oracle: tuple[str, ...] = ()  # also replay these set oracles at every budget: "next", "future" (replay_oracle)
     fold_profiles: dict[Path, Path] = field(default_factory=dict)  # --cross-fit / --learn: each trace's own profile
     learn: int = 0  # --learn N: the first N traces without a profile, the rest with one learned from them
 
@@ -114,7 +117,10 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
             console.print(f"[yellow]{conv.name}: not even the opening and one reply fit in {limit} tokens; skipped")
             continue
         t0 = time.perf_counter()
-        ref = reference(session_for(model, tokenizer, Spec("full"), None, 0), p)
+        full = session_for(model, tokenizer, Spec("full"), None, 0)
+        record = ReplyAttention(len(full.cache.layers)) if cfg.oracle else None
+        with record.recording(model) if record is not None else nullcontext():
+            ref = reference(full, p, record)
         replies = sum(m["role"] == "assistant" for m in p.rest)
         info = {"name": conv.name, "tokens": p.tokens, "messages": 1 + len(p.rest), "replies": replies}
         info |= {"scored_tokens": sum(len(t) for t in ref.targets), "reference_s": time.perf_counter() - t0}
@@ -140,11 +146,15 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
                     result["runs"].append(run_ | {"turns": [t.to_dict() for t in turns]})
                     if on_progress is not None:  # a stopped run keeps every finished replay
                         on_progress(result)
-            if cfg.bound:
+            for label in ([BOUND] if cfg.bound else []) + [HORIZONS[h] for h in cfg.oracle]:
                 t1 = time.perf_counter()
-                with query_top_b(model, tokens):
-                    turns = compare(session_for(model, tokenizer, Spec("full"), None, 0), p, ref)
-                run_ = {"spec": BOUND, "budget": budget, "budget_tokens": tokens, "seed": 0}
+                if label == BOUND:
+                    with query_top_b(model, tokens):
+                        turns = compare(session_for(model, tokenizer, Spec("full"), None, 0), p, ref)
+                else:
+                    horizon = next(h for h, name in HORIZONS.items() if name == label)
+                    turns = compare(oracle_session(model, tokenizer, tokens, record, horizon), p, ref)
+                run_ = {"spec": label, "budget": budget, "budget_tokens": tokens, "seed": 0}
                 run_ |= {"conversation": conv.name, "seconds": time.perf_counter() - t1}
                 result["runs"].append(run_ | {"turns": [t.to_dict() for t in turns]})
                 if on_progress is not None:
@@ -269,6 +279,13 @@ def replay_cmd(
     bound: Annotated[
         bool, typer.Option(help=f"also replay the query-specific bound ({BOUND}): a ceiling for every memory")
     ] = False,
+    oracle: Annotated[
+        str | None,
+        typer.Option(
+            help="also replay set oracles: evicting caches that rank by the attention the next reply ('next') or "
+            "every reply still to come ('future') gives on the full cache; 'next,future' for both"
+        ),
+    ] = None,
     cross_fit_folds: Annotated[
         int | None,
         typer.Option(
@@ -301,14 +318,23 @@ def replay_cmd(
     files = conversation_files(traces) if traces else default_traces()
     if not files:
         raise KVStoreError("no conversations: give files, or set NEXUS_SHARED_DATA to the shared data folder")
-    spec_list = [s for s in (specs or "").split(";") if s.strip()] or [p for p in POLICIES if p != "full"]
+    try:
+        horizons = parse_horizons(oracle)
+    except ValueError as e:
+        raise KVStoreError(str(e)) from None
+    if specs is None:
+        spec_list = [p for p in POLICIES if p != "full"]
+    else:  # --specs '' replays only what --bound and --oracle ask for
+        spec_list = [s for s in specs.split(";") if s.strip()]
+        if not spec_list and not (bound or horizons):
+            raise KVStoreError("--specs names no memory: give at least one, or --bound / --oracle with --specs ''")
     budget_list = [parse_budget(b) for b in budgets.split(",") if b.strip()]
     if quick:
         files, max_tokens = files[: QUICK["traces"]], min(max_tokens or QUICK["max_tokens"], QUICK["max_tokens"])
         spec_list, budget_list = specs and spec_list or list(QUICK["specs"]), list(QUICK["budgets"])
     files = files[:limit] if limit else files
     specs_ = tuple(parse_spec(s) for s in spec_list)
-    cfg = ReplayConfig(specs_, tuple(budget_list), max_tokens, seeds, files, profile, bound, learn=learn)
+    cfg = ReplayConfig(specs_, tuple(budget_list), max_tokens, seeds, files, profile, bound, horizons, learn=learn)
     if sum(x is not None and x != 0 for x in (profile, cross_fit_folds, learn)) > 1:
         raise KVStoreError("give one of --profile, --cross-fit and --learn")
     if learn and not learn < len(files):
@@ -322,12 +348,13 @@ def replay_cmd(
     if cross_fit_folds is not None:
         check_cross_fit(files, cross_fit_folds, calibrate_on)  # before the model loads
     m, tok, info = load_model(model, dtype=dtype)
-    if bound:
+    if bound or horizons:
         check_model(m)  # before any replay, not after the policies' runs
     profiled = profile is not None or cross_fit_folds is not None
     cfg_info = {"model": model, "dtype": info.dtype, "specs": [run_label(s, profiled, learn > 0) for s in spec_list]}
     cfg_info["budgets"] = budget_list
     cfg_info |= {"max_tokens": max_tokens, "seeds": seeds, "traces": [str(f) for f in files], "bound": bound}
+    cfg_info["oracle"] = list(horizons)
     cfg_info["machine"] = machine(next(m.parameters()).device)
 
     def checkpoint(result: dict) -> None:  # a stopped run keeps the replays it finished

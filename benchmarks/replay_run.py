@@ -62,15 +62,18 @@ def budget_tokens(budget: float | int, replayed: int) -> int:
     return math.ceil(budget * replayed) if isinstance(budget, float) else int(budget)
 
 
-def reference(session: Session, p: Plan) -> Reference:
-    """Replay on a full cache and keep its log-probabilities and targets."""
+def reference(session: Session, p: Plan, record=None) -> Reference:
+    """Replay on a full cache and keep its log-probabilities and targets; `record` (a
+    benchmarks.replay_oracle.ReplyAttention, recording) is told where each reply starts and stops."""
     ref = Reference()
 
     def keep(turn, start, logits, ids, held):
         ref.logp.append(torch.log_softmax(logits.float(), -1))
         ref.targets.append(ids)
+        if record is not None:
+            record.stop()
 
-    replay(session, p, keep)
+    replay(session, p, keep, None if record is None else record.start)
     return ref
 
 

@@ -1,7 +1,7 @@
 """Merge `nexus-agent bench replay --json` files of one configuration (e.g. the traces split over two processes or
 machines, or new specs replayed later on the same traces) into one result: the same table, target check, JSON and
 plot the bench writes. The files must agree on model, budgets, tokens and seeds; their specs (and the bound of
-`--bound`) are joined, and a conversation replayed by several files is listed once.
+`--bound`, the oracle of `--oracle`) are joined, and a conversation replayed by several files is listed once.
 
     python scripts/replay_merge.py OUT_PREFIX a.json b.json ...   # writes OUT_PREFIX.json, .txt and .png
 """
@@ -17,7 +17,7 @@ from benchmarks.replay import finish
 
 def merge(paths: list[Path]) -> tuple[dict, dict]:
     parts = [json.loads(p.read_text()) for p in paths]
-    joined = ("traces", "specs", "merged_from", "bound")  # what the files may add to each other
+    joined = ("traces", "specs", "merged_from", "bound", "oracle")  # what the files may add to each other
     configs = [{k: v for k, v in p["config"].items() if k not in joined} for p in parts]
     if any(c != configs[0] for c in configs):
         raise SystemExit("error: the files were run with different settings (model, budgets, tokens, seeds)")
@@ -30,6 +30,7 @@ def merge(paths: list[Path]) -> tuple[dict, dict]:
     traces = list(dict.fromkeys(t for p in parts for t in p["config"]["traces"]))
     info = configs[0] | {"specs": specs, "traces": traces, "merged_from": len(parts)}
     info["bound"] = any(p["config"].get("bound") for p in parts)  # one file replayed the query-specific bound
+    info["oracle"] = list(dict.fromkeys(h for p in parts for h in p["config"].get("oracle") or []))  # set oracles
     if any(p.get("partial") for p in parts):
         info["partial"] = True  # one of the runs was stopped before its last conversation
     return result, info
