@@ -180,13 +180,20 @@ class Session:
         Returns (logits [n, V] float32, ids [n]): the n new tokens and, for each, the model's next-token logits just
         before it (row 0 from the cache as it was, row i after new token i - 1). Needs an earlier prefill.
         """
+        return run_steps(self.teacher_force_steps(messages))
+
+    def teacher_force_steps(
+        self, messages: list[dict[str, str]]
+    ) -> Generator[None, None, tuple[torch.Tensor, list[int]]]:
+        """`teacher_force`, yielding between its prefill chunks (a served calibration: other sessions decode
+        meanwhile); returns what it returns. Left unfinished, it starts the cache over, as `prefill_steps` does."""
         if self._logits is None or self.prefilled != len(self.tokens):
             raise KVStoreError("teacher_force needs a prefilled conversation (append and prefill the opening first)")
         start, before = len(self.tokens), self._logits
         self.append(messages)
         self.cache.reply_from = start  # the queries of a teacher-forced message are the agent's (NexusAccPolicy)
         try:
-            self._turn(lambda: None, all_logits=True)
+            yield from self._turn_steps(lambda: None, all_logits=True)
         finally:
             self.cache.reply_from = None
             self.cache.add_reply(start, len(self.tokens))

@@ -64,8 +64,8 @@ def replay(session, p: Plan, on_reply: Callable, before_reply: Callable[[int], N
 def replay_steps(
     session, p: Plan, on_reply: Callable, before_reply: Callable[[int], None] | None = None
 ) -> Iterator[None]:
-    """`replay`, yielding after each message and between a message's prefill chunks, so that a caller can do other
-    work in between (a server's scheduler waits at most one chunk's forward, or one reply's)."""
+    """`replay`, yielding after each message and between the prefill chunks of every message, replies included, so
+    that a caller can do other work in between (a server's scheduler waits at most one chunk's forward)."""
     session.append(p.opening)
     yield from session.prefill_steps()
     yield
@@ -80,7 +80,7 @@ def replay_steps(
         if before_reply is not None:
             before_reply(turn)
         start, held = session.num_tokens, _held(session)
-        logits, ids = session.teacher_force([m])
+        logits, ids = yield from session.teacher_force_steps([m])
         rows = scored_rows(session, m["content"], len(ids))
         on_reply(turn, start, logits[rows], torch.tensor(ids[rows], device=logits.device), held)
         yield

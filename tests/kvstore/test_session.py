@@ -215,3 +215,28 @@ def test_prefill_steps_yield_between_chunks_and_leave_what_prefill_leaves() -> N
     assert left.prefilled == 0 and left.cache.get_seq_length() == 0 and not left.turns
     left.prefill()
     assert left.cache.get_seq_length() == left.prefilled == len(left.tokens)
+
+
+def test_teacher_force_steps_yield_between_chunks_and_return_what_teacher_force_returns() -> None:
+    import torch
+
+    options = EVICTING | {"chunk_size": 64}
+    whole, stepped = session(**options), session(**options)
+    opening = [{"role": "system", "content": words(60, "sys")}, {"role": "user", "content": words(40, "task")}]
+    reply = [{"role": "assistant", "content": words(150, "reply")}]
+    for s in (whole, stepped):
+        s.append(opening)
+        s.prefill()
+    logits, ids = whole.teacher_force(reply)
+    steps, pauses = stepped.teacher_force_steps(reply), 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            stepped_logits, stepped_ids = done.value
+            break
+        pauses += 1
+        assert stepped.cache.reply_from is not None  # mid-reply: its queries count as the agent's
+    assert pauses == -(-len(ids) // 64) - 1 >= 1  # one pause between each two chunks of the reply
+    assert stepped_ids == ids and torch.equal(stepped_logits, logits)
+    assert stepped.cache.reply_from is None and stepped.cache.replies == whole.cache.replies
