@@ -266,7 +266,12 @@ def replay_cmd(
         list[Path] | None, typer.Argument(help="conversation files (.traj.json / .jsonl) or folders of them")
     ] = None,
     model: Annotated[str, typer.Option(help="model registry name / HF id / local directory")] = "smollm2-135m",
-    specs: Annotated[str | None, typer.Option(help="';'-separated 'nexus;nexus@window=64,protect=system'")] = None,
+    specs: Annotated[
+        str | None,
+        typer.Option(
+            help="';'-separated 'nexus;nexus@window=64,protect=system' ('' with --bound/--oracle: only those)"
+        ),
+    ] = None,
     budgets: Annotated[str, typer.Option(help="shares of the replayed length or tokens, comma-separated")] = "0.25,0.5",
     max_tokens: Annotated[int | None, typer.Option(help="tokens replayed per conversation (default: all)")] = None,
     limit: Annotated[int | None, typer.Option(help="replay only the first N conversations")] = None,
