@@ -146,13 +146,12 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
                     result["runs"].append(run_ | {"turns": [t.to_dict() for t in turns]})
                     if on_progress is not None:  # a stopped run keeps every finished replay
                         on_progress(result)
-            for label in ([BOUND] if cfg.bound else []) + [HORIZONS[h] for h in cfg.oracle]:
+            for label, horizon in ([(BOUND, None)] if cfg.bound else []) + [(HORIZONS[h], h) for h in cfg.oracle]:
                 t1 = time.perf_counter()
-                if label == BOUND:
+                if horizon is None:
                     with query_top_b(model, tokens):
                         turns = compare(session_for(model, tokenizer, Spec("full"), None, 0), p, ref)
                 else:
-                    horizon = next(h for h, name in HORIZONS.items() if name == label)
                     turns = compare(oracle_session(model, tokenizer, tokens, record, horizon), p, ref)
                 run_ = {"spec": label, "budget": budget, "budget_tokens": tokens, "seed": 0}
                 run_ |= {"conversation": conv.name, "seconds": time.perf_counter() - t1}
@@ -282,7 +281,7 @@ def replay_cmd(
         Path | None, typer.Option(help="memory profile (nexus-agent calibrate) for every replayed session")
     ] = None,
     bound: Annotated[
-        bool, typer.Option(help=f"also replay the query-specific bound ({BOUND}): a ceiling for every memory")
+        bool, typer.Option(help=f"also replay the query-specific bound ({BOUND}): each query its B best past tokens")
     ] = False,
     oracle: Annotated[
         str | None,

@@ -1,13 +1,14 @@
-"""The query-specific bound of `bench replay --bound`: how close to the full cache any eviction at a budget could
-come, at best.
+"""The query-specific bound of `bench replay --bound`: how close to the full cache each query gets when it may attend
+only to its own best B past tokens.
 
 An evicting cache with a budget of B tokens per layer lets every query of a forward attend to at most B tokens of
 the past (what the cache held before that forward) plus the forward's own tokens. The bound gives each query head of
 each query its *own* best B tokens of the past, the B with the highest attention scores on the full cache, plus the
 forward's own tokens (causal). No eviction can do that: an evicting cache keeps one set for all queries of a kv head,
-and has to choose it before the queries exist. The bound's fidelity is therefore a ceiling for every memory at that
-budget, up to two approximations: the most-attended keys are not always the set with the least effect on the output,
-and an evicting layer may hold up to one block more than its budget between forwards.
+and has to choose it before the queries exist. It was taken for a ceiling for every memory at that budget, but it is
+not one: the most-attended keys of each query are not the set with the least effect on the output, and the set
+oracle that ranks by every later reply's attention (benchmarks.replay_oracle), a true evicting cache, has a lower KL
+on most of the shared conversations (docs/bench/replay.md, "The set oracles"). It is a reference point.
 
 It runs on the full cache with the model's sdpa attention swapped for a masked one while the bound is replayed
 (`query_top_b`), so the queries see exactly the held keys of a full-cache replay, masked per row.

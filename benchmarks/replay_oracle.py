@@ -7,10 +7,10 @@ of the kv head), top-K, with no forced sink or recent tokens. Two horizons:
 - `next`: the next reply only (the reply the cache is heading for);
 - `future`: every reply still to come, each query counted once (H2O's accumulated attention, read from the future).
 Each is a real evicting cache, one kept set per kv head for every query, chosen before the queries run, that only
-reads its ranking from the future. So they measure what a ranking of this kind could give with perfect knowledge,
-where the query-specific bound (benchmarks.replay_bound) measures what any eviction at all could give: the gap
-between the two is the price of keeping one set for all queries. Neither is the best set there is (that search is
-intractable), so they are reference points, not a strict ceiling.
+reads its ranking from the future. So they measure what a ranking of this kind could give with perfect knowledge.
+Neither is the best set there is (that search is intractable), so they are reference points, not a strict ceiling;
+on the shared conversations the `future` oracle comes closer to the full cache than the query-specific bound
+(benchmarks.replay_bound) more often than not.
 
 Two steps per conversation: the full-cache reference replay records each reply's attention (`ReplyAttention`,
 with the model's sdpa attention wrapped while it runs); each budget then replays a session whose cache ranks by that
