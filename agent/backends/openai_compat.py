@@ -104,14 +104,14 @@ class OpenAICompatModel:
                 if exc.code < 500 or attempt == self.config.retries:
                     raise AgentError(f"{url}: HTTP {exc.code}: {detail}") from None
             except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as exc:
-                hint = "" if started[0] else tls_hint(url, exc)
-                tls_failed = isinstance(getattr(exc, "reason", exc), ssl.SSLError)  # no retry mends a TLS setup
+                reason = getattr(exc, "reason", None) or exc or type(exc).__name__
+                tls_failed = isinstance(reason, ssl.SSLError)  # no retry mends a TLS setup
                 if started[0] or tls_failed or attempt == self.config.retries:
-                    reason = getattr(exc, "reason", None) or exc or type(exc).__name__
                     if started[0]:
                         raise AgentError(
                             f"the connection to the model server broke mid-reply ({url}: {reason})"
                         ) from None
+                    hint = tls_hint(url, exc)
                     raise AgentError(f"cannot reach the model server at {url}: {reason}{hint and '; '}{hint}") from None
             except json.JSONDecodeError:
                 raise AgentError(f"{url}: the answer is not JSON") from None
