@@ -247,7 +247,10 @@ def finish(result: dict, cfg_info: dict, json_path: Path | None, plot_path: Path
     result |= {"config": cfg_info, "summary": rows, "targets": targets}
     result["curves"] = {"tokens_seen": curves(result["runs"]), "turn": curves(result["runs"], "turn", 1)}
     n = len(result["conversations"])
-    title = f"bench replay: {n} conversations, {sum(c['scored_tokens'] for c in result['conversations'])} tokens"
+    tokens = sum(c["scored_tokens"] for c in result["conversations"])
+    # the dtype moves top-1 more than the CPU does (docs/bench/replay.md, "bf16 or fp32"): name it with the figures
+    model = Path(str(cfg_info.get("model"))).name  # a registry name, or a local directory's name
+    title = f"bench replay: {model} in {cfg_info.get('dtype')}, {n} conversations, {tokens} tokens"
     tables = [summary_table(rows, title)] + ([target_table(targets)] if targets else [])
     console.print(*tables)
     if table_path is not None:
@@ -276,7 +279,10 @@ def replay_cmd(
     limit: Annotated[int | None, typer.Option(help="replay only the first N conversations")] = None,
     seeds: Annotated[int, typer.Option(help="cache seeds per spec")] = 1,
     threads: Annotated[int, typer.Option(min=1, help="torch CPU threads")] = 1,
-    dtype: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp32 (default: the machine's choice)")] = None,
+    dtype: Annotated[
+        str | None,
+        typer.Option(help="bf16 | fp16 | fp32 (default: bf16 on a GPU or a CPU with native bf16, else fp32)"),
+    ] = None,
     profile: Annotated[
         Path | None, typer.Option(help="memory profile (nexus-agent calibrate) for every replayed session")
     ] = None,

@@ -159,6 +159,7 @@ def test_bench_replay_compares_each_memory_with_the_full_cache(tmp_path: Path) -
     specs = {"full", "full@protocol=re-prefill", "streaming", "nexus-topk@protect=system"}
     assert {row["spec"] for row in data["summary"]} == specs
     assert png.stat().st_size > 10_000 and "mean KL" in txt.read_text()
+    assert "bench replay: model in float32," in txt.read_text()  # the dtype moves top-1: the table names it
     machine = data["config"]["machine"]  # bf16 figures are reproducible only on the CPU kind they name
     assert machine["torch"] == torch.__version__ and machine["device"] and machine["threads"] >= 1
     assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
