@@ -62,7 +62,8 @@ def curves(runs: list[dict], key: str = "start", bin_size: int = CURVE_BIN) -> d
 
 def target_rows(rows: list[dict], default: str) -> list[dict]:
     """Per budget: the default memory's token-pooled KL and top-1 against the best baseline's KL (lowest), with
-    the KL ratio; budgets where the default or no baseline was replayed are left out."""
+    the KL ratio (None where the best baseline's KL is 0, e.g. at a budget that evicts nothing); budgets where the
+    default or no baseline was replayed are left out."""
     out = []
     for budget in sorted({r["budget"] for r in rows}, key=float):
         mine = next((r for r in rows if r["budget"] == budget and r["spec"] == default), None)
@@ -70,7 +71,7 @@ def target_rows(rows: list[dict], default: str) -> list[dict]:
         if mine is None or not base:
             continue
         best = min(base, key=lambda r: r["kl"])
-        ratio = mine["kl"] / best["kl"] if best["kl"] else float("inf")
+        ratio = mine["kl"] / best["kl"] if best["kl"] else None
         out.append(
             {"budget": budget, "default": default, "kl": mine["kl"], "top1": mine["top1"]}
             | {"best_baseline": best["spec"], "best_kl": best["kl"], "best_top1": best["top1"], "ratio": ratio}
@@ -81,7 +82,8 @@ def target_rows(rows: list[dict], default: str) -> list[dict]:
 def target_table(targets: list[dict]):
     cols = ["budget", "default", "KL", "top-1", "best baseline", "its KL", "its top-1", "KL ratio"]
     keys = ("budget", "default", "kl", "top1", "best_baseline", "best_kl", "best_top1", "ratio")
-    return table("the default memory against the best baseline", cols, [[t[k] for k in keys] for t in targets])
+    body = [["n/a" if t[k] is None else t[k] for k in keys] for t in targets]
+    return table("the default memory against the best baseline", cols, body)
 
 
 def summary_table(rows: list[dict], title: str):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.replay import parse_spec
-from benchmarks.replay_report import summarize, target_rows
+from benchmarks.replay_report import summarize, target_rows, target_table
 from kvstore.errors import KVStoreError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
@@ -28,6 +28,14 @@ def test_the_default_is_compared_with_the_lowest_kl_baseline_only() -> None:
     (row,) = target_rows(summarize(runs), "nexus-agent")  # no default at 0.5: that budget is left out
     assert (row["best_baseline"], row["best_kl"], row["top1"]) == ("snapkv", pytest.approx(0.2), 0.9)
     assert row["ratio"] == pytest.approx(0.5)
+
+
+def test_no_ratio_where_the_best_baseline_loses_nothing() -> None:
+    runs = [_run("nexus-agent", 1.0, 0.0, 10), _run("h2o", 1.0, 0.0, 10)]  # a budget that evicts nothing
+    (row,) = target_rows(summarize(runs), "nexus-agent")
+    assert row["ratio"] is None
+    json.dumps(row, allow_nan=False)  # valid JSON: no Infinity
+    assert "n/a" in target_table([row]).columns[-1]._cells
 
 
 def test_split_runs_merge_and_different_settings_are_refused(tmp_path: Path) -> None:
