@@ -1,7 +1,8 @@
 """Merge `nexus-agent bench replay --json` files of one configuration (e.g. the traces split over two processes or
-machines, or new specs replayed later on the same traces) into one result: the same table, target check, JSON and
-plot the bench writes. The files must agree on model, budgets, tokens and seeds; their specs (and the bound of
-`--bound`, the oracle of `--oracle`) are joined, and a conversation replayed by several files is listed once.
+machines, the budgets split over processes, or new specs replayed later on the same traces) into one result: the
+same table, target check, JSON and plot the bench writes. The files must agree on model, dtype, tokens and seeds;
+their specs and budgets (and the bound of `--bound`, the oracle of `--oracle`) are joined, and a conversation
+replayed by several files is listed once.
 
     python scripts/replay_merge.py OUT_PREFIX a.json b.json ...   # writes OUT_PREFIX.json, .txt and .png
 """
@@ -17,18 +18,23 @@ from benchmarks.replay import finish
 
 def merge(paths: list[Path]) -> tuple[dict, dict]:
     parts = [json.loads(p.read_text()) for p in paths]
-    joined = ("traces", "specs", "merged_from", "bound", "oracle")  # what the files may add to each other
+    joined = ("traces", "specs", "budgets", "merged_from", "bound", "oracle")  # what the files may add to each other
     configs = [{k: v for k, v in p["config"].items() if k not in joined} for p in parts]
     if any(c != configs[0] for c in configs):
-        raise SystemExit("error: the files were run with different settings (model, budgets, tokens, seeds)")
+        raise SystemExit("error: the files were run with different settings (model, dtype, tokens, seeds, ...)")
     result = {key: [x for p in parts for x in p.get(key, [])] for key in ("runs", "failed")}
+    keys = [(r["spec"], r["budget"], r["conversation"], r.get("seed", 0)) for r in result["runs"]]
+    if len(set(keys)) < len(keys):
+        twice = next(k for k in keys if keys.count(k) > 1)
+        raise SystemExit(f"error: {twice[0]} at budget {twice[1]} on {twice[2]} is in more than one file")
     conversations: dict[str, dict] = {}
     for c in (c for p in parts for c in p["conversations"]):
         conversations.setdefault(c["name"], c)
     result["conversations"] = list(conversations.values())
     specs = list(dict.fromkeys(s for p in parts for s in p["config"]["specs"]))
     traces = list(dict.fromkeys(t for p in parts for t in p["config"]["traces"]))
-    info = configs[0] | {"specs": specs, "traces": traces, "merged_from": len(parts)}
+    budgets = sorted({b for p in parts for b in p["config"]["budgets"]}, key=float)
+    info = configs[0] | {"specs": specs, "traces": traces, "budgets": budgets, "merged_from": len(parts)}
     info["bound"] = any(p["config"].get("bound") for p in parts)  # one file replayed the query-specific bound
     info["oracle"] = list(dict.fromkeys(h for p in parts for h in p["config"].get("oracle") or []))  # set oracles
     if any(p.get("partial") for p in parts):

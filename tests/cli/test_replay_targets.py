@@ -80,6 +80,22 @@ def test_split_runs_merge_and_different_settings_are_refused(tmp_path: Path) -> 
     assert len(result["runs"]) == 2 and info["bound"] is True
 
 
+def test_budgets_split_over_files_merge_and_a_run_twice_is_refused(tmp_path: Path) -> None:
+    config = {"model": "m", "specs": ["h2o"], "max_tokens": 100, "seeds": 1, "traces": ["t1"]}
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    for path, budget in ((a, 0.5), (b, 0.25)):  # one process per budget
+        path.write_text(
+            json.dumps(
+                {"conversations": [{"name": "c1"}], "runs": [_run("h2o", budget, 0.1, 9)], "failed": []}
+                | {"config": config | {"budgets": [budget]}}
+            )
+        )
+    result, info = merge([a, b])
+    assert info["budgets"] == [0.25, 0.5] and len(result["runs"]) == 2 and len(result["conversations"]) == 1
+    with pytest.raises(SystemExit, match="h2o at budget 0.5 on c1 is in more than one file"):
+        merge([a, b, a])
+
+
 def test_spec_options_keep_their_types() -> None:
     spec = parse_spec("nexus-agent@score_memory=none,acc_weight=2,selector=reservoir,sink=none,protect=system")
     assert dict(spec.options) == {"score_memory": "none", "acc_weight": 2, "selector": "reservoir", "sink": None}
