@@ -16,8 +16,21 @@ from pathlib import Path
 from benchmarks.replay import finish
 
 
+def load(path: Path) -> dict:
+    """One `bench replay --json` file, or a clear error for a missing, corrupt or foreign one."""
+    try:
+        part = json.loads(path.read_text())
+    except OSError as e:
+        raise SystemExit(f"error: {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"error: {path}: not JSON ({e.msg}, line {e.lineno})") from None
+    if not isinstance(part, dict) or not {"config", "runs"} <= part.keys():
+        raise SystemExit(f"error: {path}: not a `bench replay --json` result (no config or runs)")
+    return part
+
+
 def merge(paths: list[Path]) -> tuple[dict, dict]:
-    parts = [json.loads(p.read_text()) for p in paths]
+    parts = [load(p) for p in paths]
     joined = ("traces", "specs", "budgets", "merged_from", "bound", "oracle")  # what the files may add to each other
     configs = [{k: v for k, v in p["config"].items() if k not in joined} for p in parts]
     if any(c != configs[0] for c in configs):
@@ -28,7 +41,7 @@ def merge(paths: list[Path]) -> tuple[dict, dict]:
         twice = next(k for k in keys if keys.count(k) > 1)
         raise SystemExit(f"error: {twice[0]} at budget {twice[1]} on {twice[2]} is in more than one file")
     conversations: dict[str, dict] = {}
-    for c in (c for p in parts for c in p["conversations"]):
+    for c in (c for p in parts for c in p.get("conversations", [])):
         conversations.setdefault(c["name"], c)
     result["conversations"] = list(conversations.values())
     specs = list(dict.fromkeys(s for p in parts for s in p["config"]["specs"]))

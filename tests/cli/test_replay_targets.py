@@ -96,6 +96,18 @@ def test_budgets_split_over_files_merge_and_a_run_twice_is_refused(tmp_path: Pat
         merge([a, b, a])
 
 
+def test_a_missing_corrupt_or_foreign_file_is_a_clear_error(tmp_path: Path) -> None:
+    corrupt, foreign = tmp_path / "corrupt.json", tmp_path / "foreign.json"
+    corrupt.write_text('{"runs": [')  # a run stopped while writing
+    foreign.write_text('{"x": 1}')
+    with pytest.raises(SystemExit, match="missing.json: No such file"):
+        merge([tmp_path / "missing.json"])
+    with pytest.raises(SystemExit, match="corrupt.json: not JSON"):
+        merge([corrupt])
+    with pytest.raises(SystemExit, match="foreign.json: not a `bench replay --json` result"):
+        merge([foreign])
+
+
 def test_spec_options_keep_their_types() -> None:
     spec = parse_spec("nexus-agent@score_memory=none,acc_weight=2,selector=reservoir,sink=none,protect=system")
     assert dict(spec.options) == {"score_memory": "none", "acc_weight": 2, "selector": "reservoir", "sink": None}
