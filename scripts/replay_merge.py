@@ -19,11 +19,13 @@ from benchmarks.replay import finish
 def load(path: Path) -> dict:
     """One `bench replay --json` file, or a clear error for a missing, corrupt or foreign one."""
     try:
-        part = json.loads(path.read_text())
+        part = json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise SystemExit(f"error: {path}: {e.strerror}") from None
     except json.JSONDecodeError as e:
         raise SystemExit(f"error: {path}: not JSON ({e.msg}, line {e.lineno})") from None
+    except UnicodeDecodeError as e:
+        raise SystemExit(f"error: {path}: not UTF-8 text (byte {e.start})") from None
     if not isinstance(part, dict) or not {"config", "runs"} <= part.keys():
         raise SystemExit(f"error: {path}: not a `bench replay --json` result (no config or runs)")
     return part
