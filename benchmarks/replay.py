@@ -30,6 +30,7 @@ from kvstore import POLICIES, CacheConfig
 from kvstore.chat import ChatRenderer
 from kvstore.defaults import DEFAULT_POLICY, DEFAULT_PROTOCOL
 from kvstore.errors import KVStoreError
+from kvstore.policies import uses_profile
 from kvstore.session_config import PROTOCOLS
 from kvstore.teacher import plan
 from pipeline.conversations import Conversation, conversation_files, conversation_name, load_conversation
@@ -96,6 +97,13 @@ def run_label(spec: str, profiled: bool, learned: bool = False) -> str:
     return f"{spec}+learned" if learned else f"{spec}+profile" if profiled else spec
 
 
+def spec_label(spec: Spec, profiled: bool, learned: bool = False) -> str:
+    """`run_label` for a replayed spec: a policy that ignores memory profiles (the baselines) keeps its plain name,
+    since a profile changes nothing it does."""
+    reads = uses_profile(spec.policy)
+    return run_label(spec.name, profiled and reads, learned and reads)
+
+
 def parse_budget(text: str) -> float | int:
     value = float(text)
     if value <= 0 or (value > 1 and not value.is_integer()):
@@ -130,7 +138,7 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
             for spec in cfg.specs:
                 for seed in range(cfg.seeds):
                     t1 = time.perf_counter()
-                    label = run_label(spec.name, profile is not None, cfg.learn > 0)
+                    label = spec_label(spec, profile is not None, cfg.learn > 0)
                     run_ = {"spec": label, "budget": budget, "budget_tokens": tokens, "seed": seed}
                     try:
                         session = session_for(model, tokenizer, spec, tokens, seed, profile)
@@ -361,7 +369,7 @@ def replay_cmd(
     if bound or horizons:
         check_model(m)  # before any replay, not after the policies' runs
     profiled = profile is not None or cross_fit_folds is not None
-    cfg_info = {"model": model, "dtype": info.dtype, "specs": [run_label(s, profiled, learn > 0) for s in spec_list]}
+    cfg_info = {"model": model, "dtype": info.dtype, "specs": [spec_label(s, profiled, learn > 0) for s in specs_]}
     cfg_info["budgets"] = budget_list
     cfg_info |= {"max_tokens": max_tokens, "seeds": seeds, "traces": [str(f) for f in files], "bound": bound}
     cfg_info["oracle"] = list(horizons)

@@ -67,7 +67,8 @@ def target_rows(rows: list[dict], default: str) -> list[dict]:
     out = []
     for budget in sorted({r["budget"] for r in rows}, key=float):
         mine = next((r for r in rows if r["budget"] == budget and r["spec"] == default), None)
-        base = [r for r in rows if r["budget"] == budget and r["spec"] in BASELINES]
+        # a baseline ignores memory profiles: older files label its runs `h2o+profile` / `h2o+learned` too
+        base = [r for r in rows if r["budget"] == budget and r["spec"].split("+")[0] in BASELINES]
         if mine is None or not base:
             continue
         best = min(base, key=lambda r: r["kl"])

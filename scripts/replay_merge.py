@@ -49,7 +49,8 @@ def merge(paths: list[Path]) -> tuple[dict, dict]:
     specs = list(dict.fromkeys(s for p in parts for s in p["config"]["specs"]))
     traces = list(dict.fromkeys(t for p in parts for t in p["config"]["traces"]))
     budgets = sorted({b for p in parts for b in p["config"]["budgets"]}, key=float)
-    info = configs[0] | {"specs": specs, "traces": traces, "budgets": budgets, "merged_from": len(parts)}
+    merged_from = sum(p["config"].get("merged_from", 1) for p in parts)  # a merged file counts its own parts
+    info = configs[0] | {"specs": specs, "traces": traces, "budgets": budgets, "merged_from": merged_from}
     info["bound"] = any(p["config"].get("bound") for p in parts)  # one file replayed the query-specific bound
     info["oracle"] = list(dict.fromkeys(h for p in parts for h in p["config"].get("oracle") or []))  # set oracles
     if any(p.get("partial") for p in parts):

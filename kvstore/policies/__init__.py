@@ -66,6 +66,11 @@ def is_stochastic(name: str, **options: Any) -> bool:
     return cls.evicts and selector == "reservoir"
 
 
+def uses_profile(name: str) -> bool:
+    """Whether this policy's score reads a memory profile (the others run the same with or without one)."""
+    return _lookup(name)[0].uses_profile
+
+
 def build_policy(config) -> Policy:
     return _lookup(config.policy)[0](config)
 
@@ -76,4 +81,4 @@ def _lookup(name: str) -> tuple[type[Policy], dict[str, Any]]:
     return POLICIES[name]
 
 
-__all__ = ["POLICIES", "Policy", "ScoreContext", "build_policy", "is_stochastic", "policy_defaults"]
+__all__ = ["POLICIES", "Policy", "ScoreContext", "build_policy", "is_stochastic", "policy_defaults", "uses_profile"]

@@ -42,6 +42,7 @@ class Policy:
     masks_heads = False  # True: heads keep different counts, padded slots are masked (Ada-KV)
     token_state: tuple[str, ...] = ()  # names of per-token state tensors the cache keeps aligned with the keys
     default_sink: int | None = 0  # attention-sink tokens always kept when the `sink` option is None (None: one block)
+    uses_profile = False  # True: the score reads a memory profile's weights (ScoreContext.prior); others ignore it
     defaults: dict[str, Any] = {}  # CacheConfig option defaults the policy's paper implies (user options win)
 
     def __init__(self, config: CacheConfig) -> None:

@@ -108,6 +108,7 @@ class NexusAccPolicy(NexusHeadPolicy):
     name = "nexus-agent"
     granularity = "token"
     per_head = True
+    uses_profile = True  # ctx.prior replaces the template tokens' accumulated attention
 
     def __init__(self, config) -> None:
         super().__init__(config)

@@ -228,18 +228,22 @@ def test_cross_fit_replays_each_fold_with_a_profile_calibrated_outside_it(tmp_pa
         assert result.exit_code != 0 and message in str(result.exception) + result.output, bad
 
 
-@pytest.mark.slow  # one calibration of two conversations and three evicting replays of the tiny model
+@pytest.mark.slow  # one calibration of two conversations and six evicting replays of the tiny model
 def test_learn_replays_the_first_conversations_bare_and_the_rest_with_their_profile(tmp_path: Path) -> None:
-    """`--learn 2`: what the default memory gives a user whose runs learn their profile (solve, eval --warmup 2)."""
+    """`--learn 2`: what the default memory gives a user whose runs learn their profile (solve, eval --warmup 2); a
+    baseline beside it ignores profiles, so it keeps its plain name and the target check finds it."""
     names = ["csvkit-lite-1", "iniconf-1", "invoicer-1"]
     args, out = _default_memory_replay(tmp_path, names)
+    args[args.index("nexus-agent")] = "nexus-agent;h2o"
     result = CliRunner().invoke(app, [*args, "--learn", "2"])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     stems = [f"nexus-demo__{n}.gold" for n in names]
-    assert data["config"]["learn"]["sources"] == stems[:2] and data["config"]["specs"] == ["nexus-agent+learned"]
-    runs = {r["conversation"]: r for r in data["runs"]}
-    assert all(r["spec"] == "nexus-agent+learned" for r in runs.values()) and len(runs) == 3
+    assert data["config"]["learn"]["sources"] == stems[:2] and data["config"]["specs"] == ["nexus-agent+learned", "h2o"]
+    assert sorted(r["spec"] for r in data["runs"]) == ["h2o"] * 3 + ["nexus-agent+learned"] * 3
+    assert [(t["default"], t["best_baseline"]) for t in data["targets"]] == [("nexus-agent+learned", "h2o")]
+    runs = {r["conversation"]: r for r in data["runs"] if r["spec"] == "nexus-agent+learned"}
+    assert len(runs) == 3
     assert "profile" not in runs[stems[0]] and "profile" not in runs[stems[1]]  # learned from, so run bare
     assert runs[stems[2]]["profile"] == "learned.pt" and runs[stems[2]]["profile_status"].startswith("matched")
     unmarked = tmp_path / "unmarked.jsonl"  # the gold run without the tags around its issue

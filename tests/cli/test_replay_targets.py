@@ -41,6 +41,14 @@ def test_no_ratio_where_the_best_baseline_loses_nothing() -> None:
     assert console.export_text().splitlines()[-2].split("│")[-2].strip() == "n/a"  # the KL ratio column
 
 
+def test_a_baseline_replayed_with_a_profile_is_still_the_baseline() -> None:
+    """Older replays labelled every run of a --profile / --learn replay, baselines too (`h2o+learned`); the check
+    must still find them, since a baseline ignores the profile."""
+    runs = [_run("nexus-agent+learned", 0.25, 0.1, 9), _run("h2o+learned", 0.25, 0.3, 8)]
+    (row,) = target_rows(summarize(runs), "nexus-agent+learned")
+    assert row["best_baseline"] == "h2o+learned" and row["ratio"] == pytest.approx(1 / 3)
+
+
 def test_split_runs_merge_and_different_settings_are_refused(tmp_path: Path) -> None:
     config = {"model": "m", "specs": ["h2o"], "budgets": [0.25], "max_tokens": 100, "seeds": 1}
     a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
@@ -71,6 +79,7 @@ def test_split_runs_merge_and_different_settings_are_refused(tmp_path: Path) -> 
     )
     result, info = merge([a, b, d])
     assert [c["name"] for c in result["conversations"]] == ["c1", "c2"] and len(result["runs"]) == 3
+    assert info["merged_from"] == 4  # d was itself merged from two files
     assert info["specs"] == ["h2o", "nexus-agent"] and info["traces"] == ["t1", "t2"] and info["bound"] is False
     e = tmp_path / "e.json"  # the query-specific bound replayed later joins too, and the result says it has it
     e.write_text(
