@@ -24,7 +24,7 @@ from benchmarks.replay_bound import LABEL as BOUND
 from benchmarks.replay_bound import check_model, query_top_b
 from benchmarks.replay_data import default_traces
 from benchmarks.replay_oracle import HORIZONS, ReplyAttention, oracle_session, parse_horizons
-from benchmarks.replay_report import curves, plot, summarize, summary_table, target_rows, target_table
+from benchmarks.replay_report import curves, plot, run_label, summarize, summary_table, target_rows, target_table
 from benchmarks.replay_run import Spec, budget_tokens, compare, reference, session_for
 from kvstore import POLICIES, CacheConfig
 from kvstore.chat import ChatRenderer
@@ -89,12 +89,6 @@ def _value(key: str, text: str):
 
 
 _TEXT_DEFAULTS = {f.name: f.default for f in fields(CacheConfig)}
-
-
-def run_label(spec: str, profiled: bool, learned: bool = False) -> str:
-    """A spec's name in tables and JSON: `SPEC+profile` when the sessions had a memory profile, `SPEC+learned` for
-    every run of a --learn replay (the first conversations without one, the others with the one learned from them)."""
-    return f"{spec}+learned" if learned else f"{spec}+profile" if profiled else spec
 
 
 def spec_label(spec: Spec, profiled: bool, learned: bool = False) -> str:

@@ -60,6 +60,20 @@ def curves(runs: list[dict], key: str = "start", bin_size: int = CURVE_BIN) -> d
     return dict(out)
 
 
+PROFILE_SUFFIXES = ("+profile", "+learned")  # what run_label appends to a spec's name
+
+
+def run_label(spec: str, profiled: bool, learned: bool = False) -> str:
+    """A spec's name in tables and JSON: `SPEC+profile` when the sessions had a memory profile, `SPEC+learned` for
+    every run of a --learn replay (the first conversations without one, the others with the one learned from them)."""
+    return f"{spec}+learned" if learned else f"{spec}+profile" if profiled else spec
+
+
+def label_spec(label: str) -> str:
+    """The spec a run label names: `run_label`'s suffix removed."""
+    return next((label.removesuffix(x) for x in PROFILE_SUFFIXES if label.endswith(x)), label)
+
+
 def target_rows(rows: list[dict], default: str) -> list[dict]:
     """Per budget: the default memory's token-pooled KL and top-1 against the best baseline's KL (lowest), with
     the KL ratio (None where the best baseline's KL is 0, e.g. at a budget that evicts nothing); budgets where the
@@ -68,7 +82,7 @@ def target_rows(rows: list[dict], default: str) -> list[dict]:
     for budget in sorted({r["budget"] for r in rows}, key=float):
         mine = next((r for r in rows if r["budget"] == budget and r["spec"] == default), None)
         # a baseline ignores memory profiles: older files label its runs `h2o+profile` / `h2o+learned` too
-        base = [r for r in rows if r["budget"] == budget and r["spec"].split("+")[0] in BASELINES]
+        base = [r for r in rows if r["budget"] == budget and label_spec(r["spec"]) in BASELINES]
         if mine is None or not base:
             continue
         best = min(base, key=lambda r: r["kl"])
