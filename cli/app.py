@@ -7,6 +7,8 @@ command's one-line help, so no command module (and no torch) is imported until t
 from __future__ import annotations
 
 import importlib
+import inspect
+import re
 
 import click
 import typer
@@ -42,6 +44,7 @@ def load_command(name: str, target: str) -> click.Command:
     module, attribute = target.split(":")
     obj = getattr(importlib.import_module(module), attribute)
     if isinstance(obj, click.Command):  # a command that parses its own arguments (bench gpu)
+        unwrap_help(obj)
         return obj
     if not isinstance(obj, typer.Typer):
         single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -49,7 +52,39 @@ def load_command(name: str, target: str) -> click.Command:
         obj = single
     command = typer.main.get_command(obj)
     command.name = name
+    unwrap_help(command)
     return command
+
+
+def unwrap_help(command: click.Command) -> None:
+    """Join the hard line breaks of docstring paragraphs (this typer keeps them, so an 80-column terminal showed
+    every source line as a short line), for the command and every subcommand of a group."""
+    if command.help:
+        command.help = unwrap(command.help)
+    for sub in getattr(command, "commands", {}).values():
+        unwrap_help(sub)
+
+
+def unwrap(text: str) -> str:
+    """Paragraphs (split at blank lines) with their lines joined by spaces; a line that starts a list item
+    ('- ', '* ', '1. ') or a paragraph that starts with click's no-rewrap marker (\\b) keeps its line breaks."""
+    paragraphs = []
+    for para in inspect.cleandoc(text).split("\n\n"):
+        if para.startswith("\b"):
+            paragraphs.append(para)
+            continue
+        lines: list[str] = []
+        for line in para.splitlines():
+            item = _LIST_ITEM.match(line)
+            if lines and not item:
+                lines[-1] = f"{lines[-1]} {line.strip()}"
+            else:
+                lines.append(line.rstrip())
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
+
+_LIST_ITEM = re.compile(r"\s*([-*]|\d+[.)])\s")
 
 
 class LazyGroup(TyperGroup):

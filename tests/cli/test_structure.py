@@ -59,6 +59,15 @@ def test_packages_below_the_cli_never_import_it(package: str) -> None:
 def test_every_registered_command_loads(name: str, target: tuple[str, str]) -> None:
     command = cli_app.load_command(name.split()[-1], target[0])
     assert command.name == name.split()[-1] and target[1]
+    # help paragraphs carry no source line breaks (an 80-column terminal showed each as a short line)
+    for para in (command.help or "").split("\n\n"):
+        if not para.startswith("\b"):
+            assert all(cli_app._LIST_ITEM.match(line) for line in para.splitlines()[1:]), para
+
+
+def test_unwrap_joins_lines_and_keeps_lists_and_verbatim_paragraphs() -> None:
+    text = "First line\n    goes on.\n\n    Items:\n    - one\n      more\n    1. two\n\n    \b\n    a\n    b"
+    assert cli_app.unwrap(text) == "First line goes on.\n\nItems:\n- one more\n1. two\n\n\b\na\nb"
 
 
 def test_the_entry_point_restores_the_sigterm_handler(monkeypatch: pytest.MonkeyPatch) -> None:
