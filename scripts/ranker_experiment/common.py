@@ -23,3 +23,20 @@ def _patched(self, *a, **k):
 
 
 kc.EvictingCache.__init__ = _patched
+
+
+def full_reference(model, tok, path, record_cls, max_tokens: int = 5120):
+    """One conversation replayed on the full cache with its replies' attention recorded: (conversation, plan,
+    reference, record)."""
+    from benchmarks.replay_run import Spec, reference, session_for
+    from kvstore.chat import ChatRenderer
+    from kvstore.teacher import plan
+    from pipeline.conversations import load_conversation
+
+    conv = load_conversation(Path(path))
+    p = plan(conv.messages, ChatRenderer(tok), max_tokens)
+    full = session_for(model, tok, Spec("full"), None, 0)
+    record = record_cls(len(full.cache.layers))
+    with record.recording(model):
+        ref = reference(full, p, record)
+    return conv, p, ref, record

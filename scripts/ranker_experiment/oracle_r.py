@@ -3,30 +3,21 @@ half the budget on the most recent tokens), against the full cache."""
 
 import json
 import sys
-from pathlib import Path
 
+import common
 import torch
 
 from benchmarks.replay_oracle import OracleSession, ReplyAttention
-from benchmarks.replay_run import Spec, budget_tokens, compare, reference, session_for
+from benchmarks.replay_run import budget_tokens, compare
 from kvstore import SessionConfig
-from kvstore.chat import ChatRenderer
 from kvstore.models import load_model
-from kvstore.teacher import plan
-from pipeline.conversations import load_conversation
 
 torch.set_num_threads(1)
 out, budget = sys.argv[1], float(sys.argv[2])
 model, tok, info = load_model("smollm2-135m", dtype="bf16")
-renderer = ChatRenderer(tok)
 runs = []
 for path in sys.argv[3:]:
-    conv = load_conversation(Path(path))
-    p = plan(conv.messages, renderer, 5120)
-    full = session_for(model, tok, Spec("full"), None, 0)
-    record = ReplyAttention(len(full.cache.layers))
-    with record.recording(model):
-        ref = reference(full, p, record)
+    conv, p, ref, record = common.full_reference(model, tok, path, ReplyAttention)
     tokens = budget_tokens(budget, p.tokens)
     cfg = SessionConfig(
         policy="h2o", budget=tokens, cache_options={"recent": 0, "recent_share": 0.5, "sink": 32}, protect="none"

@@ -4,16 +4,13 @@ import sys
 import time
 from pathlib import Path
 
-import common  # noqa: F401  (registers the policies)
+import common  # registers the policies
 import torch
 from rankpol import RecordingPolicy
 
 from benchmarks.replay_oracle import ReplyAttention, attention_received, per_kv_head
-from benchmarks.replay_run import Spec, budget_tokens, compare, reference, session_for
-from kvstore.chat import ChatRenderer
+from benchmarks.replay_run import Spec, budget_tokens, compare, session_for
 from kvstore.models import load_model
-from kvstore.teacher import plan
-from pipeline.conversations import load_conversation
 
 
 class PeakAttention(ReplyAttention):
@@ -41,15 +38,9 @@ torch.set_num_threads(1)
 out, profile, budget = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
 out.mkdir(parents=True, exist_ok=True)
 model, tok, info = load_model("smollm2-135m", dtype="bf16")
-renderer = ChatRenderer(tok)
 for path in sys.argv[4:]:
     t0 = time.time()
-    conv = load_conversation(Path(path))
-    p = plan(conv.messages, renderer, 5120)
-    full = session_for(model, tok, Spec("full"), None, 0)
-    record = PeakAttention(len(full.cache.layers))
-    with record.recording(model):
-        ref = reference(full, p, record)
+    conv, p, ref, record = common.full_reference(model, tok, path, PeakAttention)
     RecordingPolicy.record, RecordingPolicy.rows = record, []
     tokens = budget_tokens(budget, p.tokens)
     sess = session_for(model, tok, Spec("nexus-agent-rec"), tokens, 0, profile)
