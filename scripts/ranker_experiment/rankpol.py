@@ -38,6 +38,15 @@ class RankTerms(NexusAccPolicy):
     def default_score(self, a, n, r):
         return self.config.acc_weight * a + n + self.config.reply_weight * r
 
+    def ranked(self, ctx, a, n, r):
+        """The weight table's logit per held token, shifted to be positive: [B, Hkv, T]."""
+        x = self.features(ctx, a, n, r)  # [B, Hkv, T, F]
+        if RankedPolicy.expand:
+            x = expand(x)
+        w = RankedPolicy.weights[ctx.layer_idx].to(x)  # [Hkv, F]
+        logit = (x * w[None, :, None, :]).sum(-1)
+        return logit - logit.amin(-1, keepdim=True) + 1e-6
+
     def features(self, ctx, a, n, r):
         pos = ctx.positions
         cache = self.cache
@@ -76,7 +85,9 @@ class RecordingPolicy(RankTerms):
 
     def score(self, ctx):
         a, n, r = self.parts(ctx)
-        s = self.default_score(a, n, r)
+        # with a table loaded (record.py with RANKER set) it evicts as the ranked policy does, so the rows come from
+        # the table's own trajectory (for refitting on it: the inputs it meets when it decides)
+        s = self.ranked(ctx, a, n, r) if RankedPolicy.weights is not None else self.default_score(a, n, r)
         if ctx.commit and self.rng.random() < self.share:
             self._record(ctx, a, n, r)
         return s
@@ -110,15 +121,10 @@ class RecordingPolicy(RankTerms):
 class RankedPolicy(RankTerms):
     name = "nexus-agent-ranked"
     weights = None  # [L, Hkv, F]
+    expand = False
 
     def score(self, ctx):
-        a, n, r = self.parts(ctx)
-        x = self.features(ctx, a, n, r)  # [B, Hkv, T, F]
-        if RankedPolicy.expand:
-            x = expand(x)
-        w = RankedPolicy.weights[ctx.layer_idx].to(x)  # [Hkv, F]
-        logit = (x * w[None, :, None, :]).sum(-1)
-        return logit - logit.amin(-1, keepdim=True) + 1e-6
+        return self.ranked(ctx, *self.parts(ctx))
 
 
 def expand(x):

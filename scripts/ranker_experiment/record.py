@@ -1,12 +1,14 @@
-"""python record.py OUTDIR PROFILE BUDGET TRACE...: record features + oracle labels while the default replays."""
+"""python record.py OUTDIR PROFILE BUDGET TRACE...: record features + oracle labels while the default replays (with
+RANKER=W.pt set: while that weight table ranks, as run_replay.py does)."""
 
+import os
 import sys
 import time
 from pathlib import Path
 
 import common  # registers the policies
 import torch
-from rankpol import RecordingPolicy
+from rankpol import RecordingPolicy, load_weights
 
 from benchmarks.replay_oracle import ReplyAttention, attention_received, per_kv_head
 from benchmarks.replay_run import Spec, budget_tokens, compare, session_for
@@ -35,6 +37,8 @@ class PeakAttention(ReplyAttention):
 
 
 torch.set_num_threads(1)
+if os.environ.get("RANKER"):
+    load_weights()
 out, profile, budget = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
 out.mkdir(parents=True, exist_ok=True)
 model, tok, info = load_model("smollm2-135m", dtype="bf16")
