@@ -16,11 +16,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from rankpol import NAMES, F, expand  # noqa: E402
+from rankpol import NAMES, F, expand, recordings  # noqa: E402
 
 L2 = 1e-3
-
-
 SHRINK = 0.05  # wlogit-shrink's penalty on the distance to the pooled weights (per row, standardised inputs)
 
 
@@ -71,21 +69,20 @@ def raw_weights(w, mu, sd, one: int) -> torch.Tensor:
     return raw
 
 
-def fit_group(mode, x, t, wt, reg, one, centre=None, l2=L2):
+def fit_group(mode, x, t, wt, reg, one):
+    """(raw weights, weights on the standardised inputs, (mean, sd)) of one group of rows."""
     mu, sd = standardise(x, one)
     z = (x - mu) / sd
     if mode in ("logsum", "logpeak"):
         w = torch.linalg.solve(z.T @ z + L2 * len(t) * torch.diag(reg), z.T @ t)
     else:
-        w = logistic(z, t, wt, reg, centre, l2)
+        w = logistic(z, t, wt, reg)
     return raw_weights(w, mu, sd, one), w, (mu, sd)
 
 
 def main() -> None:
     rec, out, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-    files = sorted(rec.glob("*.pt"))
-    if sys.argv[4:]:
-        files = [f for f in files if any(o in f.name for o in sys.argv[4:])]
+    files = recordings(rec, sys.argv[4:])
     wide = mode == "logit-x"
     base = mode.split("-")[0] if mode.startswith("wlogit") else mode
     data = defaultdict(lambda: ([], [], []))

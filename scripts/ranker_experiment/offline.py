@@ -6,14 +6,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from rankpol import NAMES, expand
+from rankpol import default_logit, expand, recordings
 
 d = torch.load(sys.argv[2])
 W, ex = d["w"], d.get("expand", False)
-files = sorted(Path(sys.argv[1]).glob("*.pt"))
-if sys.argv[3:]:
-    files = [f for f in files if any(o in f.name for o in sys.argv[3:])]
-ia, i_n, ir = (NAMES.index(c) for c in "anr")
+files = recordings(sys.argv[1], sys.argv[3:])
 tot = {"default": 0.0, "W": 0.0}
 groups = 0
 for f in files:
@@ -23,7 +20,7 @@ for f in files:
             k = int(y[h].sum())
             if k == 0 or k == len(y[h]):
                 continue
-            s_def = x[h, :, ia] + x[h, :, i_n] + x[h, :, ir]
+            s_def = default_logit(x[h])
             xx = expand(x[h]) if ex else x[h]
             s_w = xx @ W[layer, h]
             for name, s in (("default", s_def), ("W", s_w)):

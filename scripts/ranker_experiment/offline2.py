@@ -7,16 +7,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from rankpol import NAMES, expand
+from rankpol import default_logit, expand, recordings
 
 tables = {}
 for p in sys.argv[2].split(","):
     d = torch.load(p)
     tables[Path(p).stem] = (d["w"].float(), d.get("expand", False))
-files = sorted(Path(sys.argv[1]).glob("*.pt"))
-if sys.argv[3:]:
-    files = [f for f in files if any(o in f.name for o in sys.argv[3:])]
-ia, i_n, ir = (NAMES.index(c) for c in "anr")
+files = recordings(sys.argv[1], sys.argv[3:])
 METRICS = ("mass", "peak_mass", "top_peak_kept", "sq_mass")
 tot = {(n, m): 0.0 for n in ["default", *tables] for m in METRICS}
 groups = 0
@@ -27,7 +24,7 @@ for f in files:
         best_p = peak.topk(k, -1).values.sum(-1).clamp_min(1e-12)
         best_sq = (mass**2).topk(k, -1).values.sum(-1).clamp_min(1e-24)
         top_p = peak.argmax(-1, keepdim=True)
-        scores = {"default": x[..., ia] + x[..., i_n] + x[..., ir]}
+        scores = {"default": default_logit(x)}
         for name, (w, ex) in tables.items():
             xx = expand(x) if ex else x
             scores[name] = (xx * w[layer][:, None, :]).sum(-1)

@@ -6,6 +6,7 @@ RankedPolicy ranks by the fitted weight table instead."""
 
 import os
 import random
+from pathlib import Path
 
 import torch
 
@@ -142,3 +143,14 @@ def load_weights(path=None):
     d = torch.load(path)
     RankedPolicy.weights = d["w"].float()
     RankedPolicy.expand = bool(d.get("expand", False))
+
+
+def recordings(folder, names=()):
+    """record.py's files in `folder`, sorted; only those whose names contain one of `names`, if any are given."""
+    files = sorted(Path(folder).glob("*.pt"))
+    return [f for f in files if any(o in f.name for o in names)] if names else files
+
+
+def default_logit(x):
+    """The default's score (the three terms at weight 1, as nexus-agent has them) from feature rows [..., F]."""
+    return x[..., NAMES.index("a")] + x[..., NAMES.index("n")] + x[..., NAMES.index("r")]
