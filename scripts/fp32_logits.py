@@ -2,7 +2,8 @@
 
 The model's weights and activations stay in their dtype; only the final projection to the vocabulary takes the
 (bf16) final hidden state in fp32 against an fp32 copy of the output weights, so the logits are not rounded to bf16.
-An experiment (docs/memory.md, "bf16 or fp32"): how much of bench replay's top-1 gap is the rounding of the logits.
+An experiment (docs/memory.md, "Out of sample, and the logits' own rounding"): how much of bench replay's top-1 gap
+is the rounding of the logits.
 """
 
 import sys
