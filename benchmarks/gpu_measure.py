@@ -29,6 +29,9 @@ QWEN3_8B = dict(
     rms_norm_eps=1e-6,
     tie_word_embeddings=False,
 )
+# Qwen3-32B (config.json of Qwen/Qwen3-32B; DeepSWE-Preview, the product's model, is a fine-tune of it)
+QWEN3_32B = QWEN3_8B | dict(hidden_size=5120, intermediate_size=25600, num_hidden_layers=64, num_attention_heads=64)
+SHAPES = {"qwen3-8b": QWEN3_8B, "qwen3-32b": QWEN3_32B}  # the real shapes a random-weight model can take
 # a tiny Qwen3 for --quick (CPU, seconds)
 QWEN3_TINY = dict(
     hidden_size=64,
@@ -73,18 +76,26 @@ class GpuBenchConfig:
         )  # fmt: skip
 
 
-def build_model(cfg: GpuBenchConfig, attn: str) -> tuple[torch.nn.Module, int]:
-    """Random-weight Qwen3 model on the device (no download); returns it and its decoder layer count."""
+def random_qwen3(
+    shapes: dict[str, Any], layers: int | None, device: str, dtype: str, attn: str, seed: int = 0
+) -> tuple[torch.nn.Module, int]:
+    """A random-weight Qwen3 of `shapes` (Qwen3Config fields), built on `device` (no download), with `layers`
+    decoder layers (None: the shape's own count); returns it (eval mode) and its decoder layer count."""
     from transformers import AutoModelForCausalLM, Qwen3Config
 
-    shapes = dict(cfg.shapes)
-    if cfg.layers:
-        shapes["num_hidden_layers"] = cfg.layers
-    torch.manual_seed(cfg.seed)
+    shapes = dict(shapes)
+    if layers:
+        shapes["num_hidden_layers"] = layers
+    torch.manual_seed(seed)
     config = Qwen3Config(**shapes)
-    with torch.device(cfg.device):
-        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, cfg.dtype), attn_implementation=attn)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype), attn_implementation=attn)
     return model.eval(), shapes["num_hidden_layers"]
+
+
+def build_model(cfg: GpuBenchConfig, attn: str) -> tuple[torch.nn.Module, int]:
+    """The bench's random-weight model on its device; returns it and its decoder layer count."""
+    return random_qwen3(cfg.shapes, cfg.layers, cfg.device, cfg.dtype, attn, cfg.seed)
 
 
 def cache_bytes(cache: Any) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.gpu_measure import GpuBenchConfig, build_model, kernel_rows, run_policy, warm_up_kernel
+from benchmarks.gpu_measure import SHAPES, GpuBenchConfig, build_model, kernel_rows, run_policy, warm_up_kernel
 from benchmarks.machine import machine
 from kvstore.errors import KVStoreError
 
@@ -169,7 +169,8 @@ def run(argv: list[str] | None = None, prog: str = "python -m benchmarks.gpu_rep
     """The options of `nexus-agent bench gpu` (defined only here), parsed and run; KVStoreError on a bad setup."""
     p = argparse.ArgumentParser(prog=prog, description=__doc__)
     p.add_argument("--quick", action="store_true", help="tiny shapes on the CPU")
-    p.add_argument("--layers", type=_positive_int, help="decoder layers to build (default: all 36 of Qwen3-8B)")
+    p.add_argument("--shape", choices=SHAPES, help="the random model's shape (default qwen3-8b)")
+    p.add_argument("--layers", type=_positive_int, help="decoder layers to build (default: all of the shape's)")
     p.add_argument("--prefill", type=_positive_int, help="prompt tokens (default 8192)")
     p.add_argument("--decode", help="decode lengths to report, comma-separated (default 4096,8192)")
     p.add_argument("--policies", help="comma-separated: dense (DynamicCache), full, nexus, ... (default dense,nexus)")
@@ -179,9 +180,10 @@ def run(argv: list[str] | None = None, prog: str = "python -m benchmarks.gpu_rep
     p.add_argument("--json", type=Path, help="also write the result as JSON here")
     a = p.parse_args(argv)
     policies = tuple(x.strip() for x in a.policies.split(",")) if a.policies else None
+    shapes = dict(SHAPES[a.shape]) if a.shape else None
     cfg = make_config(
-        a.quick, layers=a.layers, prefill=a.prefill, decode_marks=parse_ints(a.decode), policies=policies,
-        density=a.density, max_decode_s=a.max_decode_s, kernel_lengths=parse_ints(a.kernel_lengths),
+        a.quick, shapes=shapes, layers=a.layers, prefill=a.prefill, decode_marks=parse_ints(a.decode),
+        policies=policies, density=a.density, max_decode_s=a.max_decode_s, kernel_lengths=parse_ints(a.kernel_lengths),
     )  # fmt: skip
     run_and_report(cfg, a.json)
 

@@ -4,7 +4,13 @@ Per policy and context: one eviction step of the whole model (score + select on 
 it can be repeated), the per-forward attention statistics (`observe`, H2O's accumulation) for one decoded token
 and for one 512-token prefill chunk, the peak extra memory of each (benchmarks.memtrack), and the amortized
 overhead per decoded token: (eviction_step / decode_slack + observe) / decode_step for policies that evict in
-decode; prefill-only policies evict once per multi-token forward (observe only, here zero).
+decode; prefill-only policies evict once per multi-token forward (observe only, here zero). Per context also the
+time of one 512-token prefill chunk of the full cache (an agent turn's new message arrives in such chunks) and each
+policy's share of it: (observe_chunk + eviction_step) / prefill_chunk.
+
+The contexts run on a random-weight model: the tiny Qwen3 (CPU, seconds) or, with `--shape qwen3-8b|qwen3-32b`, a
+model of that real shape in bf16 (`--device cuda`: the cost on a GPU at the product model's size; `--layers` builds
+fewer decoder layers, which scales every time but the output layer alike).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from benchmarks.memtrack import peak_extra_bytes
 from kvstore.defaults import DEFAULT_MODEL
 
 PREFILL_CHUNK = 512
+PREFILL_CHUNK_REPEATS = 3
 MIB = 1 << 20
 
 
@@ -67,15 +74,32 @@ def _decode_timer(model, full):
 
 
 def measure(model, name: str, context: int, repeats: int, policies: list[str], rows: list, save=None) -> None:
-    """Append one row per policy to `rows` (calling save() after each, so a stopped run keeps what it measured)."""
+    """Append one row per policy to `rows` (calling save() after each, so a stopped run keeps what it measured),
+    then give this context's rows the time of one 512-token prefill chunk and each policy's share of it."""
     full = _filled_cache(model, "full", context, chunk=1024)
     decode_one = _decode_timer(model, full)
+    first = len(rows)
     for policy in policies:
         cache = _filled_cache(model, policy, context, chunk=1024)
         rows.append({"model": name, "context": context, "policy": policy} | _measure(cache, decode_one, repeats))
         console.print(f"  {policy}: evict {rows[-1]['eviction_step_ms']:.2f} ms")
+        del cache  # one policy's cache at a time (a 32K context of a 32B model holds 8 GiB)
         if save:
             save()
+    device = full.layers[0].keys.device
+    chunk_s = median_time(_chunk_timer(model, full), PREFILL_CHUNK_REPEATS, device, warmup=1)
+    for r in rows[first:]:  # a turn's new message, per chunk: the policy's statistics and one eviction step
+        r["prefill_chunk_ms"] = chunk_s * 1e3
+        r["prefill_overhead_pct"] = 100.0 * (r["observe_chunk_ms"] + r["eviction_step_ms"]) / r["prefill_chunk_ms"]
+    if save:
+        save()
+
+
+def _chunk_timer(model, full):
+    """One 512-token prefill chunk onto the full cache (it grows by the chunk each time: 2K tokens over the
+    warm-up and the timed repetitions, measured after every policy's rows)."""
+    ids = torch.ones(1, PREFILL_CHUNK, dtype=torch.int64, device=next(model.parameters()).device)
+    return lambda: kvstore.forward(model, full, ids)
 
 
 def _measure(cache, decode_one, repeats: int) -> dict:
@@ -112,13 +136,39 @@ COLUMNS = [
     "observe_chunk_peak_mib",
     "decode_step_ms",
     "amortized_overhead_pct",
+    "prefill_chunk_ms",
+    "prefill_overhead_pct",
 ]
+
+
+def _random_model(shape: str, layers: int, device: str, positions: int) -> tuple[torch.nn.Module, str]:
+    """The random-weight model the contexts are measured on, and its label in the table."""
+    from benchmarks.gpu_measure import SHAPES, random_qwen3
+    from kvstore.models import pick_attention
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise typer.BadParameter("no CUDA GPU here; use --device cpu", param_hint="--device")
+    if shape == "tiny":
+        return tiny_qwen3(max_positions=positions).to(device), "tiny-qwen3 (4 layers)"
+    if shape not in SHAPES:
+        raise typer.BadParameter(f"unknown shape {shape!r}; known: tiny, {', '.join(SHAPES)}", param_hint="--shape")
+    shapes = SHAPES[shape] | {"max_position_embeddings": max(positions, SHAPES[shape]["max_position_embeddings"])}
+    model, built = random_qwen3(shapes, layers or None, device, "bfloat16", pick_attention(device))
+    return model, f"{shape} random, {built} of {SHAPES[shape]['num_hidden_layers']} layers"
 
 
 def overhead(
     contexts: Annotated[
-        str, typer.Option(help="Comma-separated context lengths for the tiny model.")
+        str, typer.Option(help="Comma-separated context lengths for the random model ('' to skip it).")
     ] = "2048,8192,32768",
+    shape: Annotated[
+        str,
+        typer.Option(
+            help="The random model: 'tiny' (4 narrow layers, fp32) or a real shape in bf16: qwen3-8b, qwen3-32b."
+        ),
+    ] = "tiny",
+    layers: Annotated[int, typer.Option(min=0, help="Decoder layers of a real shape (0 = all of them).")] = 0,
+    device: Annotated[str, typer.Option(help="Device of the random model: cpu or cuda.")] = "cpu",
     model: Annotated[str, typer.Option(help="Real model to measure too ('' to skip).")] = DEFAULT_MODEL,
     real_contexts: Annotated[
         str, typer.Option(help="Context lengths for the real model (within its limit).")
@@ -128,8 +178,8 @@ def overhead(
     threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (0 = torch's default).")] = 1,
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON here.")] = None,
 ) -> None:
-    """Time every policy's eviction step and attention statistics beside one decode step; print the amortized
-    overhead per decoded token and the peak extra memory."""
+    """Time every policy's eviction step and attention statistics beside one decode step and one 512-token prefill
+    chunk; print the amortized overhead per decoded token, the share of a prefill chunk and the peak extra memory."""
     from kvstore import POLICIES
 
     names = [p for p in (policies.split(",") if policies else POLICIES) if p and p != "full"]
@@ -145,10 +195,12 @@ def overhead(
         write_json(json_path, payload)
 
     if contexts:
-        tiny = tiny_qwen3(max_positions=max(int(c) for c in contexts.split(",")) + 1024)
-        for ctx in (int(c) for c in contexts.split(",")):
-            console.print(f"tiny-qwen3 at {ctx} tokens ...")
-            measure(tiny, "tiny-qwen3 (4 layers)", ctx, repeats, names, rows, save)
+        sizes = [int(c) for c in contexts.split(",")]
+        random_model, label = _random_model(shape, layers, device, max(sizes) + 4096)
+        for ctx in sizes:
+            console.print(f"{label} at {ctx} tokens ...")
+            measure(random_model, label, ctx, repeats, names, rows, save)
+        del random_model
     if model:
         from kvstore.models import load_model
 
@@ -160,5 +212,5 @@ def overhead(
                 continue
             console.print(f"{model} at {ctx} tokens ...")
             measure(real, model, ctx, repeats, names, rows, save)
-    wide = Console(width=max(console.width, 200))  # ten columns: do not wrap them in a narrow terminal
+    wide = Console(width=max(console.width, 230))  # twelve columns: do not wrap them in a narrow terminal
     wide.print(table("Eviction overhead per policy", COLUMNS, [[r[c] for c in COLUMNS] for r in rows]))

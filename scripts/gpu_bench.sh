@@ -1,44 +1,57 @@
 #!/usr/bin/env bash
-# One prepared device run of issue 7 on one H200, about 8 minutes: the GPU tests of the kernel and the cache, then
-# `python -m benchmarks.gpu_report` (= `nexus-agent bench gpu`): dense vs Nexus at 20% (prefill 8K, decode 4K and 8K)
-# on a random-weight Qwen3-8B-shaped model, the scoring kernel vs the torch path at T = 8K and 32K, cache memory.
-# Needs only torch (CUDA), transformers and triton; nothing is installed or downloaded.
+# One prepared device run on one H200, about 8 minutes, on random-weight models of real shapes (the default: Qwen3-32B,
+# the product model's shape, all 64 decoder layers):
+#   1. the GPU tests (tests/kvstore/test_gpu.py): the Triton scoring kernel against the torch path, its memory, the
+#      cache's memory while decoding under eviction, the default memory in an agent session on CUDA against the CPU;
+#   2. `nexus-agent bench overhead` on the GPU: each policy's eviction step and statistics beside one decode step and
+#      one 512-token prefill chunk, at 8K and 32K tokens held;
+#   3. `python -m benchmarks.gpu_report` (= `nexus-agent bench gpu`): decode after an 8K prefill, full cache vs the
+#      default memory vs H2O at 25%, and the scoring kernel vs the torch path at T = 8K and 32K.
+# Needs only torch (CUDA), transformers, triton, typer and rich; nothing is downloaded. Each step has its own time
+# bound, so one that fails or hangs leaves the others' results.
 #
-# Usage: scripts/gpu_bench.sh [extra bench options, e.g. --layers 36 --max-decode-s 400]
-# Env:   OUT (output folder, default ./gpu_bench_out), LAYERS (decoder layers built, default 18 of 36 to fit
-#        10 minutes; the output says so), SKIP_TESTS=1 (benchmark only).
-set -euo pipefail
+# Usage: scripts/gpu_bench.sh
+# Env:   OUT (output folder, default ./gpu_bench_out), SHAPE (qwen3-32b or qwen3-8b), LAYERS (decoder layers built,
+#        default all of the shape's), SKIP_TESTS=1 (benchmarks only), SERVE_MODEL (see the end).
+set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu_bench_out}"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+shape="${SHAPE:-qwen3-32b}"
+layers=()
+[[ -n "${LAYERS:-}" ]] && layers=(--layers "$LAYERS")
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 unset TRITON_INTERPRET NEXUS_FORCE_TRITON  # the compiled kernel, not the interpreter
+cli=(python3 -c "from cli.app import main; main()")  # the CLI without its console script (nothing installed)
 
-python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA GPU: use --quick on a CPU')"
+python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA GPU: use --quick on a CPU')" || exit 1
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+python3 -c "import torch, transformers, triton; print('torch', torch.__version__, 'transformers', transformers.__version__, 'triton', triton.__version__)"
 
 if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
-    if python3 -c "import pytest" 2>/dev/null; then
-        echo "== GPU tests (tests/kvstore/test_gpu.py)"
-        timeout 120 python3 -m pytest tests/kvstore/test_gpu.py -q -p no:cacheprovider -rs 2>&1 \
-            | tee "$out/test_gpu.txt" || echo "GPU tests failed or timed out (see $out/test_gpu.txt)"
-    else
-        echo "pytest is not installed: GPU tests skipped (the benchmark still checks the kernel: max |diff|)"
-    fi
+    echo "== GPU tests (tests/kvstore/test_gpu.py)"
+    timeout 150 python3 -m pytest tests/kvstore/test_gpu.py -q -p no:cacheprovider -rs 2>&1 | tee "$out/test_gpu.txt" \
+        || echo "GPU tests failed or timed out (see $out/test_gpu.txt)"
 fi
 
-echo "== benchmark"
-timeout 440 python3 -m benchmarks.gpu_report --layers "${LAYERS:-18}" --max-decode-s 180 \
-    --json "$out/gpu_bench.json" "$@" 2>&1 | tee "$out/gpu_bench.txt"
+echo "== bench overhead ($shape, random weights, bf16)"
+timeout 220 "${cli[@]}" bench overhead --shape "$shape" "${layers[@]}" --device cuda --contexts 8192,32768 --model '' \
+    --policies nexus-agent,nexus,h2o,snapkv,streamingllm --repeats 5 --json "$out/overhead.json" 2>&1 \
+    | tee "$out/overhead.txt" || echo "bench overhead failed or timed out (see $out/overhead.txt)"
+
+echo "== bench gpu ($shape, random weights, bf16)"
+timeout 200 python3 -m benchmarks.gpu_report --shape "$shape" "${layers[@]}" --policies dense,nexus-agent,h2o \
+    --density 0.25 --decode 256,768 --max-decode-s 45 --json "$out/gpu_bench.json" 2>&1 | tee "$out/gpu_bench.txt" \
+    || echo "bench gpu failed or timed out (see $out/gpu_bench.txt)"
 
 # Serving (issue 14): batched vs one-at-a-time decode, time to first token and sessions under a KV cap, on the GPU.
 # It needs a real model on the device (a converted registry model, a local directory or a cached hub id): give it
-# as SERVE_MODEL. Untested on a GPU so far (no device was lent when it was added); on a CPU it is tested in CI.
+# as SERVE_MODEL. Untested on a GPU so far; on a CPU it is tested in CI.
 if [[ -n "${SERVE_MODEL:-}" ]]; then
     echo "== bench serve ($SERVE_MODEL)"
-    timeout 300 python3 -c "from cli.app import main; main()" bench serve --model "$SERVE_MODEL" --device cuda --clients 1,4,8,16 \
-        --turns 2 --reply-tokens 32 --prompt-tokens 1000 --fit-cap 256 --json "$out/serve_bench.json" 2>&1 \
-        | tee "$out/serve_bench.txt" || echo "bench serve failed or timed out (see $out/serve_bench.txt)"
+    timeout 300 "${cli[@]}" bench serve --model "$SERVE_MODEL" --device cuda --clients 1,4,8,16 --turns 2 --reply-tokens 32 \
+        --prompt-tokens 1000 --fit-cap 256 --json "$out/serve_bench.json" 2>&1 | tee "$out/serve_bench.txt" \
+        || echo "bench serve failed or timed out (see $out/serve_bench.txt)"
 else
     echo "== bench serve skipped: set SERVE_MODEL to a model the device has (registry name, directory or hub id)"
 fi

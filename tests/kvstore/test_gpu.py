@@ -107,3 +107,41 @@ def test_cache_with_flash_attention_2():
     peaks, held = _decode_peaks("flash_attention_2")
     assert max(held) <= min(held) * 1.5
     assert max(peaks[1:]) <= peaks[0] * 1.05
+
+
+def _agent_session(device: str):
+    """The default memory in an agent session (protected opening, teacher-forced replies, tool outputs, eviction
+    at every turn) on the tiny chat model in fp32 on `device`; returns per turn (logits, positions held)."""
+    import copy
+
+    from sessionlib import qwen_tokenizer, tiny_chat_model, words
+
+    from kvstore import Session, SessionConfig
+
+    model = copy.deepcopy(tiny_chat_model("qwen3", 4096)).to(device)  # the shared model stays on the CPU
+    config = SessionConfig(policy="nexus-agent", budget=160, device=device, cache_options={"block": 16})
+    s = Session(model, qwen_tokenizer(), config)
+    s.append([{"role": "system", "content": words(60, "sys")}, {"role": "user", "content": words(40, "task")}])
+    s.prefill()
+    turns = []
+    for t in range(5):
+        logits, _ = s.teacher_force([{"role": "assistant", "content": words(30, f"a{t}")}])
+        s.append([{"role": "tool", "content": words(80, f"o{t}")}])
+        s.prefill()
+        held = [layer.positions.cpu() for layer in s.cache.layers]
+        turns.append((logits.float().cpu(), held))
+    assert s.cache.stats()["eviction_steps"] > 0
+    return turns
+
+
+def test_the_default_memory_keeps_on_the_gpu_what_it_keeps_on_the_cpu():
+    """The product's path (Session + nexus-agent) on CUDA: the same tokens kept per kv head as on the CPU (fp32; a
+    near-tie may rank apart, so 98% of them), and the same next-token choices with close logits."""
+    cpu, gpu = _agent_session("cpu"), _agent_session("cuda")
+    for (lc, hc), (lg, hg) in zip(cpu, gpu, strict=True):
+        assert (lc.argmax(-1) == lg.argmax(-1)).float().mean() >= 0.98
+        torch.testing.assert_close(lg, lc, atol=5e-3, rtol=1e-3)
+        for a, b in zip(hc, hg, strict=True):
+            assert a.shape == b.shape
+            same = sum(len(set(x.tolist()) & set(y.tolist())) for x, y in zip(a[0], b[0], strict=True))
+            assert same >= 0.98 * a[0].numel()
