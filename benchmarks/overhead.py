@@ -33,10 +33,10 @@ PREFILL_CHUNK_REPEATS = 3
 MIB = 1 << 20
 
 
-def _filled_cache(model, policy: str, context: int, chunk: int):
+def _filled_cache(model, policy: str, context: int, chunk: int, **options):
     """A cache holding `context` tokens (budget above context, so nothing is evicted while filling), measured as
     inside an agent's reply: every new query is the reply's too (nexus-agent's reply term works on every call)."""
-    cache = kvstore.make_cache(model, policy, budget=context + 64, seed=0)
+    cache = kvstore.make_cache(model, policy, budget=context + 64, seed=0, **options)
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(0))
     kvstore.prefill(model, cache, ids.to(model.device), chunk_size=chunk)
@@ -73,15 +73,18 @@ def _decode_timer(model, full):
     return decode_one
 
 
-def measure(model, name: str, context: int, repeats: int, policies: list[str], rows: list, save=None) -> None:
+def measure(
+    model, name: str, context: int, repeats: int, policies: list[str], rows: list, save=None, **options
+) -> None:
     """Append one row per policy to `rows` (calling save() after each, so a stopped run keeps what it measured),
     then give this context's rows the time of one 512-token prefill chunk and each policy's share of it."""
     full = _filled_cache(model, "full", context, chunk=1024)
     decode_one = _decode_timer(model, full)
     first = len(rows)
     for policy in policies:
-        cache = _filled_cache(model, policy, context, chunk=1024)
-        rows.append({"model": name, "context": context, "policy": policy} | _measure(cache, decode_one, repeats))
+        cache = _filled_cache(model, policy, context, chunk=1024, **options)
+        row = {"model": name, "context": context, "policy": policy, "triton": options.get("use_triton") is not False}
+        rows.append(row | _measure(cache, decode_one, repeats))
         console.print(f"  {policy}: evict {rows[-1]['eviction_step_ms']:.2f} ms")
         del cache  # one policy's cache at a time (a 32K context of a 32B model holds 8 GiB)
         if save:
@@ -129,6 +132,7 @@ COLUMNS = [
     "model",
     "context",
     "policy",
+    "triton",
     "eviction_step_ms",
     "eviction_peak_mib",
     "observe_decode_ms",
@@ -169,6 +173,9 @@ def overhead(
     ] = "tiny",
     layers: Annotated[int, typer.Option(min=0, help="Decoder layers of a real shape (0 = all of them).")] = 0,
     device: Annotated[str, typer.Option(help="Device of the random model: cpu or cuda.")] = "cpu",
+    triton: Annotated[
+        bool, typer.Option(help="Use the fused Triton kernels where they run (CUDA); --no-triton: the torch paths.")
+    ] = True,
     model: Annotated[str, typer.Option(help="Real model to measure too ('' to skip).")] = DEFAULT_MODEL,
     real_contexts: Annotated[
         str, typer.Option(help="Context lengths for the real model (within its limit).")
@@ -189,6 +196,7 @@ def overhead(
     if threads:
         torch.set_num_threads(threads)
     rows = []
+    options = {} if triton else {"use_triton": False}
 
     def save() -> None:  # after every policy, so a run stopped by a time bound keeps what it measured
         payload = {"benchmark": "overhead", "threads": torch.get_num_threads(), "repeats": repeats, "rows": rows}
@@ -199,7 +207,7 @@ def overhead(
         random_model, label = _random_model(shape, layers, device, max(sizes) + 4096)
         for ctx in sizes:
             console.print(f"{label} at {ctx} tokens ...")
-            measure(random_model, label, ctx, repeats, names, rows, save)
+            measure(random_model, label, ctx, repeats, names, rows, save, **options)
         del random_model
     if model:
         from kvstore.models import load_model
@@ -211,6 +219,6 @@ def overhead(
                 console.print(f"[yellow]skip {model} at {ctx}: beyond its {limit} positions[/yellow]")
                 continue
             console.print(f"{model} at {ctx} tokens ...")
-            measure(real, model, ctx, repeats, names, rows, save)
+            measure(real, model, ctx, repeats, names, rows, save, **options)
     wide = Console(width=max(console.width, 230))  # twelve columns: do not wrap them in a narrow terminal
     wide.print(table("Eviction overhead per policy", COLUMNS, [[r[c] for c in COLUMNS] for r in rows]))

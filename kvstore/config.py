@@ -45,7 +45,7 @@ class CacheConfig:
     pyramid_beta: float = 20.0  # PyramidKV: the last layer's candidate share is 1/beta of the mean (paper code: 20)
     pyramid_spread: float | None = None  # legacy PyramidKV shape: layer 0 (1 + spread) x budget ... last (1 - spread)
     ada_floor: float = 0.2  # Ada-KV: share of each head's uniform budget it is guaranteed
-    use_triton: bool | None = None  # fused Triton scorer: None = on CUDA when installed; False = torch path
+    use_triton: bool | None = None  # fused Triton kernels: None = on CUDA when installed; False = torch paths
     seed: int = 0  # seed of the cache's torch.Generator (reservoir draws)
 
     def __post_init__(self) -> None:

@@ -125,6 +125,7 @@ class EvictingLayer(DynamicLayer):
             commit,
             self.owner.prior_at(self.layer_idx, self.positions) if with_prior else None,
             self.owner.reply_queries(self.seen - self.last_q_len, self.seen),
+            self.owner.config.use_triton is not False,
         )
 
     def pinned(self) -> torch.Tensor | None:

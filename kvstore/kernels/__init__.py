@@ -1,8 +1,10 @@
 """Fused GPU kernels of the cache's hot paths, with the torch reference as the CPU path.
 
-`window_block_scores_auto` is what the cache calls: the Triton kernel on CUDA when triton is importable (or on the
-CPU when NEXUS_FORCE_TRITON=1 and TRITON_INTERPRET=1, for tests), `kvstore.scoring.window_block_scores` otherwise.
-Triton is optional (extra `gpu`): nothing here imports it until a kernel runs.
+`window_block_scores_auto` (Nexus scoring) and `received_triton` (the attention held tokens receive: H2O's and the
+default memory's statistics, SnapKV's window score) are what the cache calls: the Triton kernels on CUDA when triton
+is importable (or on the CPU when NEXUS_FORCE_TRITON=1 and TRITON_INTERPRET=1, for tests), the torch paths otherwise.
+Triton is optional (extra `gpu`): nothing here imports it until a kernel runs. A kernel that fails to compile or run
+sends every later call of this process to the torch paths, with one warning.
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ import torch
 
 from kvstore.scoring import window_block_scores
 
-__all__ = ["triton_available", "triton_error", "triton_window_block_scores", "use_triton", "window_block_scores_auto"]
+__all__ = [
+    "received_triton",
+    "triton_available",
+    "triton_error",
+    "triton_window_block_scores",
+    "use_triton",
+    "window_block_scores_auto",
+]
 
 _failure: list[str] = []  # the first error of the Triton path in this process; the torch path is used from then on
 
@@ -50,16 +59,45 @@ def triton_window_block_scores(
     return kernel(q_win, keys, block, scale)
 
 
+def _triton_or_none(kernel, keys: torch.Tensor, *args):
+    """kernel(..., keys, ...) when the Triton path runs for `keys`' device; None when it does not or fails (the
+    caller takes its torch path). `args` are the kernel's arguments, `keys` among them."""
+    if not use_triton(keys.device):
+        return None
+    try:
+        return kernel(*args)
+    except ValueError:
+        raise  # bad shapes: the caller's bug, the same on either path
+    except Exception as exc:  # a triton that cannot compile or launch here: keep the cache working
+        _failure.append(f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
+        warnings.warn(f"a Triton kernel failed, using the torch paths from now on: {_failure[0]}", stacklevel=3)
+    return None
+
+
 def window_block_scores_auto(
     q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: float | None = None
 ) -> torch.Tensor:
     """S-hat [W, N_k] of window queries [Hq, W, D] over held keys [Hkv, T, D]: Triton when `use_triton`, else torch."""
-    if use_triton(keys.device):
-        try:
-            return triton_window_block_scores(q_win, keys, block, scale)
-        except ValueError:
-            raise  # bad shapes: the caller's bug, the same on either path
-        except Exception as exc:  # a triton that cannot compile or launch here: keep the cache working
-            _failure.append(f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
-            warnings.warn(f"Triton scoring failed, using the torch path from now on: {_failure[0]}", stacklevel=2)
-    return window_block_scores(q_win, keys, block, scale)
+    out = _triton_or_none(triton_window_block_scores, keys, q_win, keys, block, scale)
+    return out if out is not None else window_block_scores(q_win, keys, block, scale)
+
+
+def received_triton(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    scale: float | None,
+    key_valid: torch.Tensor | None,
+    weights: torch.Tensor | None = None,
+) -> torch.Tensor | None:
+    """The attention each held key receives from `queries`, summed over them and averaged over each kv head's query
+    heads, [Hkv, T] (`kvstore.kernels.triton_received`), when the Triton path runs; None: take the torch path (also
+    for queries of another dtype than the keys, which the torch path upcasts together)."""
+    if queries.dtype != keys.dtype:
+        return None
+
+    def kernel(*args):
+        from kvstore.kernels.triton_received import triton_received
+
+        return triton_received(*args)
+
+    return _triton_or_none(kernel, keys, queries, keys, scale, key_valid, weights)

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from kvstore.config import CacheConfig
+from kvstore.kernels import received_triton
 
 
 @dataclass
@@ -28,6 +29,7 @@ class ScoreContext:
     commit: bool = False  # True only for a real eviction step: a policy may update its per-token state in `score`
     prior: torch.Tensor | None = None  # [B, Hkv, T] memory-profile weights of the held tokens (0: none), or None
     reply_queries: torch.Tensor | None = None  # [q] bool on the CPU: which of this call's new queries are the reply's
+    triton: bool = True  # False: the torch paths even where the fused kernels run (CacheConfig.use_triton=False)
 
 
 class Policy:
@@ -159,8 +161,13 @@ def head_token_attention(
     rows = []
     for i in range(b):
         valid = None if ctx.valid is None else ctx.valid[i]
-        s = attention_received(q[i], ctx.keys[i], ctx.scaling, valid, ctx.max_elems, reduce, weights)
-        rows.append(per_kv_head(s, hkv))
+        fused = ctx.triton and reduce == "sum"
+        s = received_triton(q[i], ctx.keys[i], ctx.scaling, valid, weights) if fused else None
+        if s is None:  # the torch path: the CPU, a max, or no working Triton here
+            s = per_kv_head(
+                attention_received(q[i], ctx.keys[i], ctx.scaling, valid, ctx.max_elems, reduce, weights), hkv
+            )
+        rows.append(s)
     return torch.stack(rows)
 
 

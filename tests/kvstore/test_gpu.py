@@ -49,6 +49,30 @@ def test_kernel_matches_reference(dtype, hq, hkv, w, d, t, block):
     torch.testing.assert_close(got, ref, atol=2e-5 if dtype == torch.float32 else 1e-4, rtol=1e-3)
 
 
+RECEIVED = [  # hq, hkv, rows, d, t: a 512-token prefill chunk and one decoded token, Qwen3-32B and Qwen3-8B heads
+    (64, 8, 512, 128, 8192),
+    (64, 8, 1, 128, 5000),
+    (32, 8, 512, 128, 3001),
+    (16, 2, 100, 64, 777),
+]
+
+
+@pytest.mark.parametrize(("hq", "hkv", "rows", "d", "t"), RECEIVED)
+def test_received_kernel_matches_reference(hq, hkv, rows, d, t):
+    from kvstore.kernels.triton_received import INTERPRETED, triton_received
+    from kvstore.policies.base import attention_received, per_kv_head
+
+    assert not INTERPRETED, "unset TRITON_INTERPRET to test the compiled kernel"
+    q, k = _inputs(hq, hkv, rows, d, t, torch.bfloat16)
+    valid = torch.rand(hkv, t, device="cuda") > 0.2  # a per-head cache's holes
+    valid[:, -rows:] = True
+    weights = (torch.arange(rows, device="cuda") % 2 == 0).float()  # only some queries count (the reply's)
+    for args in ((None, None), (valid, weights)):
+        got = triton_received(q, k, None, *args)
+        ref = per_kv_head(attention_received(q, k, None, args[0], weights=args[1]), hkv)
+        torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-3)
+
+
 def test_kernel_never_materializes_window_attention():
     from kvstore.kernels.triton_scores import triton_window_block_scores
 

@@ -164,9 +164,10 @@ AOT = """
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+import kvstore.kernels.triton_received as tr
 import kvstore.kernels.triton_scores as ts
 
-assert not ts.INTERPRETED
+assert not ts.INTERPRETED and not tr.INTERPRETED
 def build(fn, dtype, const, floats, warps):
     names = fn.arg_names
     sig = {}
@@ -174,7 +175,7 @@ def build(fn, dtype, const, floats, warps):
         if n in const:
             sig[n] = "constexpr"
         elif n.endswith("_ptr"):
-            sig[n] = "*" + dtype if n in ("q_ptr", "k_ptr") else "*fp32"
+            sig[n] = "*" + dtype if n in ("q_ptr", "k_ptr") else "*u8" if n == "valid_ptr" else "*fp32"
         else:
             sig[n] = "fp32" if n in floats else "i32"
     src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()})
@@ -184,12 +185,19 @@ for dtype, ieee in (("bf16", False), ("fp32", True)):
     k1 = build(ts._lse_kernel, dtype, dict(shape, TILE=ts.LSE_TILE), {"scale"}, ts._warps(128, 64, ts.LSE_TILE))
     k2 = build(ts._block_kernel, dtype, dict(shape, BLOCK=32, TILE=64), {"scale", "inv_heads"}, ts._warps(128, 64, 64))
     assert "cubin" in k1.asm and "cubin" in k2.asm
+    for valid, weights in ((False, False), (True, True)):  # the received-attention kernels, Qwen3-32B shapes
+        shape = dict(D=128, DP=128, ROWS=tr.ROWS, TILE=tr.TILE, HAS_VALID=valid, IEEE=ieee, UPCAST=False)
+        warps = ts._warps(128, tr.ROWS, tr.TILE)
+        k3 = build(tr._lse_kernel, dtype, shape, {"scale"}, warps)
+        k4 = build(tr._column_kernel, dtype, dict(shape, HAS_WEIGHTS=weights), {"scale", "inv_group"}, warps)
+        assert "cubin" in k3.asm and "cubin" in k4.asm
 """
 
 
 @pytest.mark.slow
 def test_kernels_compile_for_h200_without_a_gpu():
-    """The compiled path (not the interpreter) type-checks and lowers to an sm_90 cubin, Qwen3-8B shapes."""
+    """The compiled path (not the interpreter) type-checks and lowers to an sm_90 cubin: the scoring kernels at
+    Qwen3-8B shapes, the received-attention kernels at Qwen3-32B's head_dim."""
     import subprocess
     from pathlib import Path
 
