@@ -27,6 +27,10 @@ __all__ = [
     "window_block_scores_auto",
 ]
 
+# The received-attention kernel parallelizes its first pass over query rows, not keys: for a decoded token (one row)
+# it streamed 32K held keys in 64 programs and took 2.4x the torch path's time per token on an H200 (Qwen3-32B shape,
+# docs/benchmarks.md "On a GPU"; at 8K it took 0.7x). Fewer rows than this take the torch path.
+MIN_FUSED_ROWS = 16
 _failure: list[str] = []  # the first error of the Triton path in this process; the torch path is used from then on
 
 
@@ -91,8 +95,9 @@ def received_triton(
 ) -> torch.Tensor | None:
     """The attention each held key receives from `queries`, summed over them and averaged over each kv head's query
     heads, [Hkv, T] (`kvstore.kernels.triton_received`), when the Triton path runs; None: take the torch path (also
-    for queries of another dtype than the keys, which the torch path upcasts together)."""
-    if queries.dtype != keys.dtype:
+    for queries of another dtype than the keys, which the torch path upcasts together, and for fewer than
+    MIN_FUSED_ROWS queries: a decoded token)."""
+    if queries.dtype != keys.dtype or queries.shape[-2] < MIN_FUSED_ROWS:
         return None
 
     def kernel(*args):

@@ -27,7 +27,16 @@ def test_every_policy_is_measured(tmp_path: Path) -> None:
     assert set(rows) == {name for name, (cls, _) in POLICIES.items() if cls.evicts}
     for name, r in rows.items():
         assert r["eviction_step_ms"] > 0 and r["decode_step_ms"] > 0 and r["eviction_peak_mib"] > 0, name
+        assert r["prefill_chunk_ms"] > 0 and r["prefill_overhead_pct"] > 0 and r["triton"], name
         observes = POLICIES[name][0].observe is not Policy.observe  # H2O and nexus-agent gather on every forward
         assert (r["observe_chunk_peak_mib"] > 0) == observes, name
     # H2O's statistics for a 512-token chunk: [Hq, 512, T] probabilities (4 heads, T = 320) plus logits, ~5 MiB
     assert rows["h2o"]["observe_chunk_peak_mib"] < 8
+
+
+def test_a_bad_shape_or_a_missing_gpu_is_one_clear_error() -> None:
+    result = CliRunner().invoke(app, ["bench", "overhead", "--shape", "qwen9", "--model", ""])
+    assert result.exit_code == 2 and "unknown shape 'qwen9'" in result.output
+    if not torch.cuda.is_available():
+        result = CliRunner().invoke(app, ["bench", "overhead", "--device", "cuda", "--model", ""])
+        assert result.exit_code == 2 and "no CUDA GPU here" in result.output
