@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One prepared device run on one H200, about 8 minutes, on random-weight models of real shapes (the default: Qwen3-32B,
 # the product model's shape, all 64 decoder layers):
-#   1. the GPU tests (tests/kvstore/test_gpu.py): the Triton scoring kernel against the torch path, its memory, the
+#   1. the GPU tests (tests/kvstore/test_gpu.py): the Triton kernels against the torch paths, their memory, the
 #      cache's memory while decoding under eviction, the default memory in an agent session on CUDA against the CPU;
 #   2. `nexus-agent bench overhead` on the GPU: each policy's eviction step and statistics beside one decode step and
 #      one 512-token prefill chunk, at 8K and 32K tokens held;
@@ -36,7 +36,7 @@ fi
 
 echo "== bench overhead ($shape, random weights, bf16)"
 timeout 220 "${cli[@]}" bench overhead --shape "$shape" "${layers[@]}" --device cuda --contexts 8192,32768 --model '' \
-    --policies nexus-agent,nexus,h2o,snapkv,streamingllm --repeats 5 --json "$out/overhead.json" 2>&1 \
+    --policies nexus-agent,nexus,h2o,snapkv,streaming --repeats 5 --json "$out/overhead.json" 2>&1 \
     | tee "$out/overhead.txt" || echo "bench overhead failed or timed out (see $out/overhead.txt)"
 
 echo "== bench gpu ($shape, random weights, bf16)"
