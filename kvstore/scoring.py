@@ -78,20 +78,23 @@ def kv_head_block_scores(
 
 
 def direct_score(s_hat: torch.Tensor) -> torch.Tensor:
-    """a = mean of the W rows of S-hat (Eq. 1/3): [W, N_k] -> [N_k], summing to 1."""
-    return s_hat.mean(0)
+    """a = mean of the W rows of S-hat (Eq. 1/3): [..., W, N_k] -> [..., N_k], summing to 1."""
+    return s_hat.mean(-2)
 
 
 def walk(s_hat: torch.Tensor, steps: int) -> torch.Tensor:
     """Bridge score c~ (Eq. 4): C = 0; for the `steps` most recent rows, oldest first, gamma = 1 + <a_q, C>,
-    C += gamma * a_q; return C / ||C||_1 ([N_k]). With steps == 0 it returns zeros (no walk)."""
-    c = torch.zeros(s_hat.shape[-1], dtype=s_hat.dtype, device=s_hat.device)
+    C += gamma * a_q; return C / ||C||_1. [..., W, N_k] -> [..., N_k]: leading dimensions are independent walks (one
+    per kv head: one set of launches for all heads). With steps == 0 it returns zeros (no walk)."""
+    c = torch.zeros(s_hat.shape[:-2] + s_hat.shape[-1:], dtype=s_hat.dtype, device=s_hat.device)
     if steps <= 0:
         return c
-    for row in s_hat[-steps:]:
-        gamma = 1.0 + torch.dot(row, c)
+    w = s_hat.shape[-2]
+    for i in range(max(0, w - steps), w):
+        row = s_hat[..., i, :]
+        gamma = 1.0 + (row * c).sum(-1, keepdim=True)
         c = c + gamma * row
-    return c / c.sum().clamp_min(torch.finfo(c.dtype).tiny)
+    return c / c.sum(-1, keepdim=True).clamp_min(torch.finfo(c.dtype).tiny)
 
 
 def recency_ramp(n: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -102,7 +105,7 @@ def recency_ramp(n: int, device: torch.device | str = "cpu", dtype: torch.dtype 
 
 
 def nexus_weights(s_hat: torch.Tensor, walk_steps: int = 3, lam: float = 0.5, eps_tie: float = 1e-6) -> torch.Tensor:
-    """w_j = a_j + lam * c~_j + eps_tie * r_j (Eqs. 2 and 5): [W, N_k] -> [N_k]."""
+    """w_j = a_j + lam * c~_j + eps_tie * r_j (Eqs. 2 and 5): [..., W, N_k] -> [..., N_k]."""
     s = direct_score(s_hat)
     if lam:
         s = s + lam * walk(s_hat, walk_steps)

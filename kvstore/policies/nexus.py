@@ -73,7 +73,7 @@ class NexusHeadPolicy(NexusPolicy):
         out = []
         for i in range(ctx.keys.shape[0]):
             s_hat = kv_head_block_scores(ctx.queries[i], ctx.keys[i], cfg.block, ctx.scaling)  # [Hkv, W, N_k]
-            out.append(torch.stack([nexus_weights(s, cfg.walk_steps, cfg.lam, cfg.eps_tie) for s in s_hat]))
+            out.append(nexus_weights(s_hat, cfg.walk_steps, cfg.lam, cfg.eps_tie))  # all kv heads at once
         return torch.stack(out)  # [B, Hkv, N_k]
 
 

@@ -53,6 +53,15 @@ def test_weights_add_lambda_walk_and_recency_tie_break():
     assert scoring.recency_ramp(1).tolist() == [0.0]
 
 
+def test_one_batched_walk_per_kv_head_equals_walking_each_head():
+    """The per-kv-head score walks all heads in one set of ops (a leading dimension), with the same result as
+    walking each head alone, to the bit (what the cache keeps does not change)."""
+    s_hat = scoring.rownorm(torch.rand(8, 16, 300, generator=torch.Generator().manual_seed(0)) ** 4)  # [Hkv, W, N_k]
+    for steps in (0, 3, 20):  # 20 > W: every row
+        alone = torch.stack([scoring.nexus_weights(s, steps, 0.5, 1e-6) for s in s_hat])
+        assert torch.equal(scoring.nexus_weights(s_hat, steps, 0.5, 1e-6), alone)
+
+
 def test_window_block_scores_rows_sum_to_one():
     s_hat = scoring.window_block_scores(torch.randn(4, 16, 8), torch.randn(2, 100, 8), 32)
     assert s_hat.shape == (16, 4)
