@@ -22,6 +22,7 @@ __all__ = [
     "received_triton",
     "triton_available",
     "triton_error",
+    "triton_received_attention",
     "triton_window_block_scores",
     "use_triton",
     "window_block_scores_auto",
@@ -63,6 +64,19 @@ def triton_window_block_scores(
     return kernel(q_win, keys, block, scale)
 
 
+def triton_received_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    scale: float | None = None,
+    key_valid: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Fused received attention [Hkv, T] of `kvstore.kernels.triton_received` (needs triton; see its docstring)."""
+    from kvstore.kernels.triton_received import triton_received as kernel
+
+    return kernel(queries, keys, scale, key_valid, weights)
+
+
 def _triton_or_none(kernel, keys: torch.Tensor, *args):
     """kernel(..., keys, ...) when the Triton path runs for `keys`' device; None when it does not or fails (the
     caller takes its torch path). `args` are the kernel's arguments, `keys` among them."""
@@ -99,10 +113,4 @@ def received_triton(
     MIN_FUSED_ROWS queries: a decoded token)."""
     if queries.dtype != keys.dtype or queries.shape[-2] < MIN_FUSED_ROWS:
         return None
-
-    def kernel(*args):
-        from kvstore.kernels.triton_received import triton_received
-
-        return triton_received(*args)
-
-    return _triton_or_none(kernel, keys, queries, keys, scale, key_valid, weights)
+    return _triton_or_none(triton_received_attention, keys, queries, keys, scale, key_valid, weights)
