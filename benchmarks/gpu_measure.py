@@ -117,7 +117,10 @@ def new_cache(model: torch.nn.Module, policy: str, cfg: GpuBenchConfig) -> Any:
         from transformers import DynamicCache
 
         return DynamicCache(config=model.config)
-    return kvstore.make_cache(model, policy, None if policy == "full" else cfg.density, seed=cfg.seed)
+    from kvstore.config import parse_policy_spec
+
+    name, options = parse_policy_spec(policy)  # e.g. nexus-agent@observe_batch=1
+    return kvstore.make_cache(model, name, None if name == "full" else cfg.density, seed=cfg.seed, **options)
 
 
 def _peak_mib(device: str, base: int) -> float | None:

@@ -173,13 +173,17 @@ def run(argv: list[str] | None = None, prog: str = "python -m benchmarks.gpu_rep
     p.add_argument("--layers", type=_positive_int, help="decoder layers to build (default: all of the shape's)")
     p.add_argument("--prefill", type=_positive_int, help="prompt tokens (default 8192)")
     p.add_argument("--decode", help="decode lengths to report, comma-separated (default 4096,8192)")
-    p.add_argument("--policies", help="comma-separated: dense (DynamicCache), full, nexus, ... (default dense,nexus)")
+    p.add_argument(
+        "--policies",
+        help="comma-separated: dense (DynamicCache), full, nexus, ..., or POLICY@key=value,... specs (cache options) "
+        "separated by ';' (default dense,nexus)",
+    )
     p.add_argument("--density", type=float, help="budget of the evicting policies (default 0.2)")
     p.add_argument("--max-decode-s", type=float, help="stop a decode run after this many seconds (default 240)")
     p.add_argument("--kernel-lengths", help="held-key lengths of the kernel timing (default 8192,32768)")
     p.add_argument("--json", type=Path, help="also write the result as JSON here")
     a = p.parse_args(argv)
-    policies = tuple(x.strip() for x in a.policies.split(",")) if a.policies else None
+    policies = tuple(x.strip() for x in a.policies.split(";" if ";" in a.policies else ",")) if a.policies else None
     shapes = dict(SHAPES[a.shape]) if a.shape else None
     cfg = make_config(
         a.quick, shapes=shapes, layers=a.layers, prefill=a.prefill, decode_marks=parse_ints(a.decode),

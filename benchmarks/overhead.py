@@ -1,10 +1,11 @@
 """`nexus-agent bench overhead`: the cost of every registered policy beside one decode step of the full cache.
 
 Per policy and context: one eviction step of the whole model (score + select on every layer, no write-back, so
-it can be repeated), the per-forward attention statistics (`observe`, H2O's accumulation) for one decoded token
-and for one 512-token prefill chunk, the peak extra memory of each (benchmarks.memtrack), and the amortized
-overhead per decoded token: (eviction_step / decode_slack + observe) / decode_step for policies that evict in
-decode; prefill-only policies evict once per multi-token forward (observe only, here zero). Per context also the
+it can be repeated), the per-forward attention statistics (`observe`, H2O's accumulation) per decoded token (as
+the cache gathers them, `observe_batch` tokens in one call, and for one token alone, as before 2026-12-04) and for
+one 512-token prefill chunk, the peak extra memory of each (benchmarks.memtrack), and the amortized overhead per
+decoded token: (eviction_step / decode_slack + observe) / decode_step for policies that evict in decode;
+prefill-only policies evict once per multi-token forward (observe only, here zero). Per context also the
 time of one 512-token prefill chunk of the full cache (an agent turn's new message arrives in such chunks) and each
 policy's share of it: (observe_chunk + eviction_step) / prefill_chunk.
 
@@ -64,6 +65,15 @@ def observe_step(cache, q_len: int) -> None:
         cache.policy.observe(ctx, q)
 
 
+def observe_batch(cache) -> int:
+    """How many decoded tokens' statistics one call gathers once the cache is at its budget: `observe_batch`,
+    or fewer when an eviction step comes first (after decode_slack + 1 tokens; EvictingLayer.flush_observations)."""
+    batch = cache.config.observe_batch
+    if cache.policy.prefill_only or not cache.policy.evicts:
+        return batch
+    return min(batch, cache.decode_slack() + 1)
+
+
 def _decode_timer(model, full):
     tok = torch.tensor([[1]], device=next(model.parameters()).device)
 
@@ -107,19 +117,23 @@ def _chunk_timer(model, full):
 
 def _measure(cache, decode_one, repeats: int) -> dict:
     device = cache.layers[0].keys.device
-    evict, decode, observe = [], [], []
+    slack = cache.decode_slack() or 1
+    batch = observe_batch(cache)
+    evict, decode, observe, alone = [], [], [], []
     for r in range(repeats):  # alternate, so that load from other processes hits all alike
         evict.append(median_time(lambda: eviction_step(cache), 1, device, warmup=0 if r else 1))
-        observe.append(median_time(lambda: observe_step(cache, 1), 1, device, warmup=0 if r else 1))
+        observe.append(median_time(lambda: observe_step(cache, batch), 1, device, warmup=0 if r else 1) / batch)
+        alone.append(median_time(lambda: observe_step(cache, 1), 1, device, warmup=0 if r else 1))
         decode.append(median_time(decode_one, 1, device, warmup=0 if r else 1))
-    evict_s, decode_s, obs_s = (statistics.median(x) for x in (evict, decode, observe))
+    evict_s, decode_s, obs_s, alone_s = (statistics.median(x) for x in (evict, decode, observe, alone))
     chunk_s = median_time(lambda: observe_step(cache, PREFILL_CHUNK), 1, device, warmup=0)
-    slack = cache.decode_slack() or 1
     per_token = obs_s + (0.0 if cache.policy.prefill_only else evict_s / slack)
     return {
         "eviction_step_ms": evict_s * 1e3,
         "eviction_peak_mib": peak_extra_bytes(lambda: eviction_step(cache), device) / MIB,
+        "observe_batch": batch,
         "observe_decode_ms": obs_s * 1e3,
+        "observe_alone_ms": alone_s * 1e3,
         "observe_chunk_ms": chunk_s * 1e3,
         "observe_chunk_peak_mib": peak_extra_bytes(lambda: observe_step(cache, PREFILL_CHUNK), device) / MIB,
         "decode_step_ms": decode_s * 1e3,
@@ -135,7 +149,9 @@ COLUMNS = [
     "triton",
     "eviction_step_ms",
     "eviction_peak_mib",
+    "observe_batch",
     "observe_decode_ms",
+    "observe_alone_ms",
     "observe_chunk_ms",
     "observe_chunk_peak_mib",
     "decode_step_ms",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import tempfile
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
@@ -26,8 +26,9 @@ from benchmarks.replay_data import default_traces
 from benchmarks.replay_oracle import HORIZONS, ReplyAttention, oracle_session, parse_horizons
 from benchmarks.replay_report import curves, plot, run_label, summarize, summary_table, target_rows, target_table
 from benchmarks.replay_run import Spec, budget_tokens, compare, reference, session_for
-from kvstore import POLICIES, CacheConfig
+from kvstore import POLICIES
 from kvstore.chat import ChatRenderer
+from kvstore.config import parse_policy_spec
 from kvstore.defaults import DEFAULT_POLICY, DEFAULT_PROTOCOL
 from kvstore.errors import KVStoreError
 from kvstore.policies import uses_profile
@@ -58,37 +59,14 @@ class ReplayConfig:
 def parse_spec(text: str) -> Spec:
     """`POLICY[@key=value,...]`: CacheConfig options, protect=system+task|system|none, or
     protocol=true-eviction|re-prefill."""
-    policy, _, rest = text.strip().partition("@")
+    policy = text.strip().partition("@")[0]
     if policy not in POLICIES:
         raise KVStoreError(f"unknown policy {policy!r} in spec {text!r}; known: {', '.join(POLICIES)}")
-    options, session = {}, {"protect": "none", "protocol": DEFAULT_PROTOCOL}
-    for item in filter(None, rest.split(",")):
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise KVStoreError(f"spec {text!r}: option {item!r} is not key=value")
-        if key in session:
-            session[key] = value
-        else:
-            options[key] = _value(key, value)
+    session = {"protect": "none", "protocol": DEFAULT_PROTOCOL}
+    _, options = parse_policy_spec(text, session)  # unknown or bad options fail here, with one message
     if session["protocol"] not in PROTOCOLS:
         raise KVStoreError(f"spec {text!r}: protocol must be one of {', '.join(PROTOCOLS)}")
-    CacheConfig.from_options(policy=policy, **options)  # unknown or bad options fail here, with one message
     return Spec(policy, tuple(sorted(options.items())), session["protect"], text.strip(), session["protocol"])
-
-
-def _value(key: str, text: str):
-    """An option's text as its value; an option whose default is text (e.g. score_memory="none") stays text."""
-    if isinstance(_TEXT_DEFAULTS.get(key), str):
-        return text
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False, "none": None}.get(text.lower(), text)
-
-
-_TEXT_DEFAULTS = {f.name: f.default for f in fields(CacheConfig)}
 
 
 def spec_label(spec: Spec, profiled: bool, learned: bool = False) -> str:

@@ -103,6 +103,12 @@ class EvictingCache(Cache):
         limit = self.layer_budget_tokens(layer.layer_idx) + (0 if multi else self.decode_slack())
         return layer.effective_held() > limit
 
+    def flush_observations(self) -> None:
+        """Apply every layer's pending decode statistics (EvictingLayer.flush_observations): before reading the
+        policies' per-token state from outside, at the end of a reply, and before saving."""
+        for layer in self.layers:
+            layer.flush_observations()
+
     def add_observer(self, observe: Callable[[EvictingLayer], None]) -> None:
         """Call `observe(layer)` after every attention call, before the layer may evict (it must not change it)."""
         self.observers.append(observe)

@@ -28,6 +28,7 @@ class CacheConfig:
     sink: int | None = None  # attention-sink tokens always kept; None: the policy's default (docs/baselines.md)
     recent: int | float | None = None  # token policies: recent tokens always kept (float: share of the layer budget)
     decode_slack: int | None = None  # tokens a layer may grow past its budget in decode; None: one block; 0: every step
+    observe_batch: int = 64  # decoded tokens whose attention statistics wait for one call (1: every token alone)
     compress_once: bool = False  # prefill-only policies: compress at the end of the first prefill only (benchmarks)
     h2o_normalize: bool = True  # H2O: divide accumulated attention by the number of queries that could attend
     pool: str = "avg"  # SnapKV family: "avg" | "max" pooling of the window scores (SnapKV code: avgpool)
@@ -58,7 +59,7 @@ class CacheConfig:
                 raise KVStoreError(f"budget density must be in (0, 1], got {b}")
             if isinstance(b, int) and b <= 0:
                 raise KVStoreError(f"budget must be a positive number of tokens, got {b}")
-        for name in ("block", "window", "n", "chunk_size", "pool_kernel", "score_chunk"):
+        for name in ("block", "window", "n", "chunk_size", "pool_kernel", "score_chunk", "observe_batch"):
             if getattr(self, name) < 1:
                 raise KVStoreError(f"option {name} must be >= 1, got {getattr(self, name)}")
         if self.walk_steps < 0 or self.recent_blocks < 0 or self.lam < 0 or self.eps_tie < 0:
@@ -92,3 +93,37 @@ class CacheConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def option_value(key: str, text: str) -> Any:
+    """A cache option written as text (`POLICY@key=value` specs) as its value: an int, float, bool or None where it
+    reads as one; an option whose default is text (e.g. score_memory="none") stays text."""
+    if isinstance(_TEXT_DEFAULTS.get(key), str):
+        return text
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False, "none": None}.get(text.lower(), text)
+
+
+def parse_policy_spec(text: str, other: dict[str, str] | None = None) -> tuple[str, dict[str, Any]]:
+    """`POLICY[@key=value,...]` -> (policy, CacheConfig options), the options checked (a clear error when unknown
+    or bad); keys of `other` are not cache options: their text values are written there. The benchmarks' way of
+    naming a policy with non-default options."""
+    policy, _, rest = text.strip().partition("@")
+    options = {}
+    for item in filter(None, rest.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise KVStoreError(f"spec {text!r}: option {item!r} is not key=value")
+        if other is not None and key in other:
+            other[key] = value
+        else:
+            options[key] = option_value(key, value)
+    CacheConfig.from_options(policy=policy, **options)
+    return policy, options
+
+
+_TEXT_DEFAULTS = {f.name: f.default for f in fields(CacheConfig)}

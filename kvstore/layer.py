@@ -31,6 +31,7 @@ class EvictingLayer(DynamicLayer):
         self.state: dict[str, torch.Tensor] = {}
         self.window_q: torch.Tensor | None = None  # [B, Hq, <=W, D]
         self.query: torch.Tensor | None = None  # [B, Hq, q, D] the current attention call's queries (for observers)
+        self.pending_q: torch.Tensor | None = None  # [B, Hq, p, D] queries of the last p positions not yet observed
         self.last_q_len = 0
         self.stats = LayerStats()
 
@@ -99,19 +100,34 @@ class EvictingLayer(DynamicLayer):
         q = query[..., -w:, :]
         self.window_q = q if self.window_q is None else torch.cat([self.window_q, q], dim=-2)[..., -w:, :]
         self.scaling = scaling
-        policy = self.owner.policy
-        if policy.observes:
-            t0 = self.owner.timer()
-            policy.observe(self.score_context(with_prior=False), query)
-            self.stats.score_s += self.owner.timer() - t0
+        if self.owner.policy.observes:
+            self.pending_q = query if self.pending_q is None else torch.cat([self.pending_q, query], dim=-2)
+            if query.shape[-2] > 1 or self.pending_q.shape[-2] >= self.owner.config.observe_batch:
+                self.flush_observations()
         if self.owner.should_evict(self):
             self.evict()
 
+    @torch.inference_mode()
+    def flush_observations(self) -> None:
+        """Let the policy observe the queries still pending, in one call. A multi-token forward is observed at
+        once; decoded tokens' statistics wait for `observe_batch` tokens (one call instead of one per token: on a GPU
+        each call is dozens of kernel launches per layer) or the next multi-token forward, eviction step, saved state
+        or dry-run plan, whichever comes first. The same sums as observing each forward alone: nothing is evicted
+        while queries wait, and they sit at the last positions, where the statistics mask them causally."""
+        pending, self.pending_q = self.pending_q, None
+        if pending is None:
+            return
+        t0 = self.owner.timer()
+        self.owner.policy.observe(self.score_context(with_prior=False, new=pending.shape[-2]), pending)
+        self.stats.score_s += self.owner.timer() - t0
+
     # --- eviction ---------------------------------------------------------------------------------------------
-    def score_context(self, commit: bool = False, with_prior: bool = True) -> ScoreContext:
+    def score_context(self, commit: bool = False, with_prior: bool = True, new: int | None = None) -> ScoreContext:
         """What a policy scores: the held keys, the window of recent queries, positions and per-token state
         (commit: this is a real eviction step, the policy may update its state; dry runs and benchmarks: False;
-        with_prior: gather the memory-profile weights of the held tokens, which only scoring reads, not observe)."""
+        with_prior: gather the memory-profile weights of the held tokens, which only scoring reads, not observe;
+        new: how many of the last positions the observed queries are, default the last forward's)."""
+        new = self.last_q_len if new is None else new
         return ScoreContext(
             self.keys,
             self.window_q,
@@ -124,7 +140,7 @@ class EvictingLayer(DynamicLayer):
             self.owner.config.score_chunk,
             commit,
             self.owner.prior_at(self.layer_idx, self.positions) if with_prior else None,
-            self.owner.reply_queries(self.seen - self.last_q_len, self.seen),
+            self.owner.reply_queries(self.seen - new, self.seen),
             self.owner.config.use_triton is not False,
         )
 
@@ -139,6 +155,7 @@ class EvictingLayer(DynamicLayer):
         """Score and select down to `budget_tokens` (default: this layer's budget) without changing anything: the
         eviction plan (kvstore.eviction.Plan), or None when nothing needs to go. Also what benchmarks time."""
         cache = self.owner
+        self.flush_observations()
         budget = cache.layer_budget_tokens(self.layer_idx) if budget_tokens is None else budget_tokens
         scores = cache.policy.score(self.score_context())
         args = (self.keys.shape[1], cache.config, cache.policy, cache.generator, self.valid, self.pinned())
@@ -146,6 +163,7 @@ class EvictingLayer(DynamicLayer):
 
     def evict(self) -> None:
         """Score, select and gather: brings the layer back to its budget (docs/algorithm.md, "Setting")."""
+        self.flush_observations()
         cache, t = self.owner, self.held()
         timer = cache.timer
         t0 = timer()

@@ -254,6 +254,7 @@ class Session:
         now in the history with the template's end-of-turn tokens. The queries the reply ran through the model
         (from its generation prompt to the last token the cache has seen) stay marked as the agent's."""
         text = self.renderer.decode(ids[:-1] if finish_reason == "eos" else ids)
+        self.cache.flush_observations()  # the reply's last decoded tokens' statistics: the turn's state is complete
         if self.cache.reply_from is not None:
             self.cache.add_reply(self.cache.reply_from, self.prefilled)
         self.cache.reply_from, self._prompt = None, None

@@ -20,6 +20,7 @@ def export_state(cache: EvictingCache) -> tuple[dict[str, torch.Tensor], dict[st
     tensors: dict[str, torch.Tensor] = {"generator": cache.generator.get_state()}
     if cache.prior is not None:
         tensors["prior"] = cache.prior.detach().to("cpu").contiguous()
+    cache.flush_observations()  # statistics still pending are applied, not saved
     layers = []
     for i, layer in enumerate(cache.layers):
         entries = {

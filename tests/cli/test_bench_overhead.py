@@ -30,6 +30,9 @@ def test_every_policy_is_measured(tmp_path: Path) -> None:
         assert r["prefill_chunk_ms"] > 0 and r["prefill_overhead_pct"] > 0 and r["triton"], name
         observes = POLICIES[name][0].observe is not Policy.observe  # H2O and nexus-agent gather on every forward
         assert (r["observe_chunk_peak_mib"] > 0) == observes, name
+        assert r["observe_alone_ms"] >= 0 and r["observe_decode_ms"] >= 0, name
+        # the cache observes decoded tokens in one call per eviction step at most: decode_slack + 1 = 33 tokens
+        assert r["observe_batch"] == 33 or not observes, name
     # H2O's statistics for a 512-token chunk: [Hq, 512, T] probabilities (4 heads, T = 320) plus logits, ~5 MiB
     assert rows["h2o"]["observe_chunk_peak_mib"] < 8
 

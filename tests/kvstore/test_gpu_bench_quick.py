@@ -52,6 +52,19 @@ def test_quick_run(tmp_path):
         assert all(r["max_abs_diff"] < 1e-5 for r in result["kernel"])
 
 
+def test_a_policy_spec_sets_cache_options():
+    from benchmarks.gpu_measure import GpuBenchConfig, new_cache, random_qwen3
+    from kvstore.errors import KVStoreError
+
+    cfg = GpuBenchConfig.quick()
+    model, _ = random_qwen3(cfg.shapes, None, "cpu", "float32", "sdpa")
+    cache = new_cache(model, "nexus-agent@observe_batch=1,window=8", cfg)
+    assert (cache.config.policy, cache.config.observe_batch, cache.config.window) == ("nexus-agent", 1, 8)
+    assert new_cache(model, "h2o", cfg).config.observe_batch == 64
+    with pytest.raises(KVStoreError, match="observe_batch must be >= 1"):
+        new_cache(model, "h2o@observe_batch=0", cfg)
+
+
 def test_no_gpu_is_one_clear_error():
     import torch
 
