@@ -1,10 +1,11 @@
 """Fused GPU kernels of the cache's hot paths, with the torch reference as the CPU path.
 
-`window_block_scores_auto` (Nexus scoring) and `received_triton` (the attention held tokens receive: H2O's and the
-default memory's statistics, SnapKV's window score) are what the cache calls: the Triton kernels on CUDA when triton
-is importable (or on the CPU when NEXUS_FORCE_TRITON=1 and TRITON_INTERPRET=1, for tests), the torch paths otherwise.
-Triton is optional (extra `gpu`): nothing here imports it until a kernel runs. A kernel that fails to compile or run
-sends every later call of this process to the torch paths, with one warning.
+`window_block_scores_auto` and `kv_head_block_scores_auto` (Nexus scoring, per layer or per kv head) and
+`received_triton` (the attention held tokens receive: H2O's and the default memory's statistics, SnapKV's window score)
+are what the cache calls: the Triton kernels on CUDA when triton is importable (or on the CPU when NEXUS_FORCE_TRITON=1
+and TRITON_INTERPRET=1, for tests), the torch paths otherwise. Triton is optional (extra `gpu`): nothing here imports it
+until a kernel runs. A kernel that fails to compile or run sends every later call of this process to the torch paths,
+with one warning.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from functools import cache
 
 import torch
 
-from kvstore.scoring import window_block_scores
+from kvstore.scoring import kv_head_block_scores, window_block_scores
 
 __all__ = [
+    "kv_head_block_scores_auto",
     "received_triton",
     "triton_available",
     "triton_error",
@@ -56,12 +58,13 @@ def use_triton(device: torch.device) -> bool:
 
 
 def triton_window_block_scores(
-    q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: float | None = None
+    q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: float | None = None, per_kv: bool = False
 ) -> torch.Tensor:
-    """Fused S-hat [W, N_k] of `kvstore.kernels.triton_scores` (needs triton; see `window_block_scores`)."""
+    """Fused S-hat [W, N_k] (per_kv: [Hkv, W, N_k]) of `kvstore.kernels.triton_scores` (needs triton; see
+    `window_block_scores` and `kv_head_block_scores`)."""
     from kvstore.kernels.triton_scores import triton_window_block_scores as kernel
 
-    return kernel(q_win, keys, block, scale)
+    return kernel(q_win, keys, block, scale, per_kv)
 
 
 def triton_received_attention(
@@ -98,6 +101,15 @@ def window_block_scores_auto(
     """S-hat [W, N_k] of window queries [Hq, W, D] over held keys [Hkv, T, D]: Triton when `use_triton`, else torch."""
     out = _triton_or_none(triton_window_block_scores, keys, q_win, keys, block, scale)
     return out if out is not None else window_block_scores(q_win, keys, block, scale)
+
+
+def kv_head_block_scores_auto(
+    q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: float | None = None
+) -> torch.Tensor:
+    """S-hat per kv head [Hkv, W, N_k] (`kvstore.scoring.kv_head_block_scores`): Triton when `use_triton`, else
+    torch (whose [Hq, W, T] fp32 probabilities the kernel never writes)."""
+    out = _triton_or_none(triton_window_block_scores, keys, q_win, keys, block, scale, True)
+    return out if out is not None else kv_head_block_scores(q_win, keys, block, scale)
 
 
 def received_triton(

@@ -7,7 +7,8 @@ Two passes over the held keys, flash-attention style, never writing the [Hq, W, 
 1. `_lse_kernel`: each program takes a chunk of keys and, for every query head, the window rows' online max and
    denominator over its chunk -> partial log-sum-exp [P, Hq, WP]; torch folds the chunks into one lse per row.
 2. `_block_kernel`: each program takes a tile of keys (whole blocks), recomputes the logits, turns them into
-   probabilities with the lse, sums them over the query heads and then over each block's tokens -> [WP, N_k].
+   probabilities with the lse, sums them over the query heads (all of them, or each kv head's group: one output
+   per kv head, the per-kv-head score of the default memory) and then over each block's tokens -> [(Hkv,) WP, N_k].
 GQA: `GB` query heads that share a kv head are stacked as GB * WP rows of one `tl.dot`.
 """
 
@@ -122,7 +123,7 @@ def _block_kernel(
     T,
     W,
     first_pos,
-    n_hb,
+    hb_per_out,
     group,
     scale,
     n_blocks,
@@ -136,13 +137,16 @@ def _block_kernel(
     IEEE: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
-    """Head-averaged probability mass of each block of this program's key tile -> out_ptr[W, n_blocks]."""
+    """Head-averaged probability mass of each block of this program's key tile -> out_ptr[o, W, n_blocks], where
+    output o (program axis 1) averages the `hb_per_out` stacks of query heads from o * hb_per_out on: all heads (one
+    output), or one kv head's group (one output per kv head)."""
     pid = tl.program_id(0)
+    o = tl.program_id(1)
     rows = tl.arange(0, GB * WP)
     last = _last_key(first_pos, W, WP, GB)
     t = pid * TILE + tl.arange(0, TILE)
     acc = tl.zeros([WP, TILE], tl.float32)
-    for hb in range(0, n_hb):
+    for hb in range(o * hb_per_out, (o + 1) * hb_per_out):
         q = _load_q(q_ptr, hb, sqh, sqw, sqd, W, D, DP, WP, GB)
         k_head = k_ptr + ((hb * GB) // group) * skh
         s = _logits(q, k_head, t, skt, skd, T, last, scale, D, DP, IEEE, UPCAST)
@@ -153,7 +157,7 @@ def _block_kernel(
     r_i = tl.arange(0, WP)
     j = pid * (TILE // BLOCK) + tl.arange(0, TILE // BLOCK)
     mask = (r_i < W)[:, None] & (j < n_blocks)[None, :]
-    tl.store(out_ptr + r_i[:, None] * n_blocks + j[None, :], blocks, mask=mask)
+    tl.store(out_ptr + (o * W + r_i[:, None]) * n_blocks + j[None, :], blocks, mask=mask)
 
 
 INTERPRETED = type(_lse_kernel).__name__ == "InterpretedFunction"  # TRITON_INTERPRET=1 when this module loaded
@@ -183,8 +187,11 @@ def _check(q_win: torch.Tensor, keys: torch.Tensor, block: int) -> None:
         raise ValueError(f"q_win and keys differ: {q_win.dtype}/{q_win.device} vs {keys.dtype}/{keys.device}")
 
 
-def _block_mass(q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: float, first_pos: int) -> torch.Tensor:
-    """Head-averaged block mass [w, N_k] (fp32, not normalized) of at most MAX_ROWS window rows at first_pos.."""
+def _block_mass(
+    q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: float, first_pos: int, per_kv: bool
+) -> torch.Tensor:
+    """Head-averaged block mass (fp32, not normalized) of at most MAX_ROWS window rows at first_pos..: [w, N_k]
+    averaged over all query heads, or with `per_kv` [Hkv, w, N_k] over each kv head's group."""
     hq, w, d = q_win.shape
     hkv, t, _ = keys.shape
     wp, dp = max(16, triton.next_power_of_2(w)), max(16, triton.next_power_of_2(d))
@@ -206,8 +213,9 @@ def _block_mass(q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: floa
     lse = lse.masked_fill(lse == float("-inf"), float("inf"))  # a row that sees no key gets probability 0
     n_blocks = triton.cdiv(t, block)
     tile = max(block, 64)
-    out = torch.empty(w, n_blocks, device=keys.device, dtype=torch.float32)
-    _block_kernel[(triton.cdiv(t, tile),)](
+    outs = hkv if per_kv else 1
+    out = torch.empty(outs, w, n_blocks, device=keys.device, dtype=torch.float32)
+    _block_kernel[(triton.cdiv(t, tile), outs)](
         q_win,
         keys,
         lse,
@@ -216,21 +224,21 @@ def _block_mass(q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: floa
         t,
         w,
         first_pos,
-        hq // gb,
+        hq // gb // outs,
         group,
         scale,
         n_blocks,
-        1.0 / hq,
+        outs / hq,
         BLOCK=block,
         TILE=tile,
         num_warps=_warps(dp, gb * wp, tile),
         **common,
     )
-    return out
+    return out if per_kv else out[0]
 
 
 def triton_window_block_scores(
-    q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: float | None = None
+    q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: float | None = None, per_kv: bool = False
 ) -> torch.Tensor:
     """S-hat of the window queries over the held keys, fused: same contract as `kvstore.scoring.window_block_scores`.
 
@@ -240,15 +248,20 @@ def triton_window_block_scores(
     keys : [Hkv, T, D] held keys, same dtype and device; Hq must be a multiple of Hkv (GQA).
     block : tokens per block b (a power of two); the last block may be partial.
     scale : logit scale, 1 / sqrt(D) by default.
+    per_kv : average each kv head's group of query heads, not all heads (`kvstore.scoring.kv_head_block_scores`).
 
     Returns
     -------
-    [W, ceil(T / b)] float32, each row summing to 1 (a row that sees no key, possible only when T < W, is 0).
+    [W, ceil(T / b)] float32 ([Hkv, W, ceil(T / b)] with `per_kv`), each row summing to 1 (a row that sees no key,
+    possible only when T < W, is 0).
     """
     _check(q_win, keys, block)
     hq, w, d = q_win.shape
     t = keys.shape[1]
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
-    parts = [_block_mass(q_win[:, w0 : w0 + MAX_ROWS], keys, block, scale, t - w + w0) for w0 in range(0, w, MAX_ROWS)]
-    s = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)  # [W, N_k]
+    parts = [
+        _block_mass(q_win[:, w0 : w0 + MAX_ROWS], keys, block, scale, t - w + w0, per_kv)
+        for w0 in range(0, w, MAX_ROWS)
+    ]
+    s = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-2)  # [(Hkv,) W, N_k]
     return s / s.sum(-1, keepdim=True).clamp_min(torch.finfo(s.dtype).tiny)

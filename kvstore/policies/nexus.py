@@ -7,7 +7,7 @@ block and the incomplete tail block (counted by its real size)."""
 
 import torch
 
-from kvstore.kernels import window_block_scores_auto
+from kvstore.kernels import kv_head_block_scores_auto, window_block_scores_auto
 from kvstore.policies.base import Policy, ScoreContext, head_token_attention, mean_received
 from kvstore.scoring import block_spread, block_sum, kv_head_block_scores, nexus_weights, window_block_scores
 
@@ -70,9 +70,10 @@ class NexusHeadPolicy(NexusPolicy):
     def current_scores(self, ctx: ScoreContext) -> torch.Tensor:
         """The Nexus weights of this step's window, one row per kv head: [B, Hkv, N_k]."""
         cfg = self.config
+        block_scores = kv_head_block_scores if cfg.use_triton is False else kv_head_block_scores_auto
         out = []
         for i in range(ctx.keys.shape[0]):
-            s_hat = kv_head_block_scores(ctx.queries[i], ctx.keys[i], cfg.block, ctx.scaling)  # [Hkv, W, N_k]
+            s_hat = block_scores(ctx.queries[i], ctx.keys[i], cfg.block, ctx.scaling)  # [Hkv, W, N_k]
             out.append(nexus_weights(s_hat, cfg.walk_steps, cfg.lam, cfg.eps_tie))  # all kv heads at once
         return torch.stack(out)  # [B, Hkv, N_k]
 

@@ -49,6 +49,19 @@ def test_kernel_matches_reference(dtype, hq, hkv, w, d, t, block):
     torch.testing.assert_close(got, ref, atol=2e-5 if dtype == torch.float32 else 1e-4, rtol=1e-3)
 
 
+@pytest.mark.parametrize(("hq", "hkv", "w", "d", "t", "block"), CASES[:2] + CASES[-2:])
+def test_per_kv_head_kernel_matches_reference(hq, hkv, w, d, t, block):
+    """One score per kv head (the default memory's Nexus term), bf16, Qwen3-8B / -32B heads and small shapes."""
+    from kvstore.kernels.triton_scores import triton_window_block_scores
+    from kvstore.scoring import kv_head_block_scores
+
+    q, k = _inputs(hq, hkv, w, d, t, torch.bfloat16)
+    got = triton_window_block_scores(q, k, block, per_kv=True)
+    ref = kv_head_block_scores(q, k, block)
+    assert got.shape == ref.shape == (hkv, w, -(-t // block))
+    torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-3)
+
+
 RECEIVED = [  # hq, hkv, rows, d, t: a 512-token prefill chunk and one decoded token, Qwen3-32B and Qwen3-8B heads
     (64, 8, 512, 128, 8192),
     (64, 8, 1, 128, 5000),

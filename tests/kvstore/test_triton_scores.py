@@ -14,7 +14,7 @@ os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton", reason="triton is not installed (pip install triton --no-deps, or the 'gpu' extra)")
 
 from kvstore import kernels  # noqa: E402
-from kvstore.scoring import window_block_scores  # noqa: E402
+from kvstore.scoring import kv_head_block_scores, window_block_scores  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +64,19 @@ def test_matches_reference_half(ts, dtype, t, block):
     q, k = _inputs(8, 2, 16, 64, t, dtype, seed=1, spread=2.0)
     got = ts.triton_window_block_scores(q, k, block)
     torch.testing.assert_close(got, window_block_scores(q, k, block), atol=1e-4, rtol=1e-3)
+    per_kv = ts.triton_window_block_scores(q, k, block, per_kv=True)
+    torch.testing.assert_close(per_kv, kv_head_block_scores(q, k, block), atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize(("hq", "hkv", "w", "d", "t", "block"), CASES)
+def test_per_kv_head_matches_reference_fp32(ts, hq, hkv, w, d, t, block):
+    """One output per kv head, its group of query heads averaged (the default memory's Nexus term)."""
+    q, k = _inputs(hq, hkv, w, d, t, torch.float32, spread=3.0)
+    got = ts.triton_window_block_scores(q, k, block, per_kv=True)
+    ref = kv_head_block_scores(q, k, block)
+    assert got.shape == ref.shape == (hkv, w, -(-t // block))
+    torch.testing.assert_close(got, ref, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(got.sum(-1), torch.ones(hkv, w), atol=1e-5, rtol=0)
 
 
 def test_strided_inputs_and_scale(ts):
@@ -98,9 +111,12 @@ def test_auto_dispatch(ts, monkeypatch):
     monkeypatch.delenv("NEXUS_FORCE_TRITON", raising=False)
     assert not kernels.use_triton(k.device)
     assert torch.equal(kernels.window_block_scores_auto(q, k, 32), window_block_scores(q, k, 32))
+    assert torch.equal(kernels.kv_head_block_scores_auto(q, k, 32), kv_head_block_scores(q, k, 32))
     monkeypatch.setenv("NEXUS_FORCE_TRITON", "1")
     assert kernels.use_triton(k.device)
     assert torch.equal(kernels.window_block_scores_auto(q, k, 32), ts.triton_window_block_scores(q, k, 32))
+    fused = ts.triton_window_block_scores(q, k, 32, per_kv=True)
+    assert torch.equal(kernels.kv_head_block_scores_auto(q, k, 32), fused)
 
 
 FALLBACK = """
@@ -138,25 +154,33 @@ def test_auto_falls_back_to_torch_when_the_kernel_cannot_launch():
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
-def _held_positions(use_triton: bool | None) -> list[torch.Tensor]:
+def _held_positions(use_triton: bool | None, policy: str = "nexus") -> list[torch.Tensor]:
     import kvstore
     from kvstore.tiny import tiny_model
 
     model = tiny_model("qwen3", impl="sdpa", vocab_size=300, max_positions=4096)
-    cache = kvstore.make_cache(model, "nexus", 0.25, seed=3, use_triton=use_triton)
+    cache = kvstore.make_cache(model, policy, 0.25, seed=3, use_triton=use_triton)
     ids = torch.randint(0, 300, (1, 700), generator=torch.Generator().manual_seed(1))
     kvstore.prefill(model, cache, ids, chunk_size=128)
     assert cache.stats()["eviction_steps"] > 0
-    return [layer.positions[0, 0].clone() for layer in cache.layers]
+    return [layer.positions[0].clone() for layer in cache.layers]  # [Hkv, held]: per-head policies differ by head
 
 
 @pytest.mark.slow
-def test_cache_evicts_the_same_blocks_through_the_kernel(ts, monkeypatch):
-    """The nexus cache run through the fused kernel keeps exactly the blocks the torch path keeps."""
+@pytest.mark.parametrize("policy", ["nexus", "nexus-head"])
+def test_cache_evicts_the_same_blocks_through_the_kernel(ts, monkeypatch, policy):
+    """The nexus cache (one score per layer) and the per-kv-head one run through the fused kernel keep exactly the
+    blocks the torch path keeps, and the kernel did run."""
     monkeypatch.setenv("NEXUS_FORCE_TRITON", "1")
     assert kernels.use_triton(torch.device("cpu"))
-    fused = _held_positions(None)
-    reference = _held_positions(False)
+    calls = []
+    kernel = ts.triton_window_block_scores
+    monkeypatch.setattr(ts, "triton_window_block_scores", lambda *a: calls.append(a[4:]) or kernel(*a))
+    fused = _held_positions(None, policy)
+    assert calls and all(per_kv == (policy == "nexus-head",) for per_kv in calls)
+    n = len(calls)
+    reference = _held_positions(False, policy)
+    assert len(calls) == n  # use_triton=False: the torch path only
     for a, b in zip(fused, reference, strict=True):
         assert torch.equal(a, b)
 
