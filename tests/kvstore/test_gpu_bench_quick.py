@@ -63,6 +63,11 @@ def test_a_policy_spec_sets_cache_options():
     assert new_cache(model, "h2o", cfg).config.observe_batch == 64
     with pytest.raises(KVStoreError, match="observe_batch must be >= 1"):
         new_cache(model, "h2o@observe_batch=0", cfg)
+    from benchmarks.gpu_report import make_config
+
+    assert make_config(True, policies=("dense", "h2o@observe_batch=1")).policies[1] == "h2o@observe_batch=1"
+    with pytest.raises(KVStoreError, match="unknown policy 'foo'"):  # before any model is built
+        make_config(True, policies=("dense", "nexus", "foo@window=8"))
 
 
 def test_no_gpu_is_one_clear_error():
