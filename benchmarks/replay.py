@@ -59,11 +59,8 @@ class ReplayConfig:
 def parse_spec(text: str) -> Spec:
     """`POLICY[@key=value,...]`: CacheConfig options, protect=system+task|system|none, or
     protocol=true-eviction|re-prefill."""
-    policy = text.strip().partition("@")[0]
-    if policy not in POLICIES:
-        raise KVStoreError(f"unknown policy {policy!r} in spec {text!r}; known: {', '.join(POLICIES)}")
     session = {"protect": "none", "protocol": DEFAULT_PROTOCOL}
-    _, options = parse_policy_spec(text, session)  # unknown or bad options fail here, with one message
+    policy, options = parse_policy_spec(text, session)  # an unknown policy or a bad option fails here, one message
     if session["protocol"] not in PROTOCOLS:
         raise KVStoreError(f"spec {text!r}: protocol must be one of {', '.join(PROTOCOLS)}")
     return Spec(policy, tuple(sorted(options.items())), session["protect"], text.strip(), session["protocol"])

@@ -109,10 +109,14 @@ def option_value(key: str, text: str) -> Any:
 
 
 def parse_policy_spec(text: str, other: dict[str, str] | None = None) -> tuple[str, dict[str, Any]]:
-    """`POLICY[@key=value,...]` -> (policy, CacheConfig options), the options checked (a clear error when unknown
-    or bad); keys of `other` are not cache options: their text values are written there. The benchmarks' way of
-    naming a policy with non-default options."""
+    """`POLICY[@key=value,...]` -> (policy, CacheConfig options), the policy and options checked (a clear error
+    when unknown or bad); keys of `other` are not cache options: their text values are written there. The
+    benchmarks' way of naming a policy with non-default options."""
+    from kvstore.policies import POLICIES  # the policies import this module
+
     policy, _, rest = text.strip().partition("@")
+    if policy not in POLICIES:
+        raise KVStoreError(f"unknown policy {policy!r} in spec {text!r}; known: {', '.join(POLICIES)}")
     options = {}
     for item in filter(None, rest.split(",")):
         key, sep, value = item.partition("=")
