@@ -31,7 +31,7 @@ class EvictingLayer(DynamicLayer):
         self.state: dict[str, torch.Tensor] = {}
         self.window_q: torch.Tensor | None = None  # [B, Hq, <=W, D]
         self.query: torch.Tensor | None = None  # [B, Hq, q, D] the current attention call's queries (for observers)
-        self.pending_q: torch.Tensor | None = None  # [B, Hq, p, D] queries of the last p positions not yet observed
+        self.pending_q: list[torch.Tensor] = []  # [B, Hq, q, D] each: queries of the last positions not yet observed
         self.last_q_len = 0
         self.stats = LayerStats()
 
@@ -101,8 +101,8 @@ class EvictingLayer(DynamicLayer):
         self.window_q = q if self.window_q is None else torch.cat([self.window_q, q], dim=-2)[..., -w:, :]
         self.scaling = scaling
         if self.owner.policy.observes:
-            self.pending_q = query if self.pending_q is None else torch.cat([self.pending_q, query], dim=-2)
-            if query.shape[-2] > 1 or self.pending_q.shape[-2] >= self.owner.config.observe_batch:
+            self.pending_q.append(query)  # joined once, when observed (not copied on every decoded token)
+            if query.shape[-2] > 1 or len(self.pending_q) >= self.owner.config.observe_batch:
                 self.flush_observations()
         if self.owner.should_evict(self):
             self.evict()
@@ -114,9 +114,10 @@ class EvictingLayer(DynamicLayer):
         each call is dozens of kernel launches per layer) or the next multi-token forward, eviction step, saved state
         or dry-run plan, whichever comes first. The same sums as observing each forward alone: nothing is evicted
         while queries wait, and they sit at the last positions, where the statistics mask them causally."""
-        pending, self.pending_q = self.pending_q, None
-        if pending is None:
+        if not self.pending_q:
             return
+        pending = self.pending_q[0] if len(self.pending_q) == 1 else torch.cat(self.pending_q, dim=-2)
+        self.pending_q = []
         t0 = self.owner.timer()
         self.owner.policy.observe(self.score_context(with_prior=False, new=pending.shape[-2]), pending)
         self.stats.score_s += self.owner.timer() - t0

@@ -49,18 +49,18 @@ def test_pending_queries_wait_for_the_batch_or_the_next_chunk() -> None:
     cache, calls = _decoded("nexus-agent", 32, 40, budget=4096)  # no eviction: only the batch size flushes
     layers = len(cache.layers)
     assert calls == [32] * layers  # one call per layer for the first 32 tokens
-    assert cache.layers[0].pending_q.shape[-2] == 8
+    assert sum(q.shape[-2] for q in cache.layers[0].pending_q) == 8
     model = tiny_chat_model("qwen3", 4096)
     kvstore.prefill(model, cache, torch.randint(0, 1000, (1, 20), generator=torch.Generator().manual_seed(4)))
-    assert calls[layers:] == [28] * layers and cache.layers[0].pending_q is None  # the 8 waiting went with it
+    assert calls[layers:] == [28] * layers and cache.layers[0].pending_q == []  # the 8 waiting went with it
 
 
 def test_saved_state_includes_the_pending_statistics() -> None:
     alone, _ = _decoded("nexus-agent", 1, 10, budget=4096, reply=False)
     batched, _ = _decoded("nexus-agent", 32, 10, budget=4096, reply=False)
-    assert batched.layers[0].pending_q is not None
+    assert len(batched.layers[0].pending_q) == 10
     (ta, _), (tb, _) = export_state(alone), export_state(batched)
-    assert batched.layers[0].pending_q is None
+    assert batched.layers[0].pending_q == []
     for name, t in ta.items():
         if ".state." in name:
             torch.testing.assert_close(t, tb[name], atol=1e-5, rtol=1e-4)
