@@ -2,7 +2,8 @@
 machines, the budgets split over processes, or new specs replayed later on the same traces) into one result: the
 same table, target check, JSON and plot the bench writes. The files must agree on model, dtype, tokens and seeds;
 their specs and budgets (and the bound of `--bound`, the oracle of `--oracle`) are joined, and a conversation
-replayed by several files is listed once.
+replayed by several files is listed once. A `--learn` or `--cross-fit` replay joins its baselines replayed without
+one (the result keeps its record); two such records must agree.
 
     python scripts/replay_merge.py OUT_PREFIX a.json b.json ...   # writes OUT_PREFIX.json, .txt and .png
 """
@@ -31,12 +32,25 @@ def load(path: Path) -> dict:
     return part
 
 
+# How a replay's profiled runs got their profiles (`--learn`, `--cross-fit`). A file without it may join one with it:
+# its runs read no such profile (baselines keep their plain names, the default without a profile is `nexus-agent`,
+# the profiled runs `...+learned` / `...+profile`), so the labels keep them apart. Two records must agree.
+PROFILES = ("learn", "cross_fit")
+
+
 def merge(paths: list[Path]) -> tuple[dict, dict]:
     parts = [load(p) for p in paths]
     joined = ("traces", "specs", "budgets", "merged_from", "bound", "oracle")  # what the files may add to each other
-    configs = [{k: v for k, v in p["config"].items() if k not in joined} for p in parts]
+    configs = [{k: v for k, v in p["config"].items() if k not in joined + PROFILES} for p in parts]
     if any(c != configs[0] for c in configs):
         raise SystemExit("error: the files were run with different settings (model, dtype, tokens, seeds, ...)")
+    profiles = {}
+    for key in PROFILES:
+        records = [p["config"][key] for p in parts if p["config"].get(key) is not None]
+        if any(r != records[0] for r in records):
+            raise SystemExit(f"error: the files learned or cross-fitted their profiles differently ({key} differs)")
+        if records:
+            profiles[key] = records[0]
     result = {key: [x for p in parts for x in p.get(key, [])] for key in ("runs", "failed")}
     keys = [(r["spec"], r["budget"], r["conversation"], r.get("seed", 0)) for r in result["runs"]]
     if len(set(keys)) < len(keys):
@@ -50,7 +64,7 @@ def merge(paths: list[Path]) -> tuple[dict, dict]:
     traces = list(dict.fromkeys(t for p in parts for t in p["config"]["traces"]))
     budgets = sorted({b for p in parts for b in p["config"]["budgets"]}, key=float)
     merged_from = sum(p["config"].get("merged_from", 1) for p in parts)  # a merged file counts its own parts
-    info = configs[0] | {"specs": specs, "traces": traces, "budgets": budgets, "merged_from": merged_from}
+    info = configs[0] | profiles | {"specs": specs, "traces": traces, "budgets": budgets, "merged_from": merged_from}
     info["bound"] = any(p["config"].get("bound") for p in parts)  # one file replayed the query-specific bound
     info["oracle"] = list(dict.fromkeys(h for p in parts for h in p["config"].get("oracle") or []))  # set oracles
     if any(p.get("partial") for p in parts):

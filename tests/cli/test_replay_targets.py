@@ -108,6 +108,28 @@ def test_budgets_split_over_files_merge_and_a_run_twice_is_refused(tmp_path: Pat
         merge([a, b, a])
 
 
+def test_a_learned_replay_joins_its_baselines_and_two_different_learnings_are_refused(tmp_path: Path) -> None:
+    config = {"model": "m", "budgets": [0.25], "max_tokens": 100, "seeds": 1, "traces": ["t1"]}
+    learn = {"first": 1, "profile": "p", "sources": ["c0"]}
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    for path, spec, extra in ((a, "nexus-agent+learned", {"learn": learn}), (b, "h2o", {}), (c, "nexus-agent", {})):
+        path.write_text(
+            json.dumps(
+                {"conversations": [{"name": "c1"}], "runs": [_run(spec, 0.25, 0.1, 9)], "failed": []}
+                | {"config": config | {"specs": [spec]} | extra}
+            )
+        )
+    result, info = merge([b, a, c])  # the baseline and the default without a profile beside the learned default
+    assert info["learn"] == learn and info["specs"] == ["h2o", "nexus-agent+learned", "nexus-agent"]
+    (row,) = target_rows(summarize(result["runs"]), "nexus-agent+learned")
+    assert row["best_baseline"] == "h2o"
+    d = tmp_path / "d.json"  # learned from another conversation: not the same configuration
+    d.write_text(json.dumps({"runs": [], "config": config | {"specs": ["x"], "learn": learn | {"sources": ["c9"]}}}))
+    with pytest.raises(SystemExit, match="learn differs"):
+        merge([a, d])
+    assert "cross_fit" not in info
+
+
 def test_a_missing_corrupt_or_foreign_file_is_a_clear_error(tmp_path: Path) -> None:
     corrupt, foreign = tmp_path / "corrupt.json", tmp_path / "foreign.json"
     corrupt.write_text('{"runs": [')  # a run stopped while writing
