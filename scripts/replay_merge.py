@@ -67,9 +67,19 @@ def merge(paths: list[Path]) -> tuple[dict, dict]:
     info = configs[0] | profiles | {"specs": specs, "traces": traces, "budgets": budgets, "merged_from": merged_from}
     info["bound"] = any(p["config"].get("bound") for p in parts)  # one file replayed the query-specific bound
     info["oracle"] = list(dict.fromkeys(h for p in parts for h in p["config"].get("oracle") or []))  # set oracles
-    if any(p.get("partial") for p in parts):
-        info["partial"] = True  # one of the runs was stopped before its last conversation
+    if any(p.get("partial") for p in parts) and incomplete(result, info):
+        info["partial"] = True  # a run was stopped before its last conversation, and no other file replayed the rest
     return result, info
+
+
+def incomplete(result: dict, info: dict) -> bool:
+    """Whether a trace of the merged result has no conversation, or a conversation lacks a run (or a recorded failure)
+    of some spec at some budget: what a stopped run leaves unless another file replayed the rest."""
+    if len(result["conversations"]) < len(info["traces"]):
+        return True
+    done = {(r["spec"], r["budget"], r["conversation"]) for r in result["runs"] + result["failed"]}
+    wanted = {(s, b, c["name"]) for s in info["specs"] for b in info["budgets"] for c in result["conversations"]}
+    return not wanted <= done
 
 
 def main(argv: list[str]) -> None:

@@ -66,7 +66,19 @@ def test_split_runs_merge_and_different_settings_are_refused(tmp_path: Path) -> 
     )
     result, info = merge([a, b])
     assert [c["name"] for c in result["conversations"]] == ["c1", "c2"] and len(result["runs"]) == 2
-    assert info["traces"] == ["t1", "t2"] and info["partial"] is True
+    assert info["traces"] == ["t1", "t2"] and "partial" not in info  # b stopped after c2, which it had replayed
+    stopped = tmp_path / "stopped.json"  # stopped during t3: listed with no run, so the merge is partial
+    stopped.write_text(
+        json.dumps(
+            {"conversations": [{"name": "c3"}], "runs": [], "partial": True}
+            | {"config": config | {"traces": ["t3", "t4"]}}
+        )
+    )
+    assert merge([a, b, stopped])[1]["partial"] is True
+    stopped.write_text(
+        json.dumps({"conversations": [], "runs": [], "partial": True, "config": config | {"traces": ["t4"]}})
+    )
+    assert merge([a, b, stopped])[1]["partial"] is True  # t4 never reached
     c.write_text(json.dumps({"runs": [], "config": config | {"max_tokens": 200, "traces": []}}))
     with pytest.raises(SystemExit, match="different settings"):
         merge([a, c])
