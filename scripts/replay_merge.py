@@ -74,11 +74,13 @@ def merge(paths: list[Path]) -> tuple[dict, dict]:
 
 def incomplete(result: dict, info: dict) -> bool:
     """Whether a trace of the merged result has no conversation, or a conversation lacks a run (or a recorded failure)
-    of some spec at some budget: what a stopped run leaves unless another file replayed the rest."""
+    of some spec at some budget and seed: what a stopped run leaves unless another file replayed the rest."""
     if len(result["conversations"]) < len(info["traces"]):
         return True
-    done = {(r["spec"], r["budget"], r["conversation"]) for r in result["runs"] + result["failed"]}
-    wanted = {(s, b, c["name"]) for s in info["specs"] for b in info["budgets"] for c in result["conversations"]}
+    done = {(r["spec"], r["budget"], r["conversation"], r.get("seed", 0)) for r in result["runs"] + result["failed"]}
+    names = [c["name"] for c in result["conversations"]]
+    seeds = range(info.get("seeds", 1))
+    wanted = {(s, b, c, seed) for s in info["specs"] for b in info["budgets"] for c in names for seed in seeds}
     return not wanted <= done
 
 

@@ -79,6 +79,9 @@ def test_split_runs_merge_and_different_settings_are_refused(tmp_path: Path) -> 
         json.dumps({"conversations": [], "runs": [], "partial": True, "config": config | {"traces": ["t4"]}})
     )
     assert merge([a, b, stopped])[1]["partial"] is True  # t4 never reached
+    two_seeds = {"conversations": [{"name": "c1"}], "runs": [_run("h2o", 0.25, 0.1, 9)], "partial": True}
+    stopped.write_text(json.dumps(two_seeds | {"config": config | {"traces": ["t1"], "seeds": 2}}))
+    assert merge([stopped])[1]["partial"] is True  # seed 1 of c1 never ran
     c.write_text(json.dumps({"runs": [], "config": config | {"max_tokens": 200, "traces": []}}))
     with pytest.raises(SystemExit, match="different settings"):
         merge([a, c])
