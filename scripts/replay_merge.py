@@ -38,6 +38,11 @@ def load(path: Path) -> dict:
 PROFILES = ("learn", "cross_fit")
 
 
+def run_key(run: dict) -> tuple:
+    """What names one run (or recorded failure) of a replay: spec, budget, conversation and seed."""
+    return run["spec"], run["budget"], run["conversation"], run.get("seed", 0)
+
+
 def merge(paths: list[Path]) -> tuple[dict, dict]:
     parts = [load(p) for p in paths]
     joined = ("traces", "specs", "budgets", "merged_from", "bound", "oracle")  # what the files may add to each other
@@ -52,7 +57,7 @@ def merge(paths: list[Path]) -> tuple[dict, dict]:
         if records:
             profiles[key] = records[0]
     result = {key: [x for p in parts for x in p.get(key, [])] for key in ("runs", "failed")}
-    keys = [(r["spec"], r["budget"], r["conversation"], r.get("seed", 0)) for r in result["runs"]]
+    keys = [run_key(r) for r in result["runs"]]
     if len(set(keys)) < len(keys):
         twice = next(k for k in keys if keys.count(k) > 1)
         raise SystemExit(f"error: {twice[0]} at budget {twice[1]} on {twice[2]} is in more than one file")
@@ -77,7 +82,7 @@ def incomplete(result: dict, info: dict) -> bool:
     of some spec at some budget and seed: what a stopped run leaves unless another file replayed the rest."""
     if len(result["conversations"]) < len(info["traces"]):
         return True
-    done = {(r["spec"], r["budget"], r["conversation"], r.get("seed", 0)) for r in result["runs"] + result["failed"]}
+    done = {run_key(r) for r in result["runs"] + result["failed"]}
     names = [c["name"] for c in result["conversations"]]
     seeds = range(info.get("seeds", 1))
     wanted = {(s, b, c, seed) for s in info["specs"] for b in info["budgets"] for c in names for seed in seeds}
