@@ -162,6 +162,15 @@ class EvictingCache(Cache):
         self._reply_mask = (key, mask)
         return mask
 
+    def reply_tokens(self, positions: torch.Tensor) -> torch.Tensor:
+        """[B, Hkv, T] bool: which held tokens (by original position) the agent's replies wrote, the one running now
+        included (generation prompts too: they are the replies' tokens here as their queries are in reply_queries)."""
+        mask = torch.zeros_like(positions, dtype=torch.bool)
+        spans = [*self.replies, *([(self.reply_from, None)] if self.reply_from is not None else [])]
+        for start, end in spans:
+            mask |= (positions >= start) if end is None else (positions >= start) & (positions < end)
+        return mask
+
     # --- protected spans ------------------------------------------------------------------------------------------
     def protect(self, start: int, end: int) -> None:
         """Never evict the tokens at positions [start, end) (e.g. a system prompt); they count in the budget."""

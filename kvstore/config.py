@@ -39,6 +39,7 @@ class CacheConfig:
     score_memory: str = "none"  # Nexus: "none" (spec) | "mean" | "max" of each block's score over the steps it was held
     acc_weight: float = 1.0  # nexus-agent: weight of the accumulated attention next to the Nexus score (weight 1)
     reply_weight: float = 1.0  # nexus-agent: weight of the attention from the agent's own replies (0: not kept)
+    own_weight: float = 0.0  # nexus-agent: a bonus to every token the agent's own replies wrote (0: not kept)
     opening_nexus: bool = True  # nexus-agent: Nexus term before the first reply even without a profile (False: off)
     renorm_candidates: bool = False  # renormalize weights over the candidate blocks only (ablation; spec: over all)
     reservoir_mean: float | None = None  # rescale candidate weights to this mean before selection (None: as scored)
@@ -66,8 +67,11 @@ class CacheConfig:
             raise KVStoreError("walk_steps, recent_blocks, lam and eps_tie must be >= 0")
         if not 0.0 <= self.recent_share < 1.0:
             raise KVStoreError(f"recent_share must be in [0, 1), got {self.recent_share}")
-        if self.acc_weight < 0 or self.reply_weight < 0:
-            raise KVStoreError(f"acc_weight and reply_weight must be >= 0, got {self.acc_weight}, {self.reply_weight}")
+        if min(self.acc_weight, self.reply_weight, self.own_weight) < 0:
+            raise KVStoreError(
+                "acc_weight, reply_weight and own_weight must be >= 0, got "
+                f"{self.acc_weight}, {self.reply_weight}, {self.own_weight}"
+            )
         if self.reservoir_mean is not None and self.reservoir_mean <= 0:
             raise KVStoreError(f"reservoir_mean must be > 0 (or None), got {self.reservoir_mean}")
         if (self.sink or 0) < 0 or (self.decode_slack or 0) < 0 or (self.recent or 0) < 0 or self.pyramid_beta < 1:

@@ -143,6 +143,7 @@ class EvictingLayer(DynamicLayer):
             self.owner.prior_at(self.layer_idx, self.positions) if with_prior else None,
             self.owner.reply_queries(self.seen - new, self.seen),
             self.owner.config.use_triton is not False,
+            self.owner.reply_tokens(self.positions) if self.owner.policy.reads_own else None,
         )
 
     def pinned(self) -> torch.Tensor | None:

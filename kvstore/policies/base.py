@@ -30,6 +30,7 @@ class ScoreContext:
     prior: torch.Tensor | None = None  # [B, Hkv, T] memory-profile weights of the held tokens (0: none), or None
     reply_queries: torch.Tensor | None = None  # [q] bool on the CPU: which of this call's new queries are the reply's
     triton: bool = True  # False: the torch paths even where the fused kernels run (CacheConfig.use_triton=False)
+    own: torch.Tensor | None = None  # [B, Hkv, T] bool: held tokens the agent's replies wrote (policies reading it)
 
 
 class Policy:
@@ -45,6 +46,7 @@ class Policy:
     token_state: tuple[str, ...] = ()  # names of per-token state tensors the cache keeps aligned with the keys
     default_sink: int | None = 0  # attention-sink tokens always kept when the `sink` option is None (None: one block)
     uses_profile = False  # True: the score reads a memory profile's weights (ScoreContext.prior); others ignore it
+    reads_own = False  # True: the score reads which held tokens the agent's replies wrote (ScoreContext.own)
     defaults: dict[str, Any] = {}  # CacheConfig option defaults the policy's paper implies (user options win)
 
     def __init__(self, config: CacheConfig) -> None:

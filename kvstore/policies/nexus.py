@@ -84,7 +84,8 @@ class NexusAccPolicy(NexusHeadPolicy):
     could attend (H2O's normalised accumulated attention), plus its block's per-kv-head Nexus score (remembered over
     the eviction steps when `score_memory` is set), plus `reply_weight` x the attention it received from the agent's
     own replies only, divided by the reply queries that could attend; each term scaled to mean 1 over the held
-    tokens.
+    tokens. With `own_weight` > 0, every token the agent's replies wrote gets `own_weight` on top (the cache's
+    reply spans say which: no state of its own, so a session saved without it continues with it).
 
     With `opening_nexus=False` (the default memory) and no memory profile, the Nexus term is left out until the
     first reply query has been seen: the opening is then ranked by its accumulated attention alone.
@@ -115,6 +116,7 @@ class NexusAccPolicy(NexusHeadPolicy):
         super().__init__(config)
         replies = ("reply_acc", "reply_seen") if config.reply_weight > 0 else ()
         self.token_state = ("acc",) + replies + tuple(self.token_state)
+        self.reads_own = config.own_weight > 0
 
     def observe(self, ctx: ScoreContext, new_queries: torch.Tensor) -> None:
         received = head_token_attention(ctx, new_queries)
@@ -146,6 +148,8 @@ class NexusAccPolicy(NexusHeadPolicy):
         if "reply_acc" in ctx.state:
             reply = ctx.state["reply_acc"] / ctx.state["reply_seen"].clamp_min(1)
             score = score + self.config.reply_weight * _unit_mean(reply)
+        if ctx.own is not None:
+            score = score + self.config.own_weight * ctx.own.to(score.dtype)
         return score
 
     def _nexus_on(self, ctx: ScoreContext, dtype: torch.dtype) -> torch.Tensor | float:

@@ -72,7 +72,7 @@ def test_a_session_saved_under_an_earlier_definition_is_refused_clearly(earlier:
     assert restored.policy.token_state == ("acc", "reply_acc", "reply_seen", "nexus_score", "nexus_steps")
 
 
-@pytest.mark.parametrize("option", ["acc_weight", "reply_weight"])
+@pytest.mark.parametrize("option", ["acc_weight", "reply_weight", "own_weight"])
 def test_a_negative_weight_is_refused(option: str) -> None:
     with pytest.raises(KVStoreError, match=option):
         kvstore.CacheConfig(**{option: -1.0})
@@ -195,3 +195,39 @@ def test_a_re_prefill_counts_every_earlier_reply_as_the_agents_own() -> None:
     assert int(seen[-1]) == 0  # the last user message's queries are not the agent's
     tensors, meta = export_state(ours)
     assert restore_cache(tiny_chat_model(), tensors, meta).replies == ours.replies  # saved with the session
+
+
+def test_own_weight_ranks_up_the_tokens_the_agents_replies_wrote() -> None:
+    """`own_weight` adds a bonus to every held token a reply wrote (its generation prompt included), read from the
+    cache's reply spans: no per-token state, so a session saved without the option continues with it."""
+    s = _session(budget=4096, own_weight=1.0)
+    assert s.cache.policy.token_state == ("acc", "reply_acc", "reply_seen", "nexus_score", "nexus_steps")
+    s.append([{"role": "system", "content": words(80)}, {"role": "user", "content": words(120, "u")}])
+    s.prefill()
+    start, layer = s.num_tokens, s.cache.layers[0]
+    s.cache.reply_from = start - 10  # a reply running now (as Session.begin_reply marks it) counts as it runs
+    assert layer.score_context().own[0, 0, start - 10 :].all() and not layer.score_context().own[0, 0, :-10].any()
+    s.cache.reply_from = None
+    s.generate(max_new_tokens=6)
+    s.append([{"role": "user", "content": words(30, "t")}])
+    s.prefill()
+    s.teacher_force([{"role": "assistant", "content": words(20, "a")}])
+    s.append([{"role": "user", "content": words(40, "w")}])
+    s.prefill()
+    own = layer.score_context().own[0, 0]
+    assert s.cache.replies[0][0] == start and int(own.sum()) == sum(b - a for a, b in s.cache.replies)
+    for a, b in s.cache.replies:
+        assert own[a:b].all()
+    kept = {}
+    for weight in (0.0, 4.0):
+        s = _session(budget=160, own_weight=weight)
+        s.append([{"role": "system", "content": words(120)}, {"role": "user", "content": words(200, "u")}])
+        s.prefill()
+        for turn in range(3):
+            s.teacher_force([{"role": "assistant", "content": words(40, f"a{turn}")}])
+            s.append([{"role": "user", "content": words(120, f"t{turn}")}])
+            s.prefill()
+        positions = torch.cat([layer.positions.flatten() for layer in s.cache.layers])
+        kept[weight] = sum(int(((positions >= a) & (positions < b)).sum()) for a, b in s.cache.replies)
+        assert (s.cache.layers[0].score_context().own is None) == (weight == 0)
+    assert kept[4.0] > kept[0.0]
