@@ -1,11 +1,11 @@
 """How much of a `bench replay` result's KL lies in replies that copy earlier text of their conversation.
 
 A reply token "quotes" a source when it lies inside a run of N tokens (default 16) that also occurs in that source
-before the reply: the task statement (the opening's last message), an earlier reply of the agent, or an earlier
-tool output. A reply quotes a source when more than a share S (default 0.3) of its tokens do. For each spec and
-budget the script prints the share of the KL, of the top-1 misses and of the scored tokens in the replies that
-quote each source. The conversations are re-rendered with the replay's model tokenizer and cut as the replay cut
-them (its `max_tokens`).
+before the reply: the task statement (the opening's last message), an earlier reply of the agent, or an earlier tool
+output. Line ends are matched as LF (SWE-bench issues often end lines with CRLF, replies never). A reply quotes a source
+when more than a share S (default 0.3) of its tokens do. For each spec and budget the script prints the share of the KL,
+of the top-1 misses and of the scored tokens in the replies that quote each source. The conversations are re-rendered
+with the replay's model tokenizer and cut as the replay cut them (its `max_tokens`).
 
     python scripts/replay_quotes.py RESULT.json TRACES... [--n 16] [--share 0.3]
 """
@@ -43,10 +43,14 @@ def reply_quotes(messages: list[dict], renderer: ChatRenderer, max_tokens: int, 
     p = plan(messages, renderer, max_tokens)
     if p is None:
         return {}
-    seen = {"task": runs_of(renderer.encode(p.opening[-1]["content"]), n), "reply": set(), "tool": set()}
+
+    def encode(text: str) -> list[int]:
+        return renderer.encode(text.replace("\r\n", "\n"))
+
+    seen = {"task": runs_of(encode(p.opening[-1]["content"]), n), "reply": set(), "tool": set()}
     shares, turn = {}, 0
     for m in p.rest:
-        ids = renderer.encode(m["content"])
+        ids = encode(m["content"])
         if m["role"] == "assistant":
             turn += 1
             shares[turn] = tuple(quoted_share(ids, seen[k], n) for k in SOURCES)

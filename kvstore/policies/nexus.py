@@ -85,7 +85,7 @@ class NexusAccPolicy(NexusHeadPolicy):
     the eviction steps when `score_memory` is set), plus `reply_weight` x the attention it received from the agent's
     own replies only, divided by the reply queries that could attend; each term scaled to mean 1 over the held
     tokens. With `own_weight` > 0, every token the agent's replies wrote gets `own_weight` on top (the cache's
-    reply spans say which: no state of its own, so a session saved without it continues with it).
+    reply spans say which: no per-token state of its own).
 
     With `opening_nexus=False` (the default memory) and no memory profile, the Nexus term is left out until the
     first reply query has been seen: the opening is then ranked by its accumulated attention alone.

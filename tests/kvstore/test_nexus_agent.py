@@ -154,7 +154,7 @@ def test_a_replys_generation_prompt_is_prefilled_apart_one_token_at_a_time() -> 
 
 def test_the_reply_term_changes_what_is_kept() -> None:
     kept = {}
-    for policy in ("nexus-agent", "nexus-agent-acc"):
+    for policy in ("nexus-agent-reply", "nexus-agent-acc"):
         s = _session(policy, budget=160, opening_nexus=True)  # the two differ only by the reply term
         s.append([{"role": "system", "content": words(120)}, {"role": "user", "content": words(200, "u")}])
         s.prefill()
@@ -231,3 +231,15 @@ def test_own_weight_ranks_up_the_tokens_the_agents_replies_wrote() -> None:
         kept[weight] = sum(int(((positions >= a) & (positions < b)).sum()) for a, b in s.cache.replies)
         assert (s.cache.layers[0].score_context().own is None) == (weight == 0)
     assert kept[4.0] > kept[0.0]
+
+
+def test_a_session_saved_before_the_own_token_bonus_continues_as_it_ran() -> None:
+    """Today's `nexus-agent` adds own_weight=1; a session saved before the option existed (no own_weight in its
+    saved options) keeps the same per-token state and continues without the bonus, exactly as it ran."""
+    model, cache = _prefilled("nexus-agent")
+    assert cache.config.own_weight == 1.0 and cache.policy.reads_own
+    tensors, meta = export_state(cache)
+    meta["config"].pop("own_weight")
+    before = restore_cache(model, tensors, meta)
+    assert before.config.own_weight == 0.0 and not before.policy.reads_own
+    assert restore_cache(model, *export_state(cache)).config.own_weight == 1.0
