@@ -152,16 +152,21 @@ def test_a_replys_generation_prompt_is_prefilled_apart_one_token_at_a_time() -> 
     assert chunks(3, 4, (-1, 2)) == [1, 2, 3]  # part of it ran: the rest goes on one token at a time
 
 
+def _three_turns(s: Session) -> Session:
+    """An opening, then three teacher-forced replies, each followed by a tool's output."""
+    s.append([{"role": "system", "content": words(120)}, {"role": "user", "content": words(200, "u")}])
+    s.prefill()
+    for turn in range(3):
+        s.teacher_force([{"role": "assistant", "content": words(40, f"a{turn}")}])
+        s.append([{"role": "user", "content": words(120, f"t{turn}")}])
+        s.prefill()
+    return s
+
+
 def test_the_reply_term_changes_what_is_kept() -> None:
     kept = {}
     for policy in ("nexus-agent-reply", "nexus-agent-acc"):
-        s = _session(policy, budget=160, opening_nexus=True)  # the two differ only by the reply term
-        s.append([{"role": "system", "content": words(120)}, {"role": "user", "content": words(200, "u")}])
-        s.prefill()
-        for turn in range(3):
-            s.teacher_force([{"role": "assistant", "content": words(40, f"a{turn}")}])
-            s.append([{"role": "user", "content": words(120, f"t{turn}")}])
-            s.prefill()
+        s = _three_turns(_session(policy, budget=160, opening_nexus=True))  # they differ only by the reply term
         kept[policy] = [layer.positions for layer in s.cache.layers]
         assert all(layer.held() <= 160 for layer in s.cache.layers)
     assert "reply_acc" not in s.cache.layers[0].state  # nexus-agent-acc keeps no reply state
@@ -220,13 +225,7 @@ def test_own_weight_ranks_up_the_tokens_the_agents_replies_wrote() -> None:
         assert own[a:b].all()
     kept = {}
     for weight in (0.0, 4.0):
-        s = _session(budget=160, own_weight=weight)
-        s.append([{"role": "system", "content": words(120)}, {"role": "user", "content": words(200, "u")}])
-        s.prefill()
-        for turn in range(3):
-            s.teacher_force([{"role": "assistant", "content": words(40, f"a{turn}")}])
-            s.append([{"role": "user", "content": words(120, f"t{turn}")}])
-            s.prefill()
+        s = _three_turns(_session(budget=160, own_weight=weight))
         positions = torch.cat([layer.positions.flatten() for layer in s.cache.layers])
         kept[weight] = sum(int(((positions >= a) & (positions < b)).sum()) for a, b in s.cache.replies)
         assert (s.cache.layers[0].score_context().own is None) == (weight == 0)
