@@ -27,6 +27,14 @@ from kvstore.policies import build_policy, policy_defaults
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3")
 
 
+def span_mask(positions: torch.Tensor, spans) -> torch.Tensor:
+    """Bool mask over `positions` (original token positions, any shape): inside any [start, end) of `spans`."""
+    mask = torch.zeros_like(positions, dtype=torch.bool)
+    for start, end in spans:
+        mask |= (positions >= start) & (positions < end)
+    return mask
+
+
 class EvictingCache(Cache):
     def __init__(self, config: CacheConfig, identity: dict[str, Any]) -> None:
         self.config = config
@@ -165,11 +173,8 @@ class EvictingCache(Cache):
     def reply_tokens(self, positions: torch.Tensor) -> torch.Tensor:
         """[B, Hkv, T] bool: which held tokens (by original position) the agent's replies wrote, the one running now
         included (generation prompts too: they are the replies' tokens here as their queries are in reply_queries)."""
-        mask = torch.zeros_like(positions, dtype=torch.bool)
-        spans = [*self.replies, *([(self.reply_from, None)] if self.reply_from is not None else [])]
-        for start, end in spans:
-            mask |= (positions >= start) if end is None else (positions >= start) & (positions < end)
-        return mask
+        running = [(self.reply_from, math.inf)] if self.reply_from is not None else []
+        return span_mask(positions, [*self.replies, *running])
 
     # --- protected spans ------------------------------------------------------------------------------------------
     def protect(self, start: int, end: int) -> None:
@@ -179,12 +184,7 @@ class EvictingCache(Cache):
 
     def protected_mask(self, positions: torch.Tensor) -> torch.Tensor | None:
         """[B, Hkv, T] bool: which held tokens (by original position) are protected; None when nothing is."""
-        if not self.protected:
-            return None
-        mask = torch.zeros_like(positions, dtype=torch.bool)
-        for start, end in self.protected:
-            mask |= (positions >= start) & (positions < end)
-        return mask
+        return span_mask(positions, self.protected) if self.protected else None
 
     # --- Cache API overrides ---------------------------------------------------------------------------------------
     def get_seq_length(self, layer_idx: int = 0) -> int:

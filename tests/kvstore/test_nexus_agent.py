@@ -204,7 +204,7 @@ def test_a_re_prefill_counts_every_earlier_reply_as_the_agents_own() -> None:
 
 def test_own_weight_ranks_up_the_tokens_the_agents_replies_wrote() -> None:
     """`own_weight` adds a bonus to every held token a reply wrote (its generation prompt included), read from the
-    cache's reply spans: no per-token state, so a session saved without the option continues with it."""
+    cache's reply spans, with no per-token state of its own."""
     s = _session(budget=4096, own_weight=1.0)
     assert s.cache.policy.token_state == ("acc", "reply_acc", "reply_seen", "nexus_score", "nexus_steps")
     s.append([{"role": "system", "content": words(80)}, {"role": "user", "content": words(120, "u")}])
