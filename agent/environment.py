@@ -44,7 +44,8 @@ class SandboxEnvironment:
         submitted = call.name == "finish" and not res.timed_out and SUBMIT_MARKER in output
         if submitted:
             output = output.split(SUBMIT_MARKER, 1)[1].strip("\n")
-        return ToolResult(output, res.returncode, res.timed_out, submitted, limit)
+        disk = getattr(res, "disk_exceeded", "")  # sandboxes without a disk budget leave it out
+        return ToolResult(output, res.returncode, res.timed_out, submitted, limit, disk)
 
     def _command(self, call: ToolCall) -> str:
         cmd = command_for(call.name, call.params, self.sandbox.tools_dir)

@@ -20,7 +20,8 @@ class Submitted(InterruptAgentFlow):
 
 
 class LimitsExceeded(InterruptAgentFlow):
-    """A hard limit ended the episode; `exit_reason` names it (abs_step_limit, token_limit, traj_time_limit)."""
+    """A hard limit ended the episode; `exit_reason` names it (abs_step_limit, token_limit, traj_time_limit,
+    disk_limit)."""
 
     def __init__(self, exit_reason: str, message: str = "") -> None:
         super().__init__(message or exit_reason)

@@ -1,7 +1,8 @@
 """The agent loop: the model replies, its one tool call runs, the observation goes back, until an exit reason.
 
 Exit reasons (R2E-Gym's names): agent (submitted within max_steps), max_step_limit (submitted after the soft
-max_steps ran out), abs_step_limit, token_limit, traj_time_limit; plus "error" (a crash, re-raised after the
+max_steps ran out), abs_step_limit, token_limit, traj_time_limit; disk_limit (the task's files went past the
+sandbox's disk budget); plus "error" (a crash, re-raised after the
 trajectory is saved) and "interrupted" (Ctrl-C, re-raised likewise).
 """
 
@@ -10,10 +11,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from agent.errors import FormatError, InterruptAgentFlow, LimitsExceeded, Submitted
-from agent.observation import format_observation, with_steps
+from agent.observation import OBSERVATION_CHARS, format_observation, with_steps
+from agent.outputs import keep_output
 from agent.parsing import parse_call
 from agent.protocols import Environment, Message, ModelBackend, ModelReply, Sampling, ToolCall
 from agent.trajectory import TrajectoryWriter
@@ -33,6 +36,7 @@ class AgentConfig:
     max_new_tokens: int = 2048  # most tokens in one reply
     temperature: float = 1.0  # sampling temperature; 0 = greedy
     top_p: float = 1.0  # nucleus sampling mass
+    observation_chars: int = OBSERVATION_CHARS  # output over this keeps head+tail: no backend tokenizes a 32 MiB output
 
     def sampling(self) -> Sampling:
         return Sampling(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p)
@@ -69,6 +73,7 @@ class Agent:
         self.before_execute = before_execute  # returns an observation to use instead of running the call
         self.messages: list[Message] = []
         self.n_steps, self._start, self._pending = 0, 0.0, []
+        self._disk_exceeded = ""  # the sandbox's reason when the last call went past the task's disk budget
         self._records: list[dict[str, Any]] = []
         self._header_written = False
 
@@ -112,9 +117,12 @@ class Agent:
         self._record(sent, reply, call, observation, submitted, t1 - t0, time.monotonic() - t1)
         if submitted:
             raise Submitted(observation)
+        if self._disk_exceeded:
+            raise LimitsExceeded("disk_limit", self._disk_exceeded)
         self._check_limits(reply)
 
     def _act(self, text: str) -> tuple[ToolCall | None, bool, str]:
+        self._disk_exceeded = ""
         try:
             call = parse_call(text)
         except FormatError as exc:
@@ -122,9 +130,12 @@ class Agent:
         if self.before_execute is not None and (instead := self.before_execute(call)) is not None:
             return call, False, instead
         result = self.env.execute(call, timeout=self.config.command_timeout)
+        self._disk_exceeded = result.disk_exceeded
         if result.submitted:
             return call, True, result.output
-        return call, False, format_observation(call, result)
+        folder = self.trajectory.path.parent if self.trajectory is not None else None  # the run folder
+        keep = partial(keep_output, folder, self.n_steps)
+        return call, False, format_observation(call, result, self.config.observation_chars, keep)
 
     def _check_limits(self, reply: ModelReply) -> None:
         cfg = self.config

@@ -49,6 +49,7 @@ class ToolResult:
     timed_out: bool = False
     submitted: bool = False  # `finish` ran: the episode is over
     timeout_s: float | None = None  # the limit the command ran under (for the timeout note)
+    disk_exceeded: str = ""  # why the task went past its disk budget: the episode ends after this call
 
 
 class ModelBackend(Protocol):
