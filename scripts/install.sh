@@ -18,6 +18,12 @@ if ((${#sys_need[@]})); then
     echo "note: install ${sys_need[*]} (e.g. sudo apt-get install -y ${sys_need[*]}) for the bubblewrap sandbox" >&2
   fi
 fi
+# Started by root, the sandbox runs every agent command as this unprivileged account, never as root (without it, as
+# uid 60999). setpriv, unshare and nsenter (util-linux) do the switch.
+if [[ $(id -u) == 0 ]] && ! id nexus-sandbox >/dev/null 2>&1 && command -v useradd >/dev/null; then
+  useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin nexus-sandbox
+  echo "created the nexus-sandbox account (the sandbox's user under root)"
+fi
 # torch first, pinned: on a CPU machine 2.13.0 is the CPU wheel; a looser spec would pull a multi-GB CUDA build.
 "$PY" -m pip install -q "torch==2.13.0"
 extras=""

@@ -14,6 +14,7 @@ class ExecResult:
     returncode: int
     timed_out: bool = False
     output_capped: bool = False  # the command printed more than the sandbox's output cap and was stopped
+    disk_exceeded: str = ""  # why the task is past its disk budget (the command was stopped; the episode must end)
 
 
 class SandboxError(RuntimeError):

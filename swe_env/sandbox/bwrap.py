@@ -1,8 +1,10 @@
 """The bubblewrap backend: fast, no daemon. Each command runs in a fresh bwrap with no network.
 
-Safe when started by root: every command gets a new user namespace (uid 0 inside maps to the caller), all
-capabilities dropped and no_new_privs, so read-only binds stay read-only and no file handle opens outside the
-mounts. The sandbox sees only what `bwrap_binds.host_binds` binds (system programs, a few /etc files, the Python
+Never root on the host: started by root, each command first drops to an unprivileged host user
+(`host_user.sandbox_user`: a dedicated one, or a chat repo's owner), which is uid 0 of a new user namespace inside,
+with all capabilities dropped and no_new_privs, so read-only binds stay read-only, no file handle opens outside the
+mounts, /proc/sys (also read-only) and root-owned files cannot be written, and every bind is nosuid,nodev.
+The sandbox sees only what `bwrap_binds.host_binds` binds (system programs, a few /etc files, the Python
 installations it runs) plus the task's working copy read-write at /testbed, a private /tmp and the tools read-only
 at tools_dir. PID, IPC, UTS, cgroup and network namespaces are unshared, so when a command ends (or is killed)
 everything it started dies with it, setsid children included. Each command runs under `StepLimits` (a per-step
@@ -11,6 +13,7 @@ cgroup when the caller may make one, rlimits always) and the host reads at most 
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -20,11 +23,13 @@ from swe_env.pyenv import PyEnv, PyEnvConfig, build_host_paths, build_vars, ensu
 from swe_env.sandbox import common
 from swe_env.sandbox.base import ExecResult, SandboxError
 from swe_env.sandbox.bwrap_binds import current_interpreter, host_binds, python_binds
-from swe_env.sandbox.limits import StepCgroup, StepLimits
+from swe_env.sandbox.host_user import MountStage, hand_over, owner_of, sandbox_user, strip_setid
+from swe_env.sandbox.limits import DiskBudget, DiskUsage, StepCgroup, StepLimits
 from tasks.schema import Task
 
 INSTALL_HINT = "bubblewrap is not installed: apt-get install -y bubblewrap (or use --sandbox docker)"
 STEP_SCRIPT = "/run/nexus/step.sh"  # where a command too long for an argument is handed to bash
+BIND_FLAGS = ("--bind", "--ro-bind", "--bind-try", "--ro-bind-try")  # followed by SOURCE DEST
 
 
 @dataclass
@@ -55,11 +60,18 @@ class BwrapSandbox:
         self._bwrap = shutil.which(self.config.bwrap)
         if self._bwrap is None:
             raise SandboxError(INSTALL_HINT)
+        self.user = sandbox_user(repo)
+        self._drop = os.geteuid() == 0  # started by root: every step drops to self.user
+        self._stages: dict[frozenset[str], MountStage] = {}
         self._root = common.make_workspace("bwrap")
+        self._user_repo = repo  # a user's own repo (chat): edits land there, owned by its owner
+        self._repo_owner = None  # that repo's owner when it is not self.user (root): it gets the files back at close
         try:
+            self._share_workspace()
             self.repo = repo or common.prepare_repo(task, self._root / "repo", self.config.repo_cache)
             self._tmp = self._root / "tmp"
             self._tmp.mkdir()
+            self._give_repo()
             self._tools = self._root / "tools"
             if self.config.install_tools:
                 common.install_tools(self._tools)
@@ -69,10 +81,31 @@ class BwrapSandbox:
             self._env_extra: dict[str, str] = {}
             self._env_binds: tuple[str, ...] = ()
             self.python_env = self._python_env() if self.config.python_env else None
+            self.disk = DiskBudget(
+                self.config.limits, lambda: DiskUsage.of(self.repo, self._tmp), roots=(self.repo, self._tmp)
+            )
             common.track(self)
         except BaseException:
             self.close()
             raise
+
+    def _share_workspace(self) -> None:
+        """Under root: the workspace is traversable by the sandbox's user only (group), not by other users."""
+        if self._drop:
+            os.chown(self._root, 0, self.user.gid)
+            self._root.chmod(0o710)
+
+    def _give_repo(self) -> None:
+        """Under root: the repo and /tmp belong to the sandbox's user (a root-owned user repo is handed over for
+        the session and given back at close)."""
+        if not self._drop:
+            return
+        os.chown(self._tmp, self.user.uid, self.user.gid)
+        if self._user_repo is None:
+            hand_over(self.repo, self.user)
+        elif owner_of(self._user_repo) != self.user:
+            self._repo_owner = owner_of(self._user_repo)
+            hand_over(self._user_repo, self.user, only_from=self._repo_owner)
 
     def _python_env(self) -> PyEnv:
         """The task's Python env (built here, in build mode, the first time), first on PATH from now on."""
@@ -89,13 +122,20 @@ class BwrapSandbox:
     def _build_env(self, script: str, env: PyEnv) -> None:
         """Build mode: network on, the env dir writable, the host's pip/proxy/CA settings passed in."""
         timeout = (self.config.pyenv or PyEnvConfig()).timeout
-        argv = self._bwrap_argv(build=env)
-        res = common.run_process([*argv, "bash", "-c", script], timeout=timeout, env={})
+        argv, fds = self._launch([*self._bwrap_argv(build=env), "bash", "-c", script])
+        if self._drop:
+            hand_over(env.path, self.user)
+        try:
+            res = common.run_process(argv, timeout=timeout, env={}, pass_fds=fds)
+        finally:
+            if self._drop:  # the built env is root's again: no sandbox may change it later
+                hand_over(env.path, owner_of(env.path.parent))
         if res.timed_out or res.returncode != 0:
             why = f"not done within {timeout:.0f} s" if res.timed_out else f"exit {res.returncode}"
             raise SandboxError(f"Python env {env.key}: build failed ({why}; it needs PyPI):\n{_tail(res.output)}")
 
-    def execute(self, cmd: str, timeout: float = 120.0) -> ExecResult:
+    def execute(self, cmd: str, timeout: float = 120.0, check_disk: bool = True) -> ExecResult:
+        """Run one command; `check_disk`: a step of the agent's, held to the task's disk budget."""
         if self._root is None:
             raise SandboxError("sandbox is closed")
         refused = common.refuse_command(cmd)
@@ -103,7 +143,7 @@ class BwrapSandbox:
             return refused
         limits = self.config.limits
         cgroup = StepCgroup.create(limits)
-        prelude = limits.ulimit_prelude(memory_by_rlimit=cgroup is None)
+        prelude = limits.ulimit_prelude(by_rlimit=cgroup is None)
         with tempfile.TemporaryFile() as script:
             argv = [*self._bwrap_argv()]
             if common.fits_in_argv(cmd):
@@ -115,15 +155,46 @@ class BwrapSandbox:
                 fds = (script.fileno(),)
                 argv[1:1] = ["--ro-bind-data", str(script.fileno()), STEP_SCRIPT]
                 argv += ["--", "/bin/bash", "-c", f"{prelude}exec /bin/bash {STEP_SCRIPT}"]
+            argv, stage_fds = self._launch(argv)
             if cgroup is not None:
                 argv = cgroup.enter_argv(argv)
-            return common.run_process(argv, timeout, env={}, limits=limits, cgroup=cgroup, pass_fds=fds)
+            try:
+                return common.run_process(
+                    argv, timeout, env={}, limits=limits, cgroup=cgroup, pass_fds=(*fds, *stage_fds),
+                    disk=getattr(self, "disk", None) if check_disk else None,
+                )  # fmt: skip
+            finally:
+                if self._user_repo is not None:
+                    strip_setid(self._user_repo)
+
+    def _launch(self, argv: list[str]) -> tuple[list[str], tuple[int, ...]]:
+        """argv as the sandbox's host user runs it, and the fds it needs: under root, bind sources the user cannot
+        reach come from a staging namespace, which the step enters before dropping to the user."""
+        if not self._drop:
+            return argv, ()
+        end = argv.index("--") if "--" in argv else len(argv)
+        sources = [argv[i + 1] for i in range(1, end) if argv[i] in BIND_FLAGS]
+        key = frozenset(sources)
+        if key not in self._stages:
+            self._stages[key] = MountStage(self._root / f"stage-{len(self._stages)}", sources, self.user)
+        stage = self._stages[key]
+        out = [*stage.enter_argv(), argv[0]]
+        i = 1
+        while i < len(argv):
+            if i < end and argv[i] in BIND_FLAGS:
+                out += [argv[i], stage.source(argv[i + 1]), argv[i + 2]]
+                i += 3
+            else:
+                out.append(argv[i])
+                i += 1
+        return out, stage.fds
 
     def _bwrap_argv(self, build: PyEnv | None = None) -> list[str]:
         """The bwrap arguments of a command; `build`: build mode for that env (network, env dir writable)."""
         env_binds = list(build.ro_binds if build is not None else self._env_binds)  # the task env + its interpreter
         argv = [self._bwrap, *host_binds(self._root / "etc")]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--bind", str(self._tmp), "/tmp"]
+        argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
+        argv += ["--bind", str(self._tmp), "/tmp"]
         argv += python_binds([current_interpreter(), *env_binds], list(self.config.extra_path))
         argv += ["--bind", str(self.repo), self.workdir, "--ro-bind", str(self._tools), self.tools_dir]
         if build is not None:  # downloads need the resolver, CA bundles and pip's settings; the env is written
@@ -132,6 +203,8 @@ class BwrapSandbox:
             argv += ["--bind", str(build.path), str(build.path)]
         argv += ["--remount-ro", "/"]  # the sandbox's own root (where mount points were made) is not writable
         argv += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+        if self._drop:  # the host user is root of the sandbox's own namespace (owner of /testbed inside)
+            argv += ["--uid", "0", "--gid", "0"]
         argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         argv += ["--die-with-parent", "--new-session"]
         if not self.config.network and build is None:
@@ -151,10 +224,10 @@ class BwrapSandbox:
         return env
 
     def read_file(self, path: str) -> str:
-        host = common.rewrite_path(path, self.workdir, self._mounts)
-        target = host if host is not None else Path(path)
         try:
-            return target.read_text(errors="replace")
+            fd = common.open_inside(path, self.workdir, self._mounts, os.O_RDONLY)
+            with os.fdopen(fd, "rb") as f:
+                return f.read().decode("utf-8", errors="replace")
         except OSError as exc:
             raise SandboxError(f"cannot read {path} in the sandbox: {exc.strerror}") from None
 
@@ -162,17 +235,29 @@ class BwrapSandbox:
         host = common.rewrite_path(path, self.workdir, self._mounts)
         if host is None or host.is_relative_to(self._tools):
             raise SandboxError(f"cannot write {path}: only {self.workdir} and /tmp are writable in the sandbox")
-        host.parent.mkdir(parents=True, exist_ok=True)
-        host.write_text(content)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        try:
+            fd = common.open_inside(path, self.workdir, self._mounts, flags, make_parents=True)
+            with os.fdopen(fd, "wb") as f:
+                if self._drop:
+                    os.fchown(f.fileno(), self.user.uid, self.user.gid)
+                f.write(content.encode("utf-8", errors="surrogateescape"))
+        except OSError as exc:
+            raise SandboxError(f"cannot write {path} in the sandbox: {exc.strerror}") from None
 
     def get_patch(self) -> str:
-        res = self.execute(common.patch_command(self.task.base_commit), timeout=120)
+        res = self.execute(common.patch_command(self.task.base_commit), timeout=120, check_disk=False)
         if res.returncode != 0:
             raise SandboxError(f"git diff failed in the sandbox: {res.output.strip()[-500:]}")
         return res.output
 
     def close(self) -> None:
         root, self._root = getattr(self, "_root", None), None
+        for stage in getattr(self, "_stages", {}).values():
+            stage.close()
+        owner = self._repo_owner
+        if root is not None and owner is not None:  # a root-owned user repo: every file the session made is root's
+            hand_over(self._user_repo, owner, only_from=self.user)
         if root is not None:
             shutil.rmtree(root, ignore_errors=True)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import errno
 import os
 import select
 import shlex
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from swe_env.safegit import SANDBOX_FLAGS
 from swe_env.sandbox.base import ExecResult, SandboxError
-from swe_env.sandbox.limits import StepCgroup, StepLimits
+from swe_env.sandbox.limits import DiskBudget, StepCgroup, StepLimits
 from tasks.schema import Task
 
 DEFAULT_WORKDIR = "/testbed"
@@ -34,6 +35,7 @@ def _close_open_sandboxes() -> None:
         sandbox.close()
 
 
+DISK_POLL_S = 1.0  # how often a running step's disk use is measured
 ARG_MAX_BYTES = 100_000  # a longer command is not passed as one argv string (Linux caps one at 128 KiB)
 
 
@@ -56,8 +58,10 @@ def run_process(
     limits: StepLimits | None = None,
     cgroup: StepCgroup | None = None,
     pass_fds: tuple[int, ...] = (),
+    disk: DiskBudget | None = None,
 ) -> ExecResult:
-    """Run argv in its own process group; stop it at the timeout or once it printed `limits.output_bytes`.
+    """Run argv in its own process group; stop it at the timeout, once it printed `limits.output_bytes`, or once the
+    task went past its disk budget (checked about once a second and at the end).
 
     The host never holds more than the output cap of a command's output: past it the group (and the step's
     cgroup) is killed and the result says so. On a timeout the result holds what was printed so far.
@@ -73,7 +77,7 @@ def run_process(
             cgroup.destroy()
         raise
     try:
-        out, stopped = _read_capped(proc, time.monotonic() + timeout, cap)
+        out, stopped = _read_capped(proc, time.monotonic() + timeout, cap, disk)
         if stopped is None:
             try:
                 proc.wait(timeout=max(0.1, timeout))
@@ -82,7 +86,8 @@ def run_process(
         if stopped is not None:
             kill_group(proc)
             proc.wait()
-        return _result(out, proc.returncode, stopped, cap, cgroup, limits)
+        over = disk.exceeded() if disk is not None and disk.active else None
+        return _result(out, proc.returncode, stopped, cap, cgroup, limits, over)
     except BaseException:  # Ctrl-C while waiting: leave nothing running
         kill_group(proc)
         proc.wait()
@@ -93,15 +98,24 @@ def run_process(
             cgroup.destroy()
 
 
-def _read_capped(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[bytes, str | None]:
-    """Read the process's output to its end; stop early at the deadline ("timeout") or past `cap` ("output")."""
+def _read_capped(
+    proc: subprocess.Popen, deadline: float, cap: int, disk: DiskBudget | None = None
+) -> tuple[bytes, str | None]:
+    """Read the process's output to its end; stop early at the deadline ("timeout"), past `cap` ("output") or past
+    the disk budget ("disk", polled about once a second)."""
     fd = proc.stdout.fileno()
     buf = bytearray()
+    next_poll = time.monotonic() + DISK_POLL_S
     while True:
-        left = deadline - time.monotonic()
+        now = time.monotonic()
+        left = deadline - now
         if left <= 0:
             return bytes(buf), "timeout"
-        ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+        if disk is not None and disk.active and now >= next_poll:
+            if disk.exceeded() is not None:
+                return bytes(buf), "disk"
+            next_poll = time.monotonic() + DISK_POLL_S
+        ready, _, _ = select.select([fd], [], [], min(left, DISK_POLL_S))
         if not ready:
             continue
         chunk = os.read(fd, 65536)
@@ -112,8 +126,10 @@ def _read_capped(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[byt
             return bytes(buf[:cap]), "output"
 
 
-def _result(out: bytes, code: int, stopped: str | None, cap: int, cgroup, limits) -> ExecResult:
+def _result(out: bytes, code: int, stopped: str | None, cap: int, cgroup, limits, over: str | None) -> ExecResult:
     text = _decode(out)
+    if over is not None:
+        return disk_result(text, code, over, stopped == "disk")
     if cgroup is not None and cgroup.memory_exhausted():
         mem = limits.memory_mb if limits is not None else None
         text += f"\n[the command ran out of memory (limit {mem} MiB per command): a process was killed]\n"
@@ -123,6 +139,12 @@ def _result(out: bytes, code: int, stopped: str | None, cap: int, cgroup, limits
     if stopped == "timeout":
         return ExecResult(text, -1, timed_out=True)
     return ExecResult(text, code)
+
+
+def disk_result(text: str, code: int | None, over: str, stopped: bool) -> ExecResult:
+    """The result of a step after which the task is past its disk budget (`stopped`: the step was killed for it)."""
+    note = f"\n[the command was stopped: {over}]\n" if stopped else f"\n[{over}]\n"
+    return ExecResult(text + note, -1 if stopped or code is None else code, disk_exceeded=over)
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -173,6 +195,37 @@ def prepare_repo(task: Task, dest: Path, repo_cache: Path | None) -> Path:
     if not (Path(repo) / ".git").exists():
         raise SandboxError(f"task {task.instance_id}: {repo} is not a git working copy")
     return Path(repo)
+
+
+def open_inside(path: str, workdir: str, mounts: dict[str, Path], flags: int, make_parents: bool = False) -> int:
+    """Open, on the host, the file a sandbox path names, never leaving the mount it lies in: the agent may have
+    planted symlinks (/testbed/x -> /etc), which a host-side read or write (as root) must not follow. The file
+    itself is opened with O_NOFOLLOW; its folder must resolve inside the mount. Raises OSError."""
+    inner = Path(path) if path.startswith("/") else Path(workdir) / path
+    for prefix, host in mounts.items():
+        try:
+            rel = Path(os.path.normpath(inner)).relative_to(prefix)
+        except ValueError:
+            continue
+        target = host / rel
+        folder = target.parent
+        if make_parents:
+            _make_folders_inside(folder, host)
+        if not Path(os.path.realpath(folder)).is_relative_to(os.path.realpath(host)):
+            raise OSError(errno.EACCES, "the path leaves the sandbox (a symbolic link)")
+        return os.open(target, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    raise OSError(errno.ENOENT, "not a path the host can see into")
+
+
+def _make_folders_inside(folder: Path, root: Path) -> None:
+    missing = []
+    while not folder.exists() and folder != root:
+        missing.append(folder)
+        folder = folder.parent
+    if not Path(os.path.realpath(folder)).is_relative_to(os.path.realpath(root)):
+        raise OSError(errno.EACCES, "the path leaves the sandbox (a symbolic link)")
+    for path in reversed(missing):
+        os.mkdir(path)
 
 
 def rewrite_path(path: str, workdir: str, mounts: dict[str, Path]) -> Path | None:

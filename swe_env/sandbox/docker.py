@@ -7,6 +7,7 @@ at start, so one image serves them all), else the SWE-bench eval image, whose /t
 from __future__ import annotations
 
 import io
+import os
 import platform
 import shlex
 import shutil
@@ -21,7 +22,7 @@ from swe_env.dockerd import connect
 from swe_env.pyenv import PyEnvConfig
 from swe_env.sandbox import common
 from swe_env.sandbox.base import ExecResult, SandboxError
-from swe_env.sandbox.limits import StepLimits
+from swe_env.sandbox.limits import DiskBudget, DiskUsage, StepLimits
 from swe_env.sandbox.owners import owner_tag
 from tasks.builtin import is_builtin
 from tasks.schema import Task
@@ -125,6 +126,9 @@ class DockerSandbox:
                 self._check(restore)
             if self.config.install_tools:
                 self._put_dir(common.install_tools(ws / "tools"), self.tools_dir)
+            self._upper = _upper_dir(self.client, self.container.id)
+            roots = (self._upper,) if self._upper is not None else ()
+            self.disk = DiskBudget(self.config.limits, self._usage, roots=roots)
         finally:
             shutil.rmtree(ws, ignore_errors=True)
 
@@ -181,7 +185,8 @@ class DockerSandbox:
         if res.returncode != 0:
             raise SandboxError(f"container set-up failed ({cmd}): {res.output.strip()[-500:]}")
 
-    def execute(self, cmd: str, timeout: float = 120.0) -> ExecResult:
+    def execute(self, cmd: str, timeout: float = 120.0, check_disk: bool = True) -> ExecResult:
+        """Run one command; `check_disk`: a step of the agent's, held to the task's disk budget."""
         if self.container is None:
             raise SandboxError("sandbox is closed")
         refused = common.refuse_command(cmd)
@@ -199,12 +204,39 @@ class DockerSandbox:
         worker = threading.Thread(target=self._exec, args=(argv, env, box), daemon=True)
         start = time.monotonic()
         worker.start()
-        worker.join(secs + 5 + _GRACE_S)
+        self._wait(worker, start + secs + 5 + _GRACE_S, box, check_disk)
         self._sweep()  # nothing a step started outlives it (setsid children, a child holding the output open)
         worker.join(30)
         if "error" in box:
             raise SandboxError(f"docker exec failed: {box['error']}")
+        disk = getattr(self, "disk", None) if check_disk else None
+        over = box.get("disk") or (disk.exceeded() if disk is not None and disk.active else None)
+        if over:
+            text = bytes(box["output"]).decode("utf-8", errors="replace")
+            return common.disk_result(text, box.get("code"), over, "disk" in box)
         return self._result(box, secs, time.monotonic() - start)
+
+    def _wait(self, worker: threading.Thread, deadline: float, box: dict, check_disk: bool) -> None:
+        """Wait for the step until `deadline`, measuring the task's disk use about once a second."""
+        disk = getattr(self, "disk", None) if check_disk else None
+        while worker.is_alive() and time.monotonic() < deadline:
+            worker.join(min(common.DISK_POLL_S, max(0.0, deadline - time.monotonic())))
+            if worker.is_alive() and disk is not None and disk.active and (over := disk.exceeded()):
+                box["disk"] = over
+                return
+
+    def _usage(self) -> DiskUsage:
+        """What the container wrote: its writable layer, walked from the host when the daemon's files are here
+        (a local daemon, run by root); else /testbed and /tmp measured inside."""
+        if self._upper is not None:
+            return DiskUsage.of(self._upper)
+        where = f"{shlex.quote(self.workdir)} /tmp"
+        res = self.container.exec_run(["sh", "-c", f"du -skx {where}; find {where} -xdev | wc -l"])
+        numbers = [line.split()[0] for line in res.output.decode(errors="replace").splitlines() if line.strip()]
+        try:
+            return DiskUsage(sum(int(n) for n in numbers[:-1]) * 1024, int(numbers[-1]))
+        except (ValueError, IndexError):
+            return DiskUsage(0, 0)
 
     def _result(self, box: dict, secs: int, elapsed: float) -> ExecResult:
         output, code = bytes(box["output"]).decode("utf-8", errors="replace"), box.get("code")
@@ -282,7 +314,7 @@ class DockerSandbox:
             raise SandboxError(f"cannot write {path} in the container")
 
     def get_patch(self) -> str:
-        res = self.execute(common.patch_command(self.task.base_commit), timeout=120)
+        res = self.execute(common.patch_command(self.task.base_commit), timeout=120, check_disk=False)
         if res.returncode != 0:
             raise SandboxError(f"git diff failed in the container: {res.output.strip()[-500:]}")
         return res.output
@@ -300,6 +332,13 @@ class DockerSandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _upper_dir(client, container_id: str) -> Path | None:
+    """The container's writable layer on this host (overlay2), when this process can read it."""
+    data = (client.api.inspect_container(container_id).get("GraphDriver") or {}).get("Data") or {}
+    upper = Path(data["UpperDir"]) if data.get("UpperDir") else None
+    return upper if upper is not None and os.access(upper, os.R_OK | os.X_OK) else None
 
 
 def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:

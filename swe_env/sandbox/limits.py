@@ -23,7 +23,7 @@ _PARENT = "nexus-agent"  # the cgroup (per hierarchy) holding every step's cgrou
 
 @dataclass
 class StepLimits:
-    """What one command in a sandbox may use; every field None means unlimited."""
+    """What one command in a sandbox may use (and the disk a whole task may add); every field None means unlimited."""
 
     pids: int | None = 1024  # processes and threads alive at once
     memory_mb: int | None = 8192  # memory of the whole step (cgroup), else of each process (RLIMIT_AS)
@@ -31,19 +31,113 @@ class StepLimits:
     cpu_s: int | None = 3600  # CPU seconds of each process (RLIMIT_CPU)
     file_mb: int | None = 4096  # largest file a process may write (RLIMIT_FSIZE)
     output_bytes: int = 32 << 20  # most output the host reads from one command; past it the command is killed
+    disk_mb: int | None = 4096  # what a task may add to its repo and /tmp, all steps together (then the episode ends)
+    inodes: int | None = 100_000  # files and folders a task may add there, all steps together
 
-    def ulimit_prelude(self, memory_by_rlimit: bool) -> str:
-        """bash `ulimit` commands run before a sandboxed command (hard and soft limits: it cannot raise them)."""
+    def ulimit_prelude(self, by_rlimit: bool) -> str:
+        """bash `ulimit` commands run before a sandboxed command (hard and soft limits: it cannot raise them).
+
+        by_rlimit: no cgroup holds the step, so processes and memory are capped by rlimits too. RLIMIT_NPROC counts
+        every process of the host user, not the step's: with a cgroup, pids.max is the step's own limit.
+        """
         parts = []
-        if self.pids is not None:
+        if self.pids is not None and by_rlimit:
             parts.append(f"-u {int(self.pids)}")
-        if self.memory_mb is not None and memory_by_rlimit:
+        if self.memory_mb is not None and by_rlimit:
             parts.append(f"-v {int(self.memory_mb) * 1024}")
         if self.cpu_s is not None:
             parts.append(f"-t {int(self.cpu_s)}")
         if self.file_mb is not None:
-            parts.append(f"-f {int(self.file_mb) * 2048}")  # 512-byte blocks
+            parts.append(f"-f {int(self.file_mb) * 1024}")  # bash counts 1024-byte blocks (POSIX mode: 512)
         return "".join(f"ulimit {p} || exit 126; " for p in parts)
+
+
+@dataclass(frozen=True)
+class DiskUsage:
+    """Space and entries under some folders."""
+
+    bytes: int
+    inodes: int
+
+    @classmethod
+    def of(cls, *roots: Path) -> DiskUsage:
+        """Allocated bytes and entries under `roots` (symlinks not followed; a file linked twice counts twice)."""
+        size = count = 0
+        stack = [str(r) for r in roots if r.exists()]
+        while stack:
+            try:
+                entries = list(os.scandir(stack.pop()))
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    size += entry.stat(follow_symlinks=False).st_blocks * 512
+                    count += 1
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                except OSError:
+                    continue
+        return cls(size, count)
+
+
+class DiskBudget:
+    """What a task may add to its writable folders over a whole episode, measured against their state at start.
+
+    Checked after every step and, while a step runs, about once a second: a step that goes past it is stopped,
+    and the sandbox says so in its result so that the episode ends with a clear reason. Writes between two polls
+    can go past the budget by what the disk takes in that time (each file stays under the file-size limit).
+
+    Walking a repo costs ~6 us an entry (45 ms for 7,000 files), so a check first reads the filesystems' used
+    space and inodes (statvfs, microseconds) and walks only when they grew by a quarter of what is left of the
+    budget since the last walk, or RECHECK_S passed. Space another process frees meanwhile can hide the task's
+    growth from that first look for at most RECHECK_S.
+    """
+
+    RECHECK_S = 5.0
+
+    def __init__(self, limits: StepLimits, measure, roots: tuple[Path, ...] = ()) -> None:
+        self.limits = limits
+        self.measure = measure  # () -> DiskUsage of the task's writable folders
+        self.roots = roots  # folders on the filesystems those lie on (none: walk at every check)
+        self.start = self.last = measure()
+        self._seen_fs, self._seen_at = _fs_used(roots), time.monotonic()
+
+    def exceeded(self) -> str | None:
+        """Why the task is past its budget (None: it is not)."""
+        if self._walk_needed():
+            self.last = self.measure()
+            self._seen_fs, self._seen_at = _fs_used(self.roots), time.monotonic()
+        added_mb, added_inodes = (self.last.bytes - self.start.bytes) / (1 << 20), self.last.inodes - self.start.inodes
+        if self.limits.disk_mb is not None and added_mb > self.limits.disk_mb:
+            return f"the task's files grew by {added_mb:,.0f} MiB, past its disk budget of {self.limits.disk_mb:,} MiB"
+        if self.limits.inodes is not None and added_inodes > self.limits.inodes:
+            return f"the task added {added_inodes:,} files and folders, past its budget of {self.limits.inodes:,}"
+        return None
+
+    def _walk_needed(self) -> bool:
+        if not self.roots or time.monotonic() - self._seen_at >= self.RECHECK_S:
+            return True
+        used = _fs_used(self.roots)
+        grown_bytes, grown_inodes = used.bytes - self._seen_fs.bytes, used.inodes - self._seen_fs.inodes
+        left_bytes = ((self.limits.disk_mb or 0) << 20) - (self.last.bytes - self.start.bytes)
+        left_inodes = (self.limits.inodes or 0) - (self.last.inodes - self.start.inodes)
+        return (self.limits.disk_mb is not None and grown_bytes * 4 >= left_bytes) or (
+            self.limits.inodes is not None and grown_inodes * 4 >= left_inodes
+        )
+
+    @property
+    def active(self) -> bool:
+        return self.limits.disk_mb is not None or self.limits.inodes is not None
+
+
+def _fs_used(roots: tuple[Path, ...]) -> DiskUsage:
+    """Used bytes and inodes of the filesystems `roots` lie on (each filesystem once)."""
+    size = count = 0
+    for root in {r.stat().st_dev: r for r in roots if r.exists()}.values():
+        st = os.statvfs(root)
+        size += (st.f_blocks - st.f_bfree) * st.f_frsize
+        count += st.f_files - st.f_ffree
+    return DiskUsage(size, count)
 
 
 class StepCgroup:

@@ -1,6 +1,10 @@
 """Hostile commands, run as an agent would run them, against every isolating backend: each test fails if its
 attack works. Escapes (remount, open_by_handle_at), host secrets (directly, through a symlink, through the tools),
-host sockets, fork and memory bombs, the output-cap bypass and setsid survivors.
+host sockets, fork and memory bombs, the output-cap bypass and setsid survivors; host root through /proc/sys
+(core_pattern), root-owned and setuid files on the host, the file-size limit, the disk and inode budget, an
+observation too big to tokenize, and host-side reads and writes through planted symlinks.
+
+Run as root (as CI does) they test the sandbox as root starts it: that is where these attacks reached host root.
 
 The sandboxes get tight limits of their own, so the bombs stay small whatever the machine.
 """
@@ -56,18 +60,18 @@ while True:
 '"""
 
 
-def _open(backend: str, request):
+def _open(backend: str, request, limits: StepLimits = LIMITS):
     task = get_task(TASK_ID)
     if backend == "bwrap":
         request.getfixturevalue("bwrap_installed")
         from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
 
-        return BwrapSandbox(task, BwrapConfig(limits=LIMITS))
+        return BwrapSandbox(task, BwrapConfig(limits=limits))
     client = request.getfixturevalue("docker_client")
     request.getfixturevalue("builtin_image")
     from swe_env.sandbox.docker import DockerConfig, DockerSandbox
 
-    return DockerSandbox(task, DockerConfig(limits=LIMITS), client=client)
+    return DockerSandbox(task, DockerConfig(limits=limits), client=client)
 
 
 @pytest.fixture(scope="module", params=["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
@@ -206,7 +210,8 @@ def test_memory_bomb_is_stopped_at_the_limit(sandbox):
 def test_output_is_capped_where_it_is_produced(sandbox, cmd):
     start = time.monotonic()
     res = sandbox.execute(cmd, timeout=60)
-    assert res.output_capped and not res.timed_out
+    denied = "/proc/" in cmd and "Permission denied" in res.output  # not root on the host: the init's fd is closed
+    assert (res.output_capped or denied) and not res.timed_out
     assert len(res.output) <= LIMITS.output_bytes + 200
     assert time.monotonic() - start < 30
 
@@ -238,3 +243,200 @@ def test_nothing_secret_is_mounted(sandbox):
     assert not etc & {"shadow", "gshadow", "sudoers", "ssh", "docker", "pip.conf", "npmrc"}
     nested = sandbox.execute("unshare -U -r true")
     assert nested.returncode != 0 and "unshare failed" in nested.output  # no nested user namespace
+
+
+# --- host root through the sandbox's user (issue: the bwrap sandbox's uid 0 was the host's) ---------------------------
+
+
+@pytest.fixture
+def core_pattern():
+    """The host's core_pattern, put back whatever the test did (an attack that works changes it)."""
+    path = Path("/proc/sys/kernel/core_pattern")
+    before = path.read_text()
+    yield before
+    if path.read_text() != before and os.geteuid() == 0:
+        path.write_text(before)
+
+
+def test_core_pattern_cannot_run_a_host_program(sandbox, core_pattern):
+    probe = Path(f"/tmp/nexus-core-{MARK}")
+    attack = f"echo '|/bin/sh -c id>{probe}' > /proc/sys/kernel/core_pattern; sh -c 'kill -SEGV $$'; echo done"
+    res = sandbox.execute(attack, timeout=30)
+    assert "done" in res.output
+    time.sleep(0.3)
+    assert Path("/proc/sys/kernel/core_pattern").read_text() == core_pattern, "the sandbox rewrote core_pattern"
+    assert not probe.exists(), f"the kernel ran the agent's program on the host: {probe.read_text()!r}"
+
+
+def test_no_sysctl_is_writable(sandbox):
+    res = sandbox.execute(
+        "find /proc/sys -type f -writable 2>/dev/null | wc -l; grep ' /proc/sys ' /proc/self/mountinfo"
+    )
+    assert res.output.split()[0] == "0", res.output
+    assert " ro," in res.output, f"/proc/sys is not mounted read-only: {res.output}"
+
+
+def test_files_written_are_not_root_owned_on_the_host(sandbox):
+    if sandbox.backend != "bwrap":
+        pytest.skip("docker's files stay in its own data root, which no user reaches")
+    res = sandbox.execute(
+        "touch /testbed/made-here /tmp/made-here && cp /bin/bash /testbed/.h && chmod 4755 /testbed/.h"
+    )
+    assert res.returncode == 0, res.output
+    for path in (sandbox.repo / "made-here", sandbox.repo / ".h", sandbox._tmp / "made-here"):
+        st = path.lstat()
+        assert st.st_uid != 0 or os.geteuid() != 0, f"{path} is root's on the host"
+        assert not (st.st_uid == 0 and st.st_mode & 0o4000), f"{path} is a setuid-root file on the host"
+    sandbox.execute("rm -f /testbed/made-here /testbed/.h /tmp/made-here")
+
+
+def test_every_bind_is_nosuid_and_nodev(sandbox):
+    if sandbox.backend != "bwrap":
+        pytest.skip("docker's mounts are docker's")
+    mounts = [line.split() for line in sandbox.execute("cat /proc/self/mountinfo").output.splitlines() if line]
+    for fields in mounts:
+        point, options = fields[4], fields[5].split(",")
+        assert "nosuid" in options, f"{point} is mounted without nosuid: {fields}"
+        if point != "/dev" and not point.startswith("/dev/"):  # bwrap's /dev: the nodes a program needs (null...)
+            assert "nodev" in options, f"{point} is mounted without nodev: {fields}"
+
+
+def test_file_size_limit_is_what_it_says(sandbox):
+    res = sandbox.execute(f"head -c {LIMITS.file_mb + 1}M /dev/zero > /tmp/big; echo rc=$?; stat -c %s /tmp/big")
+    size = int(res.output.split()[-1])
+    assert size <= LIMITS.file_mb << 20, f"wrote {size} bytes with a {LIMITS.file_mb} MiB file limit"
+    assert size >= (LIMITS.file_mb - 1) << 20, f"the limit is lower than set: {size} bytes"
+    sandbox.execute("rm -f /tmp/big")
+
+
+@pytest.fixture(params=["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
+def budgeted(request):
+    """A sandbox of its own with a small disk budget (a budget is spent over the whole task)."""
+    limits = StepLimits(pids=64, memory_mb=256, cpu_s=60, file_mb=16, output_bytes=1 << 20, disk_mb=40, inodes=3000)
+    sb = _open(request.param, request, limits)
+    sb.backend = request.param
+    yield sb
+    sb.close()
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "for i in $(seq 1 40); do head -c 8M /dev/zero > /tmp/fill-$i || true; done; echo done",  # space, in one step
+        "mkdir -p /testbed/many && cd /testbed/many && for i in $(seq 1 6000); do : > f$i; done; echo done",  # inodes
+        "for i in $(seq 1 200); do head -c 4M /dev/zero > /tmp/slow-$i; sleep 0.05; done",  # grows while it runs
+    ],
+)
+def test_disk_budget_ends_the_task(budgeted, attack):
+    start = time.monotonic()
+    first = budgeted.execute("echo small > /tmp/ok; echo fine")
+    assert "fine" in first.output and not first.disk_exceeded
+    res = budgeted.execute(attack, timeout=60)
+    assert res.disk_exceeded, res.output[-300:]
+    assert "budget" in res.output and time.monotonic() - start < 45
+    assert "budget" in res.disk_exceeded
+
+
+def test_disk_budget_ends_the_agent_episode(request):
+    from agent.environment import SandboxEnvironment
+    from agent.loop import Agent, AgentConfig
+    from agent.protocols import ModelReply
+
+    limits = StepLimits(pids=64, memory_mb=256, file_mb=16, output_bytes=1 << 20, disk_mb=20, inodes=3000)
+    sb = _open("bwrap", request, limits)
+    cmd = "for i in 1 2 3 4; do head -c 8M /dev/zero > /tmp/f$i; done"
+    fill = f"<function=execute_bash>\n<parameter=cmd>{cmd}</parameter>\n</function>"
+
+    class Filler:
+        name = "filler"
+
+        def reply(self, messages, sampling):
+            return ModelReply(fill)
+
+    try:
+        result = Agent(Filler(), SandboxEnvironment(sb), AgentConfig(max_steps_absolute=5)).run(
+            [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+        )
+    finally:
+        sb.close()
+    assert (result.exit_reason, result.steps) == ("disk_limit", 1)
+    assert "disk budget" in result.step_records[-1]["observation"]
+
+
+def test_a_huge_observation_is_cut_before_the_model_sees_it(sandbox):
+    from agent.environment import SandboxEnvironment
+    from agent.loop import AgentConfig
+    from agent.observation import format_observation
+    from agent.protocols import ToolCall
+
+    call = ToolCall("execute_bash", {"cmd": "python3 -c \"print('x' * 900_000)\""})
+    result = SandboxEnvironment(sandbox).execute(call, timeout=30)
+    text = format_observation(call, result, AgentConfig().observation_chars, None)
+    assert len(text) <= AgentConfig().observation_chars + 500 and "cut here" in text
+
+
+def test_host_side_file_access_never_follows_a_planted_symlink(sandbox, host_secret):
+    if sandbox.backend != "bwrap":
+        pytest.skip("docker reads and writes inside the container")
+    from swe_env.sandbox.base import SandboxError
+
+    path, token = host_secret
+    target = Path(f"/tmp/nexus-planted-{MARK}")
+    sandbox.execute(f"ln -sf {path} /testbed/leak; ln -sfn /tmp /testbed/dir; ln -sf {target} /tmp/out.json")
+    for inner in ("/testbed/leak", f"/testbed/dir/../..{path}"):
+        with pytest.raises(SandboxError):
+            assert token not in sandbox.read_file(inner)
+    for inner in ("/tmp/out.json", "/testbed/dir/x", "/testbed/leak"):
+        with pytest.raises(SandboxError):
+            sandbox.write_file(inner, "planted")
+    assert not target.exists() and path.read_text().strip() == token
+    sandbox.execute("rm -f /testbed/leak /testbed/dir /tmp/out.json")
+
+
+# --- a chat on the user's own repo ------------------------------------------------------------------------------------
+
+
+def _user_repo(tmp_path: Path, uid: int) -> Path:
+    repo = tmp_path / "proj"
+    repo.mkdir()
+    (repo / "app.py").write_text("print('hi')\n")
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "add", "."], check=True)
+    subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base"], check=True
+    )
+    for p in [repo, *repo.rglob("*")]:
+        os.lchown(p, uid, uid)
+    tmp_path.chmod(0o755)
+    return repo
+
+
+CHAT_ATTACK = (
+    "echo x >> app.py && touch new.txt && cp /bin/bash .h && chmod 4755 .h && mkdir -p d && touch d/f; echo rc=$?"
+)
+
+
+@pytest.mark.parametrize("owner", [4242, 0], ids=["user-owned", "root-owned"])
+def test_chat_repo_files_end_up_the_owners_without_setuid(request, tmp_path, owner):
+    request.getfixturevalue("bwrap_installed")
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the owners are made with chown")
+    from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
+    from tasks.schema import Task
+
+    repo = _user_repo(tmp_path, owner)
+    task = Task(instance_id="chat:t", repo="local/proj", base_commit="HEAD", problem_statement="chat")
+    sb = BwrapSandbox(task, BwrapConfig(python_env=False, limits=LIMITS), repo=repo)
+    try:
+        res = sb.execute(CHAT_ATTACK)
+        assert "rc=0" in res.output, res.output  # the agent can edit the user's files
+        if owner != 0:  # while the session runs, the sandbox's user is the repo's owner
+            assert all(p.lstat().st_uid == owner for p in [repo / "new.txt", repo / ".h", repo / "d" / "f"])
+        assert not (repo / ".h").lstat().st_mode & 0o6000, "a setuid file stayed in the user's repo"
+    finally:
+        sb.close()
+    for p in [repo, *repo.rglob("*")]:
+        st = p.lstat()
+        assert (st.st_uid, st.st_gid) == (owner, owner), f"{p} is owned by {st.st_uid}, not the repo's owner {owner}"
+        assert not (p.is_file() and st.st_mode & 0o6000), f"{p} is setuid/setgid"
+    assert (repo / "app.py").read_text() == "print('hi')\nx\n"

@@ -1,0 +1,197 @@
+"""Who a bubblewrap sandbox is on the host, and how that user reaches what the sandbox binds.
+
+Started by root, bwrap maps the sandbox's uid 0 to host root: what the agent writes is root's on the host and
+/proc/sys is writable (a core_pattern written there makes the kernel run a program as host root). So under root
+every step drops to an unprivileged host user first: a dedicated one (the `nexus-sandbox` account when it exists,
+else uid/gid 60999, which no account should hold), or for a chat the owner of the user's repo when that is not
+root. Inside, that user is uid 0 of the sandbox's own user namespace, with no capabilities.
+
+bwrap then resolves its bind sources with that user's rights. A source it cannot reach (an interpreter under
+/root, a 0700 virtualenv) is bind-mounted at a staging path inside the sandbox's own workspace, in a private mount
+namespace that root makes once per sandbox; each step enters it (nsenter) before dropping to the user (setpriv).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from swe_env.sandbox.base import SandboxError
+
+DEDICATED_NAME = "nexus-sandbox"
+DEDICATED_ID = 60999  # the uid/gid used when no nexus-sandbox account exists (scripts/install.sh makes one)
+SETID = stat.S_ISUID | stat.S_ISGID
+
+
+@dataclass(frozen=True)
+class HostUser:
+    """A host identity a sandbox runs as."""
+
+    uid: int
+    gid: int
+
+    @property
+    def is_root(self) -> bool:
+        return self.uid == 0
+
+
+def current_user() -> HostUser:
+    return HostUser(os.getuid(), os.getgid())
+
+
+def dedicated_user() -> HostUser:
+    """The account sandboxes run as when started by root (never root itself)."""
+    try:
+        entry = pwd.getpwnam(DEDICATED_NAME)
+    except KeyError:
+        return HostUser(DEDICATED_ID, DEDICATED_ID)
+    if entry.pw_uid == 0 or entry.pw_gid == 0:
+        raise SandboxError(f"the {DEDICATED_NAME} account is uid/gid 0; it must be an unprivileged account")
+    return HostUser(entry.pw_uid, entry.pw_gid)
+
+
+def owner_of(path: Path) -> HostUser:
+    st = path.lstat()
+    return HostUser(st.st_uid, st.st_gid)
+
+
+def sandbox_user(repo: Path | None = None) -> HostUser:
+    """Who a sandbox runs as: the caller when it is not root; under root the owner of `repo` (a user's own repo)
+    when that is not root, else the dedicated user."""
+    if os.geteuid() != 0:
+        return current_user()
+    if repo is not None and not owner_of(repo).is_root:
+        return owner_of(repo)
+    return dedicated_user()
+
+
+def walk(root: Path):
+    """Every entry under root (root included), never following a symlink."""
+    yield root
+    stack = [root]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            yield Path(entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(Path(entry.path))
+
+
+def hand_over(root: Path, to: HostUser, only_from: HostUser | None = None) -> None:
+    """Give every entry under root (or those owned by `only_from`) to `to`, without following symlinks. chown of a
+    regular file also clears its setuid/setgid bits."""
+    for path in walk(root):
+        try:
+            st = path.lstat()
+            if (st.st_uid, st.st_gid) == (to.uid, to.gid):
+                continue
+            if only_from is None or (st.st_uid, st.st_gid) == (only_from.uid, only_from.gid):
+                os.lchown(path, to.uid, to.gid)
+        except OSError:
+            continue
+
+
+def strip_setid(root: Path) -> list[Path]:
+    """Clear the setuid/setgid bits of every regular file under root (git never records them, so none is the
+    repo's own); returns the files changed. Directories keep theirs (setgid directories share a group)."""
+    changed = []
+    for path in walk(root):
+        try:
+            st = path.lstat()
+            if stat.S_ISREG(st.st_mode) and st.st_mode & SETID:
+                os.chmod(path, stat.S_IMODE(st.st_mode) & ~SETID, follow_symlinks=False)
+                changed.append(path)
+        except (OSError, NotImplementedError):
+            continue
+    return changed
+
+
+def reachable(path: str, user: HostUser) -> bool:
+    """Whether `user` can walk down to `path` (search permission on every folder above it; ACLs not read)."""
+    p = Path(path)
+    for folder in [*reversed(p.parents)]:
+        try:
+            st = folder.stat()
+        except OSError:
+            return False
+        if st.st_uid == user.uid:
+            bit = stat.S_IXUSR
+        elif st.st_gid == user.gid:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            return False
+    return True
+
+
+class MountStage:
+    """A private mount namespace (made by root, kept by an fd) where each source `user` cannot reach is
+    bind-mounted at `<stage_dir>/<n>`; steps enter it, then drop to `user`, then start bwrap."""
+
+    def __init__(self, stage_dir: Path, sources: list[str], user: HostUser) -> None:
+        self.user = user
+        self.staged: dict[str, str] = {}
+        self.fd: int | None = None
+        todo = [s for s in dict.fromkeys(sources) if Path(s).exists() and not reachable(s, user)]
+        if todo:
+            self._make(stage_dir, todo)
+
+    def _make(self, stage_dir: Path, sources: list[str]) -> None:
+        for tool in ("unshare", "nsenter"):
+            if shutil.which(tool) is None:
+                raise SandboxError(f"{tool} (util-linux) is needed to run the sandbox under root")
+        stage_dir.mkdir(mode=0o755)
+        mounts = []
+        for n, src in enumerate(sources):
+            target = stage_dir / str(n)
+            target.mkdir() if Path(src).is_dir() else target.touch()
+            mounts.append(f"mount --rbind -- {_q(src)} {_q(str(target))}")
+            self.staged[src] = str(target)
+        script = " && ".join([*mounts, "echo ready", "read _"])
+        proc = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            if proc.stdout.readline().strip() != b"ready":
+                raise SandboxError(f"could not stage the sandbox's binds: {proc.stderr.read().decode()[-300:]}")
+            self.fd = os.open(f"/proc/{proc.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        finally:
+            proc.stdin.close()
+            proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+
+    def source(self, path: str) -> str:
+        """Where bwrap finds `path` (its staging path when it is staged)."""
+        return self.staged.get(path, path)
+
+    def enter_argv(self) -> list[str]:
+        """The prefix that enters the staging namespace (if any) and becomes the user, before bwrap."""
+        prefix = ["nsenter", f"--mount=/proc/self/fd/{self.fd}", "--"] if self.fd is not None else []
+        u = self.user
+        return [*prefix, "setpriv", f"--reuid={u.uid}", f"--regid={u.gid}", "--clear-groups", "--"]
+
+    @property
+    def fds(self) -> tuple[int, ...]:
+        return (self.fd,) if self.fd is not None else ()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _q(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
