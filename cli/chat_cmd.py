@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from cli.options import raw_options
+from cli.safe_text import safe_text, say_to
 from pipeline import chat as cs
 from pipeline.config import AUTO_PROFILE, RunError, resolve_profile
 
@@ -87,14 +88,14 @@ def _learn(console: Console, folder: Path, name: str, session, request: str) -> 
         with console.status("learning this agent's memory profile… (Ctrl-C skips it)"):
             trajectory, model, tokenizer = folder / cs.TRAJECTORY_FILE, session.model, session.tokenizer
             said = learn_from_run(
-                session.config.model, model, tokenizer, trajectory, console.print, f"chat-{name}", "chat", request
+                session.config.model, model, tokenizer, trajectory, say_to(console), f"chat-{name}", "chat", request
             )
     except KeyboardInterrupt:
         said = "memory profile: learning skipped (Ctrl-C); the next chat or solve run of this agent learns one"
     except OSError as e:  # the session is saved already; learning is a bonus
         said = f"memory profile: could not learn from this chat ({e.strerror or e}); the session is kept"
     if said:
-        console.print(said, highlight=False)
+        console.print(safe_text(said))
 
 
 def _learn_served(console: Console, folder: Path, server: str, request: str) -> None:
@@ -105,7 +106,7 @@ def _learn_served(console: Console, folder: Path, server: str, request: str) -> 
     with console.status("the server learns this agent's memory profile… (Ctrl-C stops waiting)"):
         said = learn_served(server, folder / cs.TRAJECTORY_FILE, request, "chat")
     if said:
-        console.print(said, highlight=False)
+        console.print(safe_text(said))
 
 
 def _start(folder: Path, repo: Path | None, given: dict[str, Any], seed: int, learn: bool):

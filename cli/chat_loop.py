@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 from agent.protocols import ToolCall
 from agent.trajectory import tool_of
+from cli.safe_text import StreamFilter, safe_lines, safe_text
 from pipeline import chat as cs
 
 HELP = "commands: /stats (cache stats per turn), /history (your requests), /yolo, /confirm, /help, /quit (or Ctrl-D)"
@@ -35,9 +37,15 @@ class Chat:
                            on_step=self._on_step, before_execute=self._confirm)  # fmt: skip
         self.interrupt = cs.TurnInterrupt(self._note)
         self.git_dirs = cs.repo_git_dirs(Path(state.repo))  # before the agent runs: it can rewrite .git
+        self.streamed = StreamFilter()  # the model's streamed text, without what a terminal would act on
 
-    def _note(self, msg: str) -> None:
-        self.console.print(f"\n[yellow]{msg}[/yellow]", markup=True, highlight=False)
+    def _print(self, *parts: str | tuple[str, str] | Text, **kwargs) -> None:
+        """One line of trusted parts (a str, or (str, style)) and `safe_text`s: nothing in it is parsed as markup
+        or emoji, so text from the model, the agent or the server is printed as it is (cli/safe_text.py)."""
+        self.console.print(Text.assemble(*parts), **kwargs)
+
+    def _note(self, msg: str) -> None:  # also called from the SIGINT handler, mid-stream: the filter is left alone
+        self._print("\n", safe_text(msg, "yellow"))
 
     def run(self) -> None:
         self._banner()
@@ -51,7 +59,7 @@ class Chat:
         finally:
             self.writer.close()
         hint = f"nexus-agent chat --session {self.name} --resume"
-        self.console.print(f"session saved in {self.folder} (continue with: {hint})")
+        self._print(safe_text(f"session saved in {self.folder} (continue with: {hint})"))
 
     def _read(self) -> str | None:
         while True:
@@ -68,10 +76,10 @@ class Chat:
             return False
         if cmd == "/stats":
             for line in self.conv.stats_lines():
-                self.console.print(line, markup=False)
+                self._print(safe_text(line))
         elif cmd == "/history":
             for n, req in enumerate(self.state.requests, 1):
-                self.console.print(f"{n}. {req}")
+                self._print(f"{n}. ", safe_text(req))
         elif cmd in ("/yolo", "/confirm"):
             self.yolo = cmd == "/yolo"
             self.console.print("commands run without asking" if self.yolo else "asking before each command")
@@ -90,49 +98,60 @@ class Chat:
         self.state.unseen = ""
         messages = [{"role": "system", "content": self.system}, msg] if first else [msg]
         try:
-            with self.interrupt:
-                result = self.agent.run(messages)
+            result = self._run_agent(messages)
         except cs.StopTurn:
             self._save()
-            self.console.print("[yellow]turn stopped; the session keeps everything up to the last step[/yellow]")
+            self._print(("turn stopped; the session keeps everything up to the last step", "yellow"))
             return
         except KeyboardInterrupt:
             self._rollback()
-            self.console.print("[yellow]turn stopped; the session is back at its last complete step[/yellow]")
+            self._print(("turn stopped; the session is back at its last complete step", "yellow"))
             return
-        except AgentError as exc:
+        except AgentError as exc:  # its message can quote the model or the server
             self._rollback()
-            self.console.print(
-                f"\nerror: {exc} (the session is back at its last complete step; send the request again)",
-                style="red", markup=False, highlight=False,
-            )  # fmt: skip
+            how = " (the session is back at its last complete step; send the request again)"
+            self._print(safe_text(f"\nerror: {exc}{how}", "red"))
             return
         self._save()
         self._report(result)
 
+    def _run_agent(self, messages: list[dict[str, str]]):
+        try:
+            with self.interrupt:
+                return self.agent.run(messages)
+        finally:
+            self._end_stream()
+
     def _stream(self, piece: str) -> None:
-        sys.stdout.write(piece)
+        sys.stdout.write(self.streamed.feed(piece))
         sys.stdout.flush()
+
+    def _end_stream(self) -> None:
+        """The end of a streamed reply: what the filter held back (a cut-off sequence's text)."""
+        rest = self.streamed.flush()
+        if rest:
+            sys.stdout.write(rest)
+            sys.stdout.flush()
 
     def _on_step(self, rec: dict[str, Any]) -> None:
         from kvstore.session import TurnStats
 
+        self._end_stream()
         self.state.unseen = "" if rec["submitted"] else rec["observation"]
         self.conv.on_step(rec)
         self._save()
-        obs = rec["observation"].splitlines()
-        shown = "\n".join(obs[:8]) + (f"\n... ({len(obs) - 8} more lines)" if len(obs) > 8 else "")
-        self.console.print(f"\n[bold]step {rec['step']}[/bold] {tool_of(rec)}", markup=True)
-        self.console.print(shown, markup=False)
+        self._print("\n", (f"step {rec['step']}", "bold"), " ", safe_text(tool_of(rec)))
+        self._print(safe_lines(rec["observation"], 8))
         stats = TurnStats.from_dict(rec.get("stats") or {})
         if stats is not None:
-            self.console.print(f"[dim]{stats.summary()}[/dim]")
+            self._print(safe_text(stats.summary(), "dim"))
         self.interrupt.check()
 
     def _confirm(self, call: ToolCall) -> str | None:
+        self._end_stream()
         if self.yolo or not cs.needs_confirmation(call):
             return None
-        self.console.print(f"\n[bold]run?[/bold] {cs.describe(call)}", markup=True)
+        self.show_call(call)
         try:
             answer = input("[y]es / [n]o / [a]lways: ").strip().lower()
         except (EOFError, KeyboardInterrupt):
@@ -142,6 +161,11 @@ class Chat:
         if answer in ("y", "yes", "a", "always"):
             return None
         return "The user declined to run this call. Ask for or try something else."
+
+    def show_call(self, call: ToolCall) -> None:
+        """The approval prompt's call, complete and as it runs: no markup, control characters shown as escapes,
+        never wrapped by the console (a terminal's own wrapping keeps it whole when copied)."""
+        self._print("\n", ("run?", "bold"), " ", safe_text(cs.describe(call), visible=True), soft_wrap=True)
 
     def _save(self) -> None:
         self.conv.save()
@@ -154,21 +178,19 @@ class Chat:
 
     def _report(self, result) -> None:
         how = f"{result.exit_reason}, {result.steps} steps, {result.elapsed_s:.1f} s"
-        self.console.print(f"\n[bold]done[/bold] ({how})")
+        self._print("\n", ("done", "bold"), safe_text(f" ({how})"))
         if result.submission:
-            self.console.print(result.submission, markup=False)
+            self._print(safe_text(result.submission))
         if result.exit_reason == "token_limit":
-            self.console.print(f"[yellow]{self.conv.token_limit_note()}[/yellow]")
+            self._print(safe_text(self.conv.token_limit_note(), "yellow"))
         changed = cs.changed_files(Path(self.state.repo), self.git_dirs)
         if changed:
-            self.console.print(f"changes in the repo:\n{changed}", markup=False)
+            self._print("changes in the repo:\n", safe_text(changed))
 
     def _banner(self) -> None:
         mode = "yolo: commands run without asking" if self.yolo else "confirm mode: asks before each command"
-        self.console.print(
-            f"nexus-agent chat [bold]{self.name}[/bold] on {self.state.repo} (at /testbed in the sandbox) | "
-            f"{self.conv.describe()} | {mode}"
-        )
+        where = f" on {self.state.repo} (at /testbed in the sandbox) | {self.conv.describe()} | {mode}"
+        self._print("nexus-agent chat ", safe_text(self.name, "bold"), safe_text(where))
         if self.state.requests:
-            self.console.print(f"resumed: {len(self.state.requests)} requests, {self.conv.attach()}")
-        self.console.print(HELP)
+            self._print(safe_text(f"resumed: {len(self.state.requests)} requests, {self.conv.attach()}"))
+        self._print(HELP)

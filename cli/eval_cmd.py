@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from cli.options import run_options
+from cli.safe_text import safe_text, say_to
 from pipeline.config import RunConfig
 
 
@@ -60,7 +61,9 @@ def run_eval(
     ef.claim_out_dir(out, cfg, _served(cfg))
     todo = [t for t in tasks if not _finished(ef.read_report(out, t.instance_id), retry_errors)]
     console = Console()
-    console.print(f"eval: {len(tasks)} tasks, {len(tasks) - len(todo)} already finished, {len(todo)} to run -> {out}")
+    console.print(
+        safe_text(f"eval: {len(tasks)} tasks, {len(tasks) - len(todo)} already finished, {len(todo)} to run -> {out}")
+    )
     if cfg.lacks_profile and len(todo) > 2:
         console.print(
             "memory profile: none for this agent and model; --warmup 1 learns one from the first task for the "
@@ -70,7 +73,7 @@ def run_eval(
     start, stopped = time.monotonic(), False
     try:
         with EvalView(console, len(tasks), len(tasks) - len(todo)) as view:
-            for stage in stages(cfg, out, tasks, todo, console.print):  # --warmup: calibrating between two stages
+            for stage in stages(cfg, out, tasks, todo, say_to(console)):  # --warmup: calibrating between two stages
                 jobs = [Job(t, c, ef.task_dir(out, t.instance_id)) for c, t in stage]
                 for _job, report in _execute(jobs, workers, executor, ray_address, view.event):
                     view.finished_one(report)
@@ -82,9 +85,10 @@ def run_eval(
         summary = ef.write_outputs(out, tasks, time.monotonic() - start)
         if stopped:
             console.print(
-                f"stopped: {summary['finished']} of {summary['total']} tasks finished, their files complete in "
-                f"{out}; the same command resumes the rest",
-                highlight=False,
+                safe_text(
+                    f"stopped: {summary['finished']} of {summary['total']} tasks finished, their files complete in "
+                    f"{out}; the same command resumes the rest"
+                )
             )
     _print_summary(console, summary, out)
     return summary
@@ -151,4 +155,4 @@ def _print_summary(console: Console, summary: dict, out: Path) -> None:
         f"tok/layer, peak cache {t['peak_held_tokens']} tok/layer | wall {summary['wall_s_this_session']:.0f} s",
         highlight=False,
     )
-    console.print(f"predictions: {out}/predictions.jsonl, summary: {out}/summary.json", highlight=False)
+    console.print(safe_text(f"predictions: {out}/predictions.jsonl, summary: {out}/summary.json"))

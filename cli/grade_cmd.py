@@ -6,11 +6,12 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from cli.live import STATUS_STYLE
 from cli.options import raw_options
+from cli.safe_text import safe_markup, safe_text
 
 
 @raw_options("repo_cache")
@@ -42,7 +43,7 @@ def grade_cmd(
         json_path.write_text(report.to_json() + "\n")
     _print(console, report)
     if json_path is not None:
-        console.print(f"report written to {escape(str(json_path))}")
+        console.print(f"report written to {safe_markup(str(json_path))}")
     if report.status == "error":
         raise typer.Exit(1)
 
@@ -65,17 +66,15 @@ def _patch_text(patch: str, task) -> str:
 
 def _print(console: Console, report) -> None:
     style = STATUS_STYLE.get(report.status, "white")
-    console.print(
-        f"[bold]{report.instance_id}[/bold]: [{style}]{report.status}[/{style}] "
-        f"(backend {report.backend}, patch applied with {report.apply_method or '-'}, {report.duration_s:.1f} s)"
-    )
-    if report.error:
-        console.print(f"[red]{escape(report.error)}[/red]", highlight=False)
+    how = f" (backend {report.backend}, patch applied with {report.apply_method or '-'}, {report.duration_s:.1f} s)"
+    console.print(Text.assemble(safe_text(report.instance_id, "bold"), ": ", safe_text(report.status, style), how))
+    if report.error:  # it can quote the tests' output
+        console.print(safe_text(report.error, "red"))
     table = Table("kind", "test", "result")
     for kind, results in (("FAIL_TO_PASS", report.fail_to_pass), ("PASS_TO_PASS", report.pass_to_pass)):
         for test, result in results.items():
             color = "green" if result in ("PASSED", "XFAIL") else "red" if result != "NOT_RUN" else "dim"
-            table.add_row(kind, escape(test), f"[{color}]{escape(result)}[/{color}]")
+            table.add_row(kind, safe_text(test), safe_text(result, color))
     console.print(table)
     if report.status in ("patch_failed", "error") and report.log_excerpt:
-        console.print(report.log_excerpt[-2000:], markup=False, highlight=False)
+        console.print(safe_text(report.log_excerpt[-2000:]))  # the tests' output: the agent's patch decides it

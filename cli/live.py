@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.trajectory import tool_of
+from cli.safe_text import safe_text
 
 # how a grading verdict is coloured wherever it is shown
 STATUS_STYLE = {
@@ -55,13 +56,14 @@ class SolveView:
         self.live.update(self.render())
 
     def render(self, final: bool = False) -> Table:
-        table = Table(title=self.title, title_justify="left", expand=False)
+        table = Table(title=safe_text(self.title), title_justify="left", expand=False)
         for col in ("step", "tool", "exit", "generated", "context", "cache held", "evicted", "model s", "tool s"):
             table.add_column(col, justify="left" if col == "tool" else "right")
         for rec in self.rows[-12:]:
             s = rec.get("stats") or {}
             table.add_row(
-                str(rec["step"]), tool_of(rec), _exit_code(rec["observation"]), str(s.get("generated_tokens", "-")),
+                str(rec["step"]), safe_text(tool_of(rec)), safe_text(_exit_code(rec["observation"])),
+                str(s.get("generated_tokens", "-")),
                 str(rec.get("context_tokens", "-")), _held(s),
                 str(s.get("evicted_tokens", "-")), f"{rec['model_s']:.1f}", f"{rec['env_s']:.1f}",
             )  # fmt: skip
@@ -140,7 +142,8 @@ class EvalView:
         for name, row in sorted(self.workers.items()):
             if "instance" in row:
                 age = f"{time.monotonic() - row['t0']:.0f} s"
+                instance, tool = safe_text(row["instance"]), safe_text(row["tool"])
                 table.add_row(
-                    name, row["instance"], str(row["step"]), row["tool"], str(row["held"]), str(row["evicted"]), age
+                    safe_text(name), instance, str(row["step"]), tool, str(row["held"]), str(row["evicted"]), age
                 )
         return Group(self.progress, line, table)

@@ -8,9 +8,11 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from cli.live import STATUS_STYLE
 from cli.options import run_options
+from cli.safe_text import safe_text, say_to
 from pipeline.config import DEFAULT_MAX_STEPS, DEFAULT_TASK, RunConfig
 from pipeline.files import safe_name
 
@@ -35,14 +37,16 @@ def solve_cmd(
     check_policy(cfg)  # after the task: a bad id is answered without importing torch
     out = out or Path("runs") / f"{safe_name(task.instance_id)}-{time.strftime('%Y%m%d-%H%M%S')}"
     console = Console()
-    console.print(f"[bold]{task.instance_id}[/bold] ({task.source or 'builtin'}) -> {out}")
+    console.print(
+        Text.assemble(safe_text(task.instance_id, "bold"), safe_text(f" ({task.source or 'builtin'}) -> {out}"))
+    )
     finished: list = []
     report = _run_live(console, task, cfg, out, finished.append)
     console.print()
     learned = _learn(console, cfg, finished[0], out, task.problem_statement) if finished else None
     print_summary(console, report, out, cfg.lacks_profile and learned is None)
     if learned:
-        console.print("  " + learned, highlight=False)
+        console.print(safe_text("  " + learned))
 
 
 def _run_live(console: Console, task, cfg: RunConfig, out: Path, on_finish) -> dict[str, Any]:
@@ -71,7 +75,8 @@ def _learn(console: Console, cfg: RunConfig, backend, out: Path, statement: str)
     try:
         with console.status("learning this agent's memory profile…"):
             model, tokenizer = session.model, session.tokenizer
-            return learn_from_run(cfg.model, model, tokenizer, out / TRAJECTORY, console.print, statement=statement)
+            say = say_to(console)
+            return learn_from_run(cfg.model, model, tokenizer, out / TRAJECTORY, say, statement=statement)
     except OSError as e:  # the run's results are written already; learning is a bonus
         return f"memory profile: could not learn from this run ({e.strerror or e}); its results are kept"
 
@@ -84,15 +89,17 @@ def print_summary(
 
     status = report["status"]
     style = STATUS_STYLE.get(status, "white")
+    how = (
+        f" | exit {report['exit_reason']} after {report['steps']} steps | patch {report['patch_lines']} lines | agent "
+        f"{report['agent_s']:.1f} s, grading {report['grade_s']:.1f} s, wall {report['wall_s']:.1f} s"
+    )
     console.print(
-        f"[bold]{report['instance_id']}[/bold]: [{style}]{status}[/{style}] | exit {report['exit_reason']} after "
-        f"{report['steps']} steps | patch {report['patch_lines']} lines | agent {report['agent_s']:.1f} s, "
-        f"grading {report['grade_s']:.1f} s, wall {report['wall_s']:.1f} s"
+        Text.assemble(safe_text(report["instance_id"], "bold"), ": ", safe_text(status, style), safe_text(how))
     )
     for turn in report["turns"]:
         stats = TurnStats.from_dict(turn)
         if stats is not None:
-            console.print("  " + stats.summary(), highlight=False)
+            console.print(safe_text("  " + stats.summary()))
     t = report["totals"]
     console.print(
         f"  totals: prefilled {t['prefill_tokens']} tok, generated {t['generated_tokens']} tok, evicted "
@@ -103,11 +110,11 @@ def print_summary(
     )
     memory = _memory_line(report, lacks_profile)
     if memory:
-        console.print("  " + memory, highlight=False)
-    if report["grade"].get("error"):
-        console.print(f"  grading: {report['grade']['error']}", style="red", highlight=False)
+        console.print(safe_text("  " + memory))
+    if report["grade"].get("error"):  # it can quote the tests' output
+        console.print(safe_text(f"  grading: {report['grade']['error']}", "red"))
     if out is not None:
-        console.print(f"  files: {out}/trajectory.jsonl, patch.diff, report.json", highlight=False)
+        console.print(safe_text(f"  files: {out}/trajectory.jsonl, patch.diff, report.json"))
 
 
 def _memory_line(report: dict[str, Any], lacks_profile: bool) -> str | None:

@@ -8,7 +8,8 @@ import typer
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
-from rich.text import Text
+
+from cli.safe_text import safe_text
 
 tasks_app = typer.Typer(
     no_args_is_help=True, help="Browse tasks: built-in, a local JSON/JSONL/parquet file, or a HF dataset."
@@ -32,8 +33,9 @@ def list_tasks(dataset: str = typer.Option(None, "--dataset", "-d", help=DATASET
     for column in ("instance_id", "repo", "#F2P", "#P2P", "issue"):
         table.add_column(column, justify="right" if column.startswith("#") else "left")
     for task in tasks:
-        row = (task.instance_id, task.repo, str(len(task.fail_to_pass)), str(len(task.pass_to_pass)))
-        table.add_row(*row, _first_line(task.problem_statement))
+        counts = (str(len(task.fail_to_pass)), str(len(task.pass_to_pass)))
+        issue = safe_text(_first_line(task.problem_statement))
+        table.add_row(safe_text(task.instance_id), safe_text(task.repo), *counts, issue)
     Console().print(table)
 
 
@@ -53,13 +55,13 @@ def show_task(
     console = Console()
     meta = Table.grid(padding=(0, 2))
     for key in ("instance_id", "repo", "base_commit", "version", "created_at", "docker_image", "test_cmd", "source"):
-        meta.add_row(f"[bold]{key}[/bold]", str(getattr(task, key) or "-"))
+        meta.add_row(f"[bold]{key}[/bold]", safe_text(getattr(task, key) or "-"))
     console.print(meta)
-    console.print(Panel(Text(task.problem_statement.strip()), title="issue", expand=False))
+    console.print(Panel(safe_text(task.problem_statement.strip()), title="issue", expand=False))
     for title, tests in (("FAIL_TO_PASS", task.fail_to_pass), ("PASS_TO_PASS", task.pass_to_pass)):
         console.print(f"[bold]{title}[/bold] ({len(tests)})")
         for test in tests:
-            console.print(f"  {test}", markup=False, highlight=False)
+            console.print(safe_text(f"  {test}"))
     for title, patch in (("gold patch", task.patch), ("test patch", task.test_patch)):
         console.rule(title)
-        console.print(patch.rstrip() or "(none)", markup=False, highlight=False)
+        console.print(safe_text(patch.rstrip() or "(none)"))

@@ -228,8 +228,11 @@ def needs_confirmation(call: ToolCall) -> bool:
 
 
 def describe(call: ToolCall) -> str:
-    """The call as the user should see it before approving it."""
-    if call.name == "execute_bash":
+    """The call as the user should see it before approving it: complete (what is shown is all that runs; the
+    console shows its control characters as escapes, cli/safe_text.py); a value of several lines as a block."""
+    if call.name == "execute_bash" and set(call.params) <= {"cmd"}:
         return f"$ {call.params.get('cmd', '')}"
-    shown = {k: (v if len(v) <= 300 else v[:300] + " ...") for k, v in call.params.items()}
-    return f"{call.name} " + " ".join(f"{k}={v!r}" for k, v in shown.items())
+    inline = " ".join(f"{k}={v!r}" for k, v in call.params.items() if "\n" not in str(v))
+    blocks = [f"\n  {k}:\n" + "\n".join("    " + line for line in str(v).split("\n"))
+              for k, v in call.params.items() if "\n" in str(v)]  # fmt: skip
+    return f"{call.name} {inline}".rstrip() + "".join(blocks)
