@@ -421,12 +421,10 @@ def test_chat_repo_files_end_up_the_owners_without_setuid(request, tmp_path, own
     request.getfixturevalue("bwrap_installed")
     if os.geteuid() != 0:
         pytest.skip("needs root: the owners are made with chown")
-    from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
-    from tasks.schema import Task
+    from pipeline.chat import open_repo_sandbox
 
     repo = _user_repo(tmp_path, owner)
-    task = Task(instance_id="chat:t", repo="local/proj", base_commit="HEAD", problem_statement="chat")
-    sb = BwrapSandbox(task, BwrapConfig(python_env=False, limits=LIMITS), repo=repo)
+    sb = open_repo_sandbox(repo, "hostile")  # the sandbox `nexus-agent chat` opens on the user's repo
     try:
         res = sb.execute(CHAT_ATTACK)
         assert "rc=0" in res.output, res.output  # the agent can edit the user's files
