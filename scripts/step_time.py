@@ -31,7 +31,9 @@ def main() -> None:
             times.append((time.perf_counter() - start) * 1e3)
             assert res.returncode == 0, res.output
     q = statistics.quantiles(times, n=10)
-    print(f"{args.backend}: {args.runs} steps, median {statistics.median(times):.1f} ms (p10 {q[0]:.1f}, p90 {q[-1]:.1f})")
+    print(
+        f"{args.backend}: {args.runs} steps, median {statistics.median(times):.1f} ms (p10 {q[0]:.1f}, p90 {q[-1]:.1f})"
+    )
 
 
 if __name__ == "__main__":

@@ -176,7 +176,7 @@ class BwrapSandbox:
         sources = [argv[i + 1] for i in range(1, end) if argv[i] in BIND_FLAGS]
         key = frozenset(sources)
         if key not in self._stages:
-            self._stages[key] = MountStage(self._root / f"stage-{len(self._stages)}", sources, self.user)
+            self._stages[key] = MountStage(sources, self.user)
         stage = self._stages[key]
         out = [*stage.enter_argv(), argv[0]]
         i = 1

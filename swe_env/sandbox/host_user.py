@@ -18,6 +18,7 @@ import pwd
 import shutil
 import stat
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,23 +134,41 @@ def reachable(path: str, user: HostUser) -> bool:
     return True
 
 
+STAGE_BASES = ("/tmp", "/var/tmp", "/dev/shm")  # where a staging folder goes when the temp dir is out of reach
+
+
 class MountStage:
     """A private mount namespace (made by root, kept by an fd) where each source `user` cannot reach is
-    bind-mounted at `<stage_dir>/<n>`; steps enter it, then drop to `user`, then start bwrap."""
+    bind-mounted at `<stage dir>/<n>`; steps enter it, then drop to `user`, then start bwrap.
 
-    def __init__(self, stage_dir: Path, sources: list[str], user: HostUser) -> None:
+    The stage dir is a fresh folder the user can reach (`0710 root:<user's group>`, in the temp dir or else
+    /tmp): a sandbox's own workspace may lie under a folder only root can enter (an eval sets TMPDIR to its
+    private run folder), and then its repo and /tmp are staged too."""
+
+    def __init__(self, sources: list[str], user: HostUser) -> None:
         self.user = user
         self.staged: dict[str, str] = {}
         self.fd: int | None = None
+        self.stage_dir: Path | None = None
         todo = [s for s in dict.fromkeys(sources) if Path(s).exists() and not reachable(s, user)]
         if todo:
-            self._make(stage_dir, todo)
+            self._make(todo)
 
-    def _make(self, stage_dir: Path, sources: list[str]) -> None:
+    def _make(self, sources: list[str]) -> None:
+        from swe_env.sandbox.owners import PREFIX, mark
+
         for tool in ("unshare", "nsenter"):
             if shutil.which(tool) is None:
                 raise SandboxError(f"{tool} (util-linux) is needed to run the sandbox under root")
-        stage_dir.mkdir(mode=0o755)
+        base = next(
+            (b for b in (tempfile.gettempdir(), *STAGE_BASES) if Path(b).is_dir() and reachable(b + "/x", self.user)),
+            None,
+        )
+        if base is None:
+            raise SandboxError(f"no temp folder the sandbox's user (uid {self.user.uid}) can enter: {STAGE_BASES}")
+        stage_dir = self.stage_dir = mark(Path(tempfile.mkdtemp(prefix=f"{PREFIX}stage-", dir=base)))
+        os.chown(stage_dir, 0, self.user.gid)
+        stage_dir.chmod(0o710)
         mounts = []
         for n, src in enumerate(sources):
             target = stage_dir / str(n)
@@ -189,6 +208,9 @@ class MountStage:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+        if self.stage_dir is not None:  # empty mount points on the host (the mounts lived in the namespace)
+            shutil.rmtree(self.stage_dir, ignore_errors=True)
+            self.stage_dir = None
 
 
 def _q(text: str) -> str:

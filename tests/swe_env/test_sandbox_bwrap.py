@@ -100,3 +100,24 @@ def test_runs_as_the_calling_user(sandbox):
 def test_a_forgotten_sandbox_is_removed_at_exit(bwrap_installed):
     root = checks.forgotten_sandbox_output("bwrap")
     assert root.startswith("/tmp/nexus-bwrap-") and not Path(root).exists()
+
+
+def test_works_under_a_temp_dir_only_root_can_enter(bwrap_installed, tmp_path, monkeypatch):
+    """An eval points TMPDIR at its own 0700 run folder: the workspace lies where the sandbox's user (not root)
+    cannot walk, so its repo and /tmp are staged too, and the staging folders are gone after close."""
+    import tempfile
+
+    private = tmp_path / "nexus-run-private"
+    private.mkdir(mode=0o700)
+    monkeypatch.setenv("TMPDIR", str(private))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    sb = BwrapSandbox(get_task("nexus-demo__semver-lite-1"))
+    try:
+        assert sb._root.is_relative_to(private)
+        res = sb.execute("echo edit >> README.md && touch /tmp/x && python -m pytest -q 2>&1 | tail -1")
+        assert res.returncode == 0 and "passed" in res.output, res.output
+        assert "README.md" in sb.get_patch()
+        stages = [s.stage_dir for s in sb._stages.values() if s.stage_dir is not None]
+    finally:
+        sb.close()
+    assert all(not s.exists() for s in stages)
