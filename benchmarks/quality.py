@@ -17,6 +17,7 @@ from benchmarks.quality_report import density_table, plot, summarize, with_avera
 from benchmarks.quality_run import QUERY_AWARE, RunSpec, run_item
 from benchmarks.quality_tasks import TASKS, make_item
 from kvstore import POLICIES, CacheConfig
+from kvstore.config import SHARED, declared, own_options
 from kvstore.defaults import DEFAULT_MODEL
 from kvstore.errors import KVStoreError
 from kvstore.policies import is_stochastic
@@ -29,7 +30,7 @@ class QualityConfig:
     """What one quality run covers."""
 
     model: str = DEFAULT_MODEL  # model registry name / HF id / local directory
-    policies: tuple[str, ...] = tuple(POLICIES)  # policies (the ablations are policies too)
+    policies: tuple[str, ...] = field(default_factory=lambda: tuple(POLICIES))  # policies (registered ones: all)
     densities: tuple[float, ...] = (0.2, 0.5)  # shares of the context kept
     tasks: tuple[str, ...] = TASKS  # tasks to run
     items: int = 2  # items per task
@@ -37,7 +38,7 @@ class QualityConfig:
     context_tokens: int = 1024  # haystack / conversation length in tokens
     threads: int = 1  # torch CPU threads (1 is fastest on a shared, busy machine)
     data_seed: int = 0  # seed of the task generator
-    cache_options: dict = field(default_factory=dict)  # CacheConfig knobs for every evicting policy (ablations)
+    cache_options: dict = field(default_factory=dict)  # cache options (ablations): each policy takes those it declares
     modes: tuple[str, ...] = MODES  # "unaware" (question after compression) and/or "aware" (question inside)
 
     def specs(self) -> list[RunSpec]:
@@ -48,8 +49,9 @@ class QualityConfig:
             for d in self.densities:
                 for p in self.policies:
                     if p != "full":
-                        seeds = range(self.seeds if is_stochastic(p, **self.cache_options) else 1)
-                        out += [RunSpec(p, d, s, options=self.cache_options, query_aware=aware) for s in seeds]
+                        options = declared(p, self.cache_options)
+                        seeds = range(self.seeds if is_stochastic(p, **options) else 1)
+                        out += [RunSpec(p, d, s, options=options, query_aware=aware) for s in seeds]
         return out
 
     def labels(self) -> list[str]:
@@ -111,7 +113,12 @@ def parse_options(pairs: list[str]) -> dict:
                     out[key] = float(raw)
                 except ValueError:
                     out[key] = raw
-    CacheConfig.from_options(**out)  # unknown keys and bad values: one clear error now, not mid-run
+    known = {*SHARED, *(name for p in POLICIES for name in own_options(p))}
+    unknown = sorted(set(out) - known)
+    if unknown:
+        raise KVStoreError(f"unknown cache option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    for p in POLICIES:  # bad values: one clear error now, not mid-run
+        CacheConfig.from_options(p, **declared(p, out))
     return out
 
 

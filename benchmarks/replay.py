@@ -29,7 +29,7 @@ from benchmarks.replay_run import Spec, budget_tokens, compare, reference, sessi
 from kvstore import POLICIES
 from kvstore.chat import ChatRenderer
 from kvstore.config import parse_policy_spec
-from kvstore.defaults import DEFAULT_POLICY, DEFAULT_PROTOCOL
+from kvstore.defaults import DEFAULT_POLICY, DEFAULT_PROTOCOL, parse_budget
 from kvstore.errors import KVStoreError
 from kvstore.policies import uses_profile
 from kvstore.session_config import PROTOCOLS
@@ -58,7 +58,7 @@ class ReplayConfig:
 
 def parse_spec(text: str) -> Spec:
     """`POLICY[@key=value,...]`: CacheConfig options, protect=system+task|system|none, or
-    protocol=true-eviction|re-prefill."""
+    protocol=true-eviction|re-prefill. research/'s variants: run `python research/nexus_agent.py bench replay`."""
     session = {"protect": "none", "protocol": DEFAULT_PROTOCOL}
     policy, options = parse_policy_spec(text, session)  # an unknown policy or a bad option fails here, one message
     if session["protocol"] not in PROTOCOLS:
@@ -73,11 +73,16 @@ def spec_label(spec: Spec, profiled: bool, learned: bool = False) -> str:
     return run_label(spec.name, profiled and reads, learned and reads)
 
 
-def parse_budget(text: str) -> float | int:
-    value = float(text)
-    if value <= 0 or (value > 1 and not value.is_integer()):
+def replay_budget(text: str) -> float | int:
+    """One of --budgets, read as every budget is (kvstore.defaults.parse_budget): a share of the replayed length in
+    (0, 1] ("0.25", "25%") or tokens per layer ("2048")."""
+    try:
+        value = parse_budget(text)
+    except KVStoreError:
+        value = None
+    if value is None:  # 'none' compares nothing
         raise KVStoreError(f"budget {text!r}: a share in (0, 1] or a whole number of tokens")
-    return value if value <= 1 else int(value)
+    return value
 
 
 def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
@@ -315,7 +320,7 @@ def replay_cmd(
         spec_list = [s for s in specs.split(";") if s.strip()]
         if not spec_list and not (bound or horizons):
             raise KVStoreError("--specs names no memory: give at least one, or --bound / --oracle with --specs ''")
-    budget_list = [parse_budget(b) for b in budgets.split(",") if b.strip()]
+    budget_list = [replay_budget(b) for b in budgets.split(",") if b.strip()]
     if quick:
         files, max_tokens = files[: QUICK["traces"]], min(max_tokens or QUICK["max_tokens"], QUICK["max_tokens"])
         spec_list, budget_list = specs and spec_list or list(QUICK["specs"]), list(QUICK["budgets"])

@@ -1,6 +1,6 @@
 """`nexus-agent bench reservoir`: how far the n-averaged reservoir's kept set is from top-K at the weight scale the
 Nexus score really produces (weights sum to ~1 over N_k blocks, so w ~ 1/N_k), and with the weights rescaled to a
-mean of 1 (CacheConfig.reservoir_mean).
+mean of 1 (the Nexus option reservoir_mean).
 
 The weights are real: the Nexus score of every layer of the model after a prefix of a recorded conversation.
 For each n and scale it reports the overlap of the kept set with top-K and the share of top-K's weight kept.
@@ -27,7 +27,7 @@ def real_weights(model, tokenizer, messages: list[dict], tokens: int, block: int
     from kvstore.chat import ChatRenderer
 
     ids = ChatRenderer(tokenizer).encode_messages(messages, first=True)[:tokens]
-    cache = kvstore.make_cache(model, policy="full")
+    cache = kvstore.make_cache(model, policy="nexus", budget=None)  # never evicts; keeps Nexus's window of queries
     kvstore.prefill(model, cache, torch.tensor([ids], device=next(model.parameters()).device))
     out = []
     for layer in cache.layers:

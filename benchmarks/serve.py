@@ -88,12 +88,13 @@ def phase(server, convs: list[Conversation], plan: ServePlan) -> dict[str, Any]:
 
 def fit(model, tokenizer, name: str, policy: str, budget, convs: list[Conversation], plan: ServePlan) -> dict:
     """Open sessions one by one under the KV cap until one must be parked; how many were resident then."""
+    from kvstore.session_config import MemorySettings
     from server.app import Server
     from server.config import ServeConfig
 
     cap = int(plan.fit_cap_mib * 2**20)
-    config = ServeConfig(port=0, model=name, policy=policy, budget=budget, memory_cap=cap, max_batch=1,
-                         max_sessions=plan.fit_max + 1)  # fmt: skip
+    config = ServeConfig(port=0, memory=MemorySettings(model=name, policy=policy, budget=budget), memory_cap=cap,
+                         max_batch=1, max_sessions=plan.fit_max + 1)  # fmt: skip
     server = Server(model, tokenizer, config).start()
     try:
         resident, held = 0, []
@@ -112,12 +113,13 @@ def fit(model, tokenizer, name: str, policy: str, budget, convs: list[Conversati
 
 def run_bench(model, tokenizer, name: str, plan: ServePlan, stall: StallPlan | None = None) -> dict[str, Any]:
     """The whole benchmark on a loaded model; a JSON-able result (`stall`: also the newcomer-stall measurement)."""
+    from kvstore.session_config import MemorySettings
     from server.app import Server
     from server.config import ServeConfig
 
     top = max(plan.clients)
     convs, source = conversations(max(top, plan.fit_max), plan.turns, plan.prompt_tokens, plan.obs_tokens, tokenizer)
-    common = {"port": 0, "model": name, "budget": plan.density, "max_sessions": 2 * top + 2}
+    common = {"port": 0, "memory": MemorySettings(model=name, budget=plan.density), "max_sessions": 2 * top + 2}
     servers = {"batched": ServeConfig(**common, max_batch=16), "serial": ServeConfig(**common, max_batch=1)}
     started = {k: Server(model, tokenizer, c).start() for k, c in servers.items()}
     phases: list[dict[str, Any]] = []

@@ -41,10 +41,12 @@ def measure_stall(model, tokenizer, name: str, plan: StallPlan, prompt_tokens: i
 
 
 def _one(model, tokenizer, name: str, plan: StallPlan, interleave: bool, actives, newcomer) -> dict[str, Any]:
+    from kvstore.session_config import MemorySettings
     from server.app import Server
     from server.config import ServeConfig
 
-    config = ServeConfig(port=0, model=name, budget=plan.density, chunk_size=plan.chunk, interleave_prefill=interleave)
+    memory = MemorySettings(model=name, budget=plan.density)
+    config = ServeConfig(port=0, memory=memory, chunk_size=plan.chunk, interleave_prefill=interleave)
     server = Server(model, tokenizer, config).start()
     stamps: list[list[float]] = [[] for _ in actives]
     lock = threading.Lock()

@@ -69,7 +69,7 @@ def calibrate_cmd(
     profile = calibrate_recorded(m, tok, conversations, console.print, max_tokens, {"model": model}, variants)
     if out is None:
         from kvstore.profile import store_name
-        from pipeline.home import profile_store
+        from pipeline.profiles.store import profile_store
 
         out = profile_store() / store_name(profile)
         used = "sessions of this model whose opening carries this template now use it (--memory-profile none: not)"

@@ -12,7 +12,8 @@ from rich.console import Console
 from cli.options import raw_options
 from cli.safe_text import safe_text, say_to
 from pipeline import chat as cs
-from pipeline.config import AUTO_PROFILE, RunError, resolve_profile
+from pipeline.config import RunError
+from pipeline.profiles.store import AUTO_PROFILE, CLIENT, LOCAL, resolve_profile
 
 
 @raw_options(
@@ -53,7 +54,7 @@ def chat_cmd(
     if resume and given["profile"] == AUTO_PROFILE:  # a resumed session keeps the profile it started with
         given["profile"] = None
     else:
-        profile = resolve_profile(given["profile"], server=server is not None)
+        profile = resolve_profile(given["profile"], CLIENT if server is not None else LOCAL)
         given["profile"] = None if profile is None else str(profile)
     if server is not None or (resume and cs.ChatState.load(folder).server):
         from pipeline.chat_served import open_served
@@ -71,40 +72,19 @@ def chat_cmd(
         Chat(console, folder, name, state, conversation, sandbox, agent_cfg, yolo).run()
     if learn and state.learn:
         saved = cs.ChatState.load(folder)  # as the last complete step left it (a rollback replaces the chat's state)
-        if saved.requests and saved.server:
-            _learn_served(console, folder, saved.server, saved.requests[0])
-        elif saved.requests:
-            _learn(console, folder, name, conversation.session, saved.requests[0])
+        if saved.requests:
+            _learn(console, folder, name, saved, getattr(conversation, "session", None))
 
 
-def _learn(console: Console, folder: Path, name: str, session, request: str) -> None:
-    """Leaving a chat whose session has no memory profile: a profile is learned from its conversation, the first
-    `request` marking the task's text (pipeline.learning). Ctrl-C skips it; nothing is lost."""
-    from pipeline.learning import learn_from_run
+def _learn(console: Console, folder: Path, name: str, saved: cs.ChatState, session) -> None:
+    """Leaving a chat with no memory profile: its conversation teaches one, the first request marking the task's
+    text (pipeline.profiles.learn); under --server the server learns it. Ctrl-C skips it; nothing is lost."""
+    from pipeline.profiles.learn import learn_after
 
-    if session.cache.prior is not None:  # it has a profile: nothing to learn
-        return
-    try:
-        with console.status("learning this agent's memory profile… (Ctrl-C skips it)"):
-            trajectory, model, tokenizer = folder / cs.TRAJECTORY_FILE, session.model, session.tokenizer
-            said = learn_from_run(
-                session.config.model, model, tokenizer, trajectory, say_to(console), f"chat-{name}", "chat", request
-            )
-    except KeyboardInterrupt:
-        said = "memory profile: learning skipped (Ctrl-C); the next chat or solve run of this agent learns one"
-    except OSError as e:  # the session is saved already; learning is a bonus
-        said = f"memory profile: could not learn from this chat ({e.strerror or e}); the session is kept"
-    if said:
-        console.print(safe_text(said))
-
-
-def _learn_served(console: Console, folder: Path, server: str, request: str) -> None:
-    """Leaving a --server chat: the server learns a memory profile from its conversation when its session found
-    none (pipeline.learning.learn_served). Ctrl-C stops waiting; nothing is lost."""
-    from pipeline.learning import learn_served
-
-    with console.status("the server learns this agent's memory profile… (Ctrl-C stops waiting)"):
-        said = learn_served(server, folder / cs.TRAJECTORY_FILE, request, "chat")
+    said = learn_after(
+        folder / cs.TRAJECTORY_FILE, saved.requests[0], say_to(console), console.status, noun="chat",
+        session=None if saved.server else session, server=saved.server or None, key=f"chat-{name}", skippable=True,
+    )  # fmt: skip
     if said:
         console.print(safe_text(said))
 

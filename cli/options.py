@@ -1,13 +1,16 @@
-"""The options of a run, defined once: each maps onto a `RunConfig` field and takes its default from there.
+"""The options of solve, eval, chat and serve, defined once: each maps onto a `RunConfig` field, or a field of its
+`memory` (kvstore.session_config.MemorySettings), and takes its default from there.
 
 `@run_options("model", "policy", ...)` adds the named options to a command and hands the command one `RunConfig`
-(argument `cfg`) built from them; adding a knob to the CLI is one `RunConfig` field plus one line in `OPTIONS`.
-`@raw_options(...)` adds the same options but passes their raw values (chat resumes a saved config and only
-overrides what was given).
+(argument `cfg`) built from them; adding a knob to the CLI is one `RunConfig` (or `MemorySettings`) field plus one
+line in `OPTIONS`. `@raw_options(...)` adds the same options but passes their raw values (chat resumes a saved
+config and only overrides what was given). `shared("model")` is one of them as the default of a parameter of a
+command with its own config (serve), in its place among that command's options.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import inspect
@@ -17,9 +20,11 @@ from typing import Annotated, Any
 
 import typer
 
-from pipeline.config import RunConfig
+from kvstore.session_config import MemorySettings
+from pipeline.config import RunConfig, run_memory
 
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
+MEMORY = tuple(f.name for f in dataclasses.fields(MemorySettings))  # the options that make `RunConfig.memory`
 
 # field -> (type on the command line, typer.Option). The help names the default only where it is not shown.
 OPTIONS: dict[str, tuple[Any, Any]] = {
@@ -80,8 +85,23 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
 
 
 def _default(name: str) -> Any:
-    value = _FIELDS[name].default
+    value = getattr(run_memory(), name) if name in MEMORY else _FIELDS[name].default
     return str(value) if name == "budget" and value is not None else value
+
+
+def _run_config(values: dict[str, Any]) -> RunConfig:
+    memory = dataclasses.replace(run_memory(), **{n: v for n, v in values.items() if n in MEMORY})
+    return RunConfig(memory=memory, **{n: v for n, v in values.items() if n not in MEMORY})
+
+
+def shared(name: str, default: Any = ..., help: str | None = None) -> Any:
+    """The option `name` as a parameter's default (`policy: str = shared("policy")`): its flags and constraints, its
+    default unless `default` is given, its help unless the command says what it means there (`help`)."""
+    option = copy.copy(OPTIONS[name][1])
+    option.param_decls = (option.default, *option.param_decls)  # as declared for Annotated: the first flag first
+    option.default = _default(name) if default is ... else default
+    option.help = option.help if help is None else help
+    return option
 
 
 def _with_options(names: tuple[str, ...], defaults: dict[str, Any], build: Callable[[dict[str, Any]], dict]):
@@ -111,7 +131,7 @@ def _with_options(names: tuple[str, ...], defaults: dict[str, Any], build: Calla
 
 def run_options(*names: str, **defaults: Any):
     """Add the options `names` to a command, which receives `cfg: RunConfig` built from them."""
-    return _with_options(names, defaults, lambda values: {"cfg": RunConfig(**values)})
+    return _with_options(names, defaults, lambda values: {"cfg": _run_config(values)})
 
 
 def raw_options(*names: str, **defaults: Any):

@@ -21,7 +21,7 @@ def profiles_cmd(
     from kvstore.defaults import PROFILE_SUFFIX
     from kvstore.errors import KVStoreError
     from kvstore.profile import MemoryProfile
-    from pipeline.home import profile_store
+    from pipeline.profiles.store import profile_store
 
     where = folder if folder is not None else profile_store()
     if folder is not None and not folder.is_dir():
@@ -51,9 +51,9 @@ def profiles_cmd(
 
 
 def _pool_line(console: Console, store: Path) -> None:
-    """The conversations solve runs and chats keep to learn profiles from (pipeline.learning), per model, when there
-    are any."""
-    from pipeline.learning import POOL, pool_counts
+    """The conversations solve runs and chats keep to learn profiles from (pipeline.profiles.learn), per model, when
+    there are any."""
+    from pipeline.profiles.learn import POOL, pool_counts
 
     waiting = pool_counts(store)
     if waiting:

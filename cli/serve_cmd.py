@@ -6,23 +6,23 @@ from pathlib import Path
 
 import typer
 
+from cli.options import shared
 from server.config import ServeConfig
 
-_D = ServeConfig()  # the defaults, defined once in ServeConfig
+_D = ServeConfig()  # the defaults, defined once in ServeConfig (the memory options': in MemorySettings)
 
 
 def serve_cmd(
     host: str = typer.Option(_D.host, "--host", help="Interface to listen on (0.0.0.0: every interface)."),
     port: int = typer.Option(_D.port, "--port", "-p", min=0, max=65535, help="TCP port (0: any free one)."),
-    model: str = typer.Option(_D.model, "--model", "-m", help="Registry name, local model dir or hub id."),
+    model: str = shared("model"),
     served_name: str = typer.Option(None, "--served-name", help="Model id clients ask for (default: --model)."),
-    policy: str = typer.Option(_D.policy, "--policy", help="KV eviction policy of every session."),
-    budget: str = typer.Option(str(_D.budget), "--budget", help="Per-session budget: tokens, a density, or 'none'."),
-    protocol: str = typer.Option(_D.protocol, "--protocol", help="true-eviction or re-prefill."),
-    protect: str = typer.Option(_D.protect, "--protect", help="Never evicted in a session: system+task, system, none."),
-    memory_profile: str = typer.Option(
-        "auto",
-        "--memory-profile",
+    policy: str = shared("policy", help="KV eviction policy of every session."),
+    budget: str = shared("budget", help="Per-session budget: tokens, a density, or 'none'."),
+    protocol: str = shared("protocol"),
+    protect: str = shared("protect", help="Never evicted in a session: system+task, system, none."),
+    profile: str = shared(
+        "profile",
         help="Memory profile (a file or a directory of them; nexus-agent calibrate) for every session whose opening "
         "matches; 'auto': the profile store, also where POST /v1/nexus/profiles saves; 'none'.",
     ),
@@ -32,7 +32,7 @@ def serve_cmd(
     park: str = typer.Option(_D.park, "--park", help="Where idle sessions go under the cap: disk or host."),
     park_dir: Path = typer.Option(None, "--park-dir", help="Folder of parked sessions (default: a temp folder)."),
     queue_timeout: float = typer.Option(_D.queue_timeout_s, "--queue-timeout", help="Seconds a request may wait."),
-    max_new_tokens: int = typer.Option(_D.max_new_tokens, "--max-new-tokens", help="Reply length without max_tokens."),
+    max_new_tokens: int = shared("max_new_tokens", _D.max_new_tokens, help="Reply length without max_tokens."),
     chunk_size: int = typer.Option(
         _D.chunk_size, "--prefill-chunk", help="Prefill chunk in tokens (evicts after each)."
     ),
@@ -41,10 +41,10 @@ def serve_cmd(
         "--interleave-prefill/--whole-prefill",
         help="Run a newcomer's prefill one chunk per decode step of the others, or whole at admission.",
     ),  # fmt: skip
-    seed: int = typer.Option(_D.seed, "--seed", help="Seed of new sessions (a request's seed overrides it)."),
-    device: str = typer.Option(None, "--device", help="Torch device (default: CUDA when present, else CPU)."),
+    seed: int = shared("seed", help="Seed of new sessions (a request's seed overrides it)."),
+    device: str = shared("device"),
     dtype: str = typer.Option(None, "--dtype", help="bf16, fp16 or fp32 (default: bf16 where supported)."),
-    threads: int = typer.Option(None, "--threads", min=1, help="Torch CPU threads (default: all cores; 1 if busy)."),
+    threads: int = shared("threads", help="Torch CPU threads (default: all cores; 1 if busy)."),
     api_key: str = typer.Option(
         None,
         "--api-key",
@@ -60,28 +60,28 @@ def serve_cmd(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every HTTP request."),
 ) -> None:
     """Serve one model to many agent sessions at /v1/chat/completions (see docs/server.md)."""
-    from kvstore.defaults import describe_memory, parse_budget
+    from kvstore.session_config import MemorySettings
     from pipeline.backends import set_threads
+    from pipeline.profiles.store import SERVE, resolve_profile
     from server.app import Server
     from server.config import parse_size
 
-    profile = _served_profile(memory_profile)
+    memory = MemorySettings(
+        model=model, policy=policy, budget=budget, protocol=protocol, protect=protect,
+        profile=resolve_profile(profile, SERVE), seed=seed, device=device,
+    )  # fmt: skip
     config = ServeConfig(
-        host=host, port=port, model=model, served_name=served_name, policy=policy, budget=parse_budget(budget),
-        protocol=protocol, protect=protect, profile=profile, max_sessions=max_sessions, max_batch=max_batch,
-        memory_cap=parse_size(memory_cap),
-        park=park, park_dir=park_dir, queue_timeout_s=queue_timeout, max_new_tokens=max_new_tokens, seed=seed,
-        device=device, dtype=dtype, threads=threads, chunk_size=chunk_size, interleave_prefill=interleave,
-        api_key=api_key, tls_cert=tls_cert, tls_key=tls_key,
+        host=host, port=port, memory=memory, served_name=served_name, max_sessions=max_sessions, max_batch=max_batch,
+        memory_cap=parse_size(memory_cap), park=park, park_dir=park_dir, queue_timeout_s=queue_timeout,
+        max_new_tokens=max_new_tokens, dtype=dtype, threads=threads, chunk_size=chunk_size,
+        interleave_prefill=interleave, api_key=api_key, tls_cert=tls_cert, tls_key=tls_key,
     )  # fmt: skip
     set_threads(threads)
     server = Server.load(config, verbose=verbose)
     cap = "none" if config.memory_cap is None else f"{config.memory_cap / 2**20:.0f} MiB"
-    memory = describe_memory(policy, config.budget, protocol, protect, profile)
     print(
-        f"nexus-agent serve: {config.model_id} ({memory}), max {max_sessions} "
-        f"sessions, batch {max_batch}, KV cap {cap}\n  OpenAI base URL: {server.url}  (metrics: "
-        f"{server.url.removesuffix('/v1')}/metrics)",
+        f"nexus-agent serve: {config.model_id} ({memory.describe()}), max {max_sessions} sessions, batch {max_batch}, "
+        f"KV cap {cap}\n  OpenAI base URL: {server.url}  (metrics: {server.url.removesuffix('/v1')}/metrics)",
         flush=True,
     )
     print(_access_line(config), flush=True)
@@ -110,17 +110,3 @@ def _access_line(config: ServeConfig) -> str:
         f"  warning: listening on {config.host} with no API key: anyone who reaches this port can use and close "
         f"sessions and install memory profiles; set NEXUS_AGENT_API_KEY; {link}"
     )
-
-
-def _served_profile(value: str) -> Path | None:
-    """--memory-profile's path; 'auto' is the profile store even while it is empty: sessions read it as they open,
-    so a profile calibrated later (nexus-agent calibrate, or POST /v1/nexus/profiles) is used without a restart."""
-    from pipeline.config import AUTO_PROFILE, resolve_profile
-
-    if value != AUTO_PROFILE:
-        return resolve_profile(value)
-    from pipeline.home import profile_store
-
-    store = profile_store()
-    store.mkdir(parents=True, exist_ok=True)
-    return resolve_profile(store)

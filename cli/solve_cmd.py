@@ -62,23 +62,14 @@ def _run_live(console: Console, task, cfg: RunConfig, out: Path, on_finish) -> d
 
 
 def _learn(console: Console, cfg: RunConfig, backend, out: Path, statement: str) -> str | None:
-    """Learn a memory profile from this run (pipeline.learning) when it may teach one; `statement`: the issue."""
+    """Learn a memory profile from this run when it may teach one (pipeline.profiles.learn); `statement`: the issue."""
     from pipeline.files import TRAJECTORY
-    from pipeline.learning import learn_from_run, learn_served, should_learn
+    from pipeline.profiles.learn import learn_after
 
-    if cfg.teaches_server:
-        with console.status("the server learns this agent's memory profile… (Ctrl-C stops waiting)"):
-            return learn_served(cfg.server, out / TRAJECTORY, statement)
-    session = getattr(backend, "session", None)  # a local model's session; none for a server or a replay
-    if session is None or not should_learn(cfg, session.profile_status):
+    if not (cfg.learns or cfg.teaches_server):
         return None
-    try:
-        with console.status("learning this agent's memory profile…"):
-            model, tokenizer = session.model, session.tokenizer
-            say = say_to(console)
-            return learn_from_run(cfg.model, model, tokenizer, out / TRAJECTORY, say, statement=statement)
-    except OSError as e:  # the run's results are written already; learning is a bonus
-        return f"memory profile: could not learn from this run ({e.strerror or e}); its results are kept"
+    session = getattr(backend, "session", None)  # a local model's session; none for a server or a replay
+    return learn_after(out / TRAJECTORY, statement, say_to(console), console.status, session=session, server=cfg.server)
 
 
 def print_summary(

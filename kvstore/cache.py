@@ -23,16 +23,9 @@ from kvstore.defaults import DEFAULT_DENSITY, DEFAULT_POLICY
 from kvstore.errors import KVStoreError
 from kvstore.layer import EvictingLayer
 from kvstore.policies import build_policy, policy_defaults
+from kvstore.signals import SessionSignals
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3")
-
-
-def span_mask(positions: torch.Tensor, spans) -> torch.Tensor:
-    """Bool mask over `positions` (original token positions, any shape): inside any [start, end) of `spans`."""
-    mask = torch.zeros_like(positions, dtype=torch.bool)
-    for start, end in spans:
-        mask |= (positions >= start) & (positions < end)
-    return mask
 
 
 class EvictingCache(Cache):
@@ -46,18 +39,8 @@ class EvictingCache(Cache):
         self._layer_budgets: list[int] | None = None
         self.prefill_end: int | None = None  # tokens seen at the end of the latest prefill() (compress_once)
         self._cuda = identity.get("device", "cpu").startswith("cuda")
-        self.protected: list[tuple[int, int]] = []  # [start, end) token positions never evicted (see protect)
-        # called with each layer right after attention used the new tokens, before its eviction decision
-        # (benchmarks sample memory here); see add_observer
-        self.observers: list[Callable[[EvictingLayer], None]] = []
-        # memory-profile weights by position over the opening, [L, Hkv, P] (0: not a template token); see set_prior
-        self.prior: torch.Tensor | None = None
-        # the agent's replies, by token position (set by kvstore.session): `reply_from` is where the reply being
-        # generated starts (None: none runs), `replies` the [start, end) spans of earlier ones (what a re-prefill
-        # runs again); queries there are the reply's own (ScoreContext.reply_queries, see reply_queries)
-        self.reply_from: int | None = None
-        self.replies: list[tuple[int, int]] = []
-        self._reply_mask: tuple[tuple, torch.Tensor | None] | None = None
+        # what the session tells the cache: profile weights, protected spans, the agent's replies, observers
+        self.signals = SessionSignals((identity["num_layers"], identity["num_kv_heads"]), identity.get("device", "cpu"))
         if isinstance(config.budget, int) and self.policy.evicts:
             self._set_budget(config.budget)
 
@@ -98,7 +81,7 @@ class EvictingCache(Cache):
     def should_evict(self, layer: EvictingLayer) -> bool:
         """Multi-token forwards are brought back to the budget exactly; decode steps once past budget + slack.
         Prefill-only policies never evict in decode; with compress_once only at the end of the first prefill."""
-        for observe in self.observers:
+        for observe in self.signals.observers:
             observe(layer)
         multi = layer.last_q_len > 1
         if self.config.budget is None or not self.policy.evicts or (self.policy.prefill_only and not multi):
@@ -117,74 +100,22 @@ class EvictingCache(Cache):
         for layer in self.layers:
             layer.flush_observations()
 
+    # --- for callers that predate `signals` (benchmarks, the chat command): the same object underneath ---------
+    @property
+    def prior(self) -> torch.Tensor | None:
+        return self.signals.prior
+
+    @property
+    def reply_from(self) -> int | None:
+        return self.signals.reply_from
+
+    @reply_from.setter
+    def reply_from(self, position: int | None) -> None:
+        self.signals.reply_from = position
+
     def add_observer(self, observe: Callable[[EvictingLayer], None]) -> None:
         """Call `observe(layer)` after every attention call, before the layer may evict (it must not change it)."""
-        self.observers.append(observe)
-
-    # --- memory profile -------------------------------------------------------------------------------------------
-    def set_prior(self, weights: torch.Tensor) -> None:
-        """Weights [L, Hkv, P] for the tokens at positions [0, P) (kvstore.profile.MemoryProfile.prior_for): what a
-        memory profile says replies need of the opening; policies that use it see it as ScoreContext.prior."""
-        want = (len(self.layers), self.identity["num_kv_heads"])
-        if weights.dim() != 3 or tuple(weights.shape[:2]) != want:
-            raise KVStoreError(f"prior weights must be [{want[0]}, {want[1]}, P], got {tuple(weights.shape)}")
-        self.prior = weights.detach().float().to(self.identity.get("device", "cpu"))
-
-    def prior_at(self, layer_idx: int, positions: torch.Tensor | None) -> torch.Tensor | None:
-        """The prior weights [B, Hkv, T] of the held tokens at `positions` (0 past the opening), or None."""
-        if self.prior is None or positions is None:
-            return None
-        w = self.prior[layer_idx].to(positions.device)  # [Hkv, P]
-        inside = positions < w.shape[-1]
-        idx = positions.clamp_max(w.shape[-1] - 1)
-        return torch.where(inside, w.expand(positions.shape[0], -1, -1).gather(-1, idx), 0.0)
-
-    # --- the agent's replies ----------------------------------------------------------------------------------------
-    def add_reply(self, start: int, end: int) -> None:
-        """Mark positions [start, end) as a reply of the agent (spans kept in order, overlapping ones merged)."""
-        if end <= start:
-            return
-        merged: list[tuple[int, int]] = []
-        for a, b in sorted([*self.replies, (int(start), int(end))]):
-            if merged and a <= merged[-1][1]:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-            else:
-                merged.append((a, b))
-        self.replies = merged
-
-    def reply_queries(self, start: int, end: int) -> torch.Tensor | None:
-        """[end - start] bool: which queries at positions [start, end) are the agent's reply's (None: none are).
-        Worked out once per forward, however many layers ask."""
-        key = (start, end, self.reply_from, tuple(self.replies))
-        if self._reply_mask is not None and self._reply_mask[0] == key:
-            return self._reply_mask[1]
-        mask = None
-        spans = [(a, b) for a, b in self.replies if a < end and b > start]
-        if self.reply_from is not None and self.reply_from < end:
-            spans.append((self.reply_from, end))
-        if spans:
-            pos = torch.arange(start, end)
-            mask = torch.zeros(end - start, dtype=torch.bool)
-            for a, b in spans:
-                mask |= (pos >= a) & (pos < b)  # kept on the CPU: a policy reads it without a device sync
-        self._reply_mask = (key, mask)
-        return mask
-
-    def reply_tokens(self, positions: torch.Tensor) -> torch.Tensor:
-        """[B, Hkv, T] bool: which held tokens (by original position) the agent's replies wrote, the one running now
-        included (generation prompts too: they are the replies' tokens here as their queries are in reply_queries)."""
-        running = [(self.reply_from, math.inf)] if self.reply_from is not None else []
-        return span_mask(positions, [*self.replies, *running])
-
-    # --- protected spans ------------------------------------------------------------------------------------------
-    def protect(self, start: int, end: int) -> None:
-        """Never evict the tokens at positions [start, end) (e.g. a system prompt); they count in the budget."""
-        if end > start:
-            self.protected.append((int(start), int(end)))
-
-    def protected_mask(self, positions: torch.Tensor) -> torch.Tensor | None:
-        """[B, Hkv, T] bool: which held tokens (by original position) are protected; None when nothing is."""
-        return span_mask(positions, self.protected) if self.protected else None
+        self.signals.observers.append(observe)
 
     # --- Cache API overrides ---------------------------------------------------------------------------------------
     def get_seq_length(self, layer_idx: int = 0) -> int:
@@ -287,11 +218,12 @@ def make_cache(
     """The evicting cache for `model`.
 
     budget: int = tokens per layer; float in (0, 1] = density of the prompt (fixed at the first prefill);
-    None = never evict (the cache holds everything, whatever the policy). Every knob of `CacheConfig` is an
-    option (block, window, walk_steps, lam, eps_tie, n, recent_blocks, chunk_size, selector, ...).
+    None = never evict (the cache holds everything, whatever the policy). Every shared knob of `CacheConfig` (block,
+    sink, recent, decode_slack, chunk_size, ...) and every option of the policy's settings (Nexus: window,
+    walk_steps, lam, n, selector, ...) is an option; one the policy does not declare is an error.
     """
     identity = model_identity(model)
     opts = policy_defaults(policy) | options
-    config = CacheConfig.from_options(policy=policy, budget=budget, seed=seed, **opts)
+    config = CacheConfig.from_options(policy, budget=budget, seed=seed, **opts)
     capture.install(model)
     return EvictingCache(config, identity)

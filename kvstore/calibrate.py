@@ -73,7 +73,7 @@ def calibration_steps(
         if p is not None:
             session = Session(model, tokenizer, SessionConfig(policy="full", budget=None, protect="none"))
             rec = _ReplyAttention(identity["num_layers"], identity["num_kv_heads"], p.tokens)
-            session.cache.add_observer(rec)
+            session.cache.signals.observers.append(rec)
             yield from replay_steps(session, p, rec.stop, before_reply=rec.start)
             openings.append(p.opening_ids)
             weights.append(rec.sums[..., : len(p.opening_ids)])

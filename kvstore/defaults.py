@@ -1,7 +1,7 @@
 """The defaults of the cache and the session, defined once (no torch import: the CLI reads them for --help).
 
-Every other module (kvstore's configs, the pipeline's RunConfig, the CLI's options, the benchmarks) takes its
-default from here, and every budget given as text goes through `parse_budget`.
+Every other module (kvstore's configs and MemorySettings, which runs and the server nest, the CLI's options, the
+benchmarks) takes its default from here, and every budget given as text goes through `parse_budget`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from kvstore.errors import KVStoreError
 DEFAULT_MODEL = "smollm2-135m"  # the offline default model (a GGUF inside a PyPI package; see kvstore.models)
 DEFAULT_POLICY = "nexus-agent"  # eviction policy of a new cache or session: the measured default (docs/memory.md)
 DEFAULT_PROTECT = "none"  # what of the opening a session never evicts: "system+task", "system", "none" (docs/memory.md)
-PROTECT_MODES = ("system+task", "system", "none")  # the values of SessionConfig.protect / --protect
+PROTECT_MODES = ("system+task", "system", "none")  # the values of MemorySettings.protect / --protect
 DEFAULT_PROTOCOL = "true-eviction"  # one persistent cache per session ("re-prefill": a new cache each turn)
 DEFAULT_DENSITY = 0.2  # budget of `make_cache` when none is given: the paper's 20% (80% of the tokens evicted)
 DEFAULT_SESSION_BUDGET = 2048  # tokens per layer of an agent session (solve, eval, chat)

@@ -3,7 +3,7 @@
 Forced (never candidates): the attention sink (the first `sink` held tokens; the policy's default, e.g. one
 block for Nexus, 4 tokens for StreamingLLM, none for H2O/SnapKV), the recent region (block policies: the
 incomplete tail block, counted by its real size, plus `recent_blocks` complete blocks; token policies: the
-policy's recent tokens) and any `pinned` slot (EvictingCache.protect). Budgets are in tokens: token policies
+policy's recent tokens) and any `pinned` slot (SessionSignals.protect). Budgets are in tokens: token policies
 keep exactly budget - forced candidates; block policies keep floor((budget - forced) / b) whole candidate
 blocks, so a layer holds between budget - b + 1 and budget tokens after a step (docs/baselines.md, "Budget
 accounting"; docs/algorithm.md, "Setting").
@@ -15,10 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kvstore.config import CacheConfig
 from kvstore.errors import KVStoreError
 from kvstore.policies.base import Policy
-from kvstore.selection import select
 
 
 @dataclass
@@ -56,7 +54,6 @@ def plan_eviction(
     t: int,
     budget_tokens: int,
     n_kv_heads: int,
-    config: CacheConfig,
     policy: Policy,
     generator: torch.Generator,
     valid: torch.Tensor | None = None,
@@ -65,7 +62,7 @@ def plan_eviction(
     """scores: [B, 1 or Hkv, N] over all held units; pinned: [B, 1 or Hkv, T] bool held slots that must stay
     (protected spans: kept first and counted in the budget; a budget that cannot hold them raises KVStoreError).
     Returns None when nothing needs to go."""
-    b = config.block
+    b = policy.config.block
     lay = layout_for(policy, t, budget_tokens)
     room = max(0, budget_tokens - lay.forced(t))
     if policy.granularity == "block":
@@ -80,17 +77,11 @@ def plan_eviction(
         _check_room(units, k, b if policy.granularity == "block" else 1, budget_tokens)
     if k >= cand.shape[-1]:
         return None
-    if config.renorm_candidates:
-        cand = cand / cand.sum(-1, keepdim=True).clamp_min(1e-30)
-    if config.reservoir_mean:  # the weights sum to ~1 over N_k, so w ~ 1/N_k; see docs/memory.md
-        cand = cand * (config.reservoir_mean * cand.shape[-1] / cand.sum(-1, keepdim=True).clamp_min(1e-30))
+    cand = policy.weights(cand)
     if units is not None:
         cand = _pin(cand, units)
-    new_valid = None
-    if policy.masks_heads:
-        chosen, new_valid = _select_per_head_counts(cand, k, policy, lay, valid)
-    else:
-        chosen = select(cand, k, config.selector or policy.default_selector, config.n, generator)
+    cand_valid = None if valid is None else valid[..., lay.sink_end : lay.recent_start]
+    chosen, new_valid = policy.select(cand, k, generator, cand_valid)
     if policy.granularity == "block":
         chosen = (chosen[..., None] * b + lay.sink_end + torch.arange(b, device=chosen.device)).flatten(-2)
     else:
@@ -132,20 +123,6 @@ def _pin(cand: torch.Tensor, units: torch.Tensor) -> torch.Tensor:
     over candidates do not overflow)."""
     huge = torch.finfo(cand.dtype).max / (cand.shape[-1] + 1)
     return cand.masked_fill(units.to(cand.device), huge)
-
-
-def _select_per_head_counts(cand, k, policy, lay, valid):
-    """Head-masking policies (Ada-KV): each head keeps its own count; pad to the largest, mark pads invalid."""
-    if valid is not None:
-        cand = cand.masked_fill(~valid[..., lay.sink_end : lay.recent_start], 0.0)
-    counts = policy.allocate(cand, k)  # [B, Hkv]
-    m = int(counts.max())
-    order = cand.argsort(dim=-1, descending=True, stable=True)[..., :m]
-    ok = torch.arange(m, device=cand.device) < counts[..., None]
-    if valid is not None:
-        ok &= valid[..., lay.sink_end : lay.recent_start].gather(-1, order)
-    idx, perm = order.sort(dim=-1)
-    return idx, ok.gather(-1, perm)
 
 
 def _assemble(chosen, lay, t, n_kv_heads, new_valid) -> Plan:

@@ -95,7 +95,7 @@ class EvictingLayer(DynamicLayer):
             self.query = None
 
     def _after_attention(self, scaling: float | None) -> None:
-        w = self.owner.config.window
+        w = self.owner.policy.window
         query = self.query
         q = query[..., -w:, :]
         self.window_q = q if self.window_q is None else torch.cat([self.window_q, q], dim=-2)[..., -w:, :]
@@ -129,26 +129,27 @@ class EvictingLayer(DynamicLayer):
         with_prior: gather the memory-profile weights of the held tokens, which only scoring reads, not observe;
         new: how many of the last positions the observed queries are, default the last forward's)."""
         new = self.last_q_len if new is None else new
+        cache, signals = self.owner, self.owner.signals
         return ScoreContext(
-            self.keys,
-            self.window_q,
-            self.positions,
-            self.state,
-            getattr(self, "scaling", None),
-            self.layer_idx,
-            self.valid,
-            self.seen,
-            self.owner.config.score_chunk,
-            commit,
-            self.owner.prior_at(self.layer_idx, self.positions) if with_prior else None,
-            self.owner.reply_queries(self.seen - new, self.seen),
-            self.owner.config.use_triton is not False,
-            self.owner.reply_tokens(self.positions) if self.owner.policy.reads_own else None,
+            keys=self.keys,
+            queries=self.window_q,
+            positions=self.positions,
+            state=self.state,
+            scaling=getattr(self, "scaling", None),
+            layer_idx=self.layer_idx,
+            valid=self.valid,
+            seen=self.seen,
+            max_elems=cache.config.score_chunk,
+            commit=commit,
+            prior=signals.prior_at(self.layer_idx, self.positions) if with_prior else None,
+            reply_queries=signals.reply_queries(self.seen - new, self.seen),
+            triton=cache.config.use_triton is not False,
+            own=signals.reply_tokens(self.positions) if cache.policy.reads_own else None,
         )
 
     def pinned(self) -> torch.Tensor | None:
-        """[B, Hkv or 1, T] held slots inside the cache's protected spans (never evicted; EvictingCache.protect)."""
-        mask = self.owner.protected_mask(self.positions)
+        """[B, Hkv or 1, T] held slots inside the cache's protected spans (never evicted; SessionSignals.protect)."""
+        mask = self.owner.signals.protected_mask(self.positions)
         if mask is None:
             return None
         return mask if self.owner.policy.per_head else mask[:, :1]
@@ -160,7 +161,7 @@ class EvictingLayer(DynamicLayer):
         self.flush_observations()
         budget = cache.layer_budget_tokens(self.layer_idx) if budget_tokens is None else budget_tokens
         scores = cache.policy.score(self.score_context())
-        args = (self.keys.shape[1], cache.config, cache.policy, cache.generator, self.valid, self.pinned())
+        args = (self.keys.shape[1], cache.policy, cache.generator, self.valid, self.pinned())
         return plan_eviction(scores, self.held(), budget, *args)
 
     def evict(self) -> None:
@@ -171,7 +172,7 @@ class EvictingLayer(DynamicLayer):
         t0 = timer()
         scores = cache.policy.score(self.score_context(commit=True))
         t1 = timer()
-        args = (self.keys.shape[1], cache.config, cache.policy, cache.generator, self.valid, self.pinned())
+        args = (self.keys.shape[1], cache.policy, cache.generator, self.valid, self.pinned())
         plan = plan_eviction(scores, t, cache.layer_budget_tokens(self.layer_idx), *args)
         if plan is not None:
             self._apply(plan.keep, plan.valid, t)

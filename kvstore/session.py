@@ -12,18 +12,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 import torch
 
 import kvstore
 from kvstore.chat import ChatRenderer
 from kvstore.errors import KVStoreError
-from kvstore.forwarding import prefill_steps
-from kvstore.sampling import TextStream, check_sampling, next_token
+from kvstore.forwarding import chunk_end, prefill_steps
+from kvstore.sampling import check_sampling
 from kvstore.session_config import SessionConfig
 from kvstore.steps import run_steps
 from kvstore.turn_stats import Reply, TurnStats
+
+
+class OpenTurn(NamedTuple):
+    """A turn begun by `Session.open_turn`, closed by `Session.close_turn`."""
+
+    before: dict  # the cache's statistics before the turn
+    start: float  # when it began (Session.now)
+    pending: int  # tokens it prefills
 
 
 class Session:
@@ -40,7 +48,7 @@ class Session:
         self.generator = torch.Generator(device="cpu").manual_seed(config.seed)
         self.eos_ids = _eos_ids(model, tokenizer)
         self.max_positions = int(model.config.max_position_embeddings)
-        self._logits: torch.Tensor | None = None  # [V] logits after the last token the cache has seen
+        self.logits: torch.Tensor | None = None  # [V] logits after the last token the cache has seen
         self._prompt: tuple[int, int] | None = None  # the generation prompt of the reply being generated (positions)
         self._all_logits: torch.Tensor | None = None  # [pending, V] logits of the last teacher-forced turn
         # the memory profile's verdict on this session's opening: None (no profile, or no opening yet), else
@@ -64,18 +72,19 @@ class Session:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    @property
+    def has_profile(self) -> bool:
+        """Whether a memory profile's weights apply to this session's opening (it matched one; kept when saved)."""
+        return getattr(self.cache, "prior", None) is not None
+
     def new_cache(self):
         """An empty cache with the session's policy, budget, seed and options."""
         c = self.config
         options = {"chunk_size": c.chunk_size} | dict(c.cache_options)
         cache = kvstore.make_cache(self.model, policy=c.policy, budget=c.budget, seed=c.seed, **options)
         old = getattr(self, "cache", None)
-        for span in getattr(old, "protected", ()):  # re-prefill: the same spans and profile weights
-            cache.protect(*span)
-        if getattr(old, "prior", None) is not None:
-            cache.set_prior(old.prior)
-        cache.reply_from = getattr(old, "reply_from", None)
-        cache.replies = list(getattr(old, "replies", ()))  # re-prefill: earlier replies' queries are the agent's
+        if old is not None:  # re-prefill: the same spans, profile weights and replies (their queries are the agent's)
+            cache.signals = old.signals.carried_over()
         return cache
 
     # --- conversation ---------------------------------------------------------------------------------------------
@@ -88,18 +97,18 @@ class Session:
         if cut:
             start = len(self.tokens)
             self._grow(self.renderer.encode_messages(messages[:cut], first=not self.tokens))
-            self.cache.protect(start, len(self.tokens))
+            self.cache.signals.protect(start, len(self.tokens))
             try:
                 self.check_protected()
             except KVStoreError:
-                del self.tokens[start:], self.cache.protected[-1]
+                del self.tokens[start:], self.cache.signals.protected[-1]
                 raise
         if cut < len(messages):
             start = len(self.tokens)
             ids, replies = self.renderer.encode_with_replies(messages[cut:], first=not self.tokens)
             self._grow(ids)
             for a, b in replies:  # replies of the agent given as history: their queries are the agent's
-                self.cache.add_reply(start + a, start + b)
+                self.cache.signals.add_reply(start + a, start + b)
         self.messages.extend(dict(m) for m in messages)
         if profiles is not None:  # the opening is complete: its template tokens get the best profile's weights
             from kvstore.profile import best_match
@@ -108,7 +117,7 @@ class Session:
             opening = self.renderer.encode_messages(self.messages[: first_user + 1], first=True)
             prior, self.profile_status = best_match(profiles, self.tokens[: len(opening)])
             if prior is not None:
-                self.cache.set_prior(prior)
+                self.cache.signals.set_prior(prior)
 
     def _profiles_for(self, messages: list[dict]):
         """The memory profiles (kvstore.profile.load_profiles: a file, or a directory of them) when these messages
@@ -125,9 +134,9 @@ class Session:
     def check_protected(self) -> None:
         """Raise when the smallest layer budget cannot hold the protected spans beside the policy's forced set."""
         cache = self.cache
-        if cache.budget_tokens is None or not cache.protected:
+        if cache.budget_tokens is None or not cache.signals.protected:
             return
-        policy, spans = cache.policy, cache.protected
+        policy, spans = cache.policy, cache.signals.protected
         protected = sum(end - start for start, end in spans)
         for i in range(len(cache.layers)):
             have = cache.layer_budget_tokens(i)
@@ -166,13 +175,13 @@ class Session:
 
     def prefill(self) -> TurnStats:
         """Run the pending tokens through the model (the whole history under re-prefill); a turn without decoding."""
-        return self._turn(lambda: None)
+        return run_steps(self._turn_steps())
 
     def prefill_steps(self) -> Generator[None, None, TurnStats]:
         """`prefill`, yielding between its chunks (a server's scheduler runs other sessions meanwhile); returns the
         turn's statistics. Left unfinished, it starts the cache over from the token history, as a failed forward
         does."""
-        return self._turn_steps(lambda: None)
+        return self._turn_steps()
 
     def teacher_force(self, messages: list[dict[str, str]]) -> tuple[torch.Tensor, list[int]]:
         """Append `messages` and run them through the cache (teacher forcing: no decoding, one turn).
@@ -187,16 +196,16 @@ class Session:
     ) -> Generator[None, None, tuple[torch.Tensor, list[int]]]:
         """`teacher_force`, yielding between its prefill chunks (a served calibration: other sessions decode
         meanwhile); returns what it returns. Left unfinished, it starts the cache over, as `prefill_steps` does."""
-        if self._logits is None or self.prefilled != len(self.tokens):
+        if self.logits is None or self.prefilled != len(self.tokens):
             raise KVStoreError("teacher_force needs a prefilled conversation (append and prefill the opening first)")
-        start, before = len(self.tokens), self._logits
+        start, before = len(self.tokens), self.logits
         self.append(messages)
-        self.cache.reply_from = start  # the queries of a teacher-forced message are the agent's (NexusAccPolicy)
+        self.cache.reply_from = start  # the queries of a teacher-forced message are the agent's (NexusAgentPolicy)
         try:
-            yield from self._turn_steps(lambda: None, all_logits=True)
+            yield from self._turn_steps(all_logits=True)
         finally:
             self.cache.reply_from = None
-            self.cache.add_reply(start, len(self.tokens))
+            self.cache.signals.add_reply(start, len(self.tokens))
         n = len(self.tokens) - start
         after = self._all_logits[self._all_logits.shape[0] - n : -1]  # [n - 1, V] (re-prefill ran the whole history)
         return torch.cat([before[None].to(after.device), after]), self.tokens[start:]
@@ -228,26 +237,19 @@ class Session:
         stop: Sequence[str] = (),
         on_token: Callable[[str], None] | None = None,
     ) -> Reply:
-        """Prefill what is pending plus the generation prompt, then decode a reply.
+        """Prefill what is pending plus the generation prompt, then decode a reply: a step-wise reply
+        (kvstore.stepwise.ReplyInProgress) run to its end.
 
         The raw reply tokens stay in the history (and the cache) as generated; the template's end-of-turn tokens
         follow them, so the history stays a valid conversation. Decoding stops at an end-of-turn token, a stop
         string, `max_new_tokens`, or the model's last position.
         """
-        limit = self.begin_reply(max_new_tokens, temperature, top_p)
-        stream = TextStream(self.renderer.decode, stop, on_token)
-        reply: dict[str, Any] = {}
+        from kvstore.stepwise import ReplyInProgress
 
-        def decode() -> int:
-            reply["finish"] = self._decode(stream, limit, temperature, top_p)
-            return len(stream.ids)
-
-        try:
-            stats = self._turn(decode)
-        finally:  # also when interrupted (Ctrl-C in a chat): close the turn so the history stays a conversation
-            ids = list(stream.ids)
-            text = self.end_reply(ids, reply.get("finish"))
-        return Reply(text=text, token_ids=ids, finish_reason=reply["finish"], stats=stats)
+        reply = ReplyInProgress(
+            self, max_new_tokens, temperature=temperature, top_p=top_p, stop=stop, on_token=on_token
+        )
+        return reply.run()
 
     def end_reply(self, ids: list[int], finish_reason: str | None) -> str:
         """Close the reply begun by `begin_reply` whose generated tokens are `ids`: its text (without the EOS),
@@ -256,50 +258,60 @@ class Session:
         text = self.renderer.decode(ids[:-1] if finish_reason == "eos" else ids)
         self.cache.flush_observations()  # the reply's last decoded tokens' statistics: the turn's state is complete
         if self.cache.reply_from is not None:
-            self.cache.add_reply(self.cache.reply_from, self.prefilled)
+            self.cache.signals.add_reply(self.cache.reply_from, self.prefilled)
         self.cache.reply_from, self._prompt = None, None
         self.tokens.extend(self.renderer.end_of_reply(ids))
         self.messages.append({"role": "assistant", "content": text})
         return text
 
     # --- the model ------------------------------------------------------------------------------------------------
-    def _turn(self, decode: Callable[[], int | None], all_logits: bool = False) -> TurnStats:
-        """Prefill (per the protocol), then `decode()`; record and return the turn's statistics.
+    def open_turn(self) -> OpenTurn:
+        """Begin a turn (a new cache first under re-prefill); `close_turn` records it."""
+        if self.config.protocol == "re-prefill":
+            self.restart_cache()
+        return OpenTurn(self.cache.stats(), self.now(), len(self.tokens) - self.prefilled)
+
+    def close_turn(self, turn: OpenTurn, generated: int, prefilled_at: float) -> TurnStats:
+        """Record and return the statistics of `turn`, whose prefill ended at `prefilled_at` (then `generated`
+        tokens were decoded)."""
+        prefill_s, decode_s = prefilled_at - turn.start, self.now() - prefilled_at
+        stats = self._stats(turn.before, self.cache.stats(), turn.pending, generated, prefill_s, decode_s)
+        self.turns.append(stats)
+        return stats
+
+    def restart_cache(self) -> None:
+        """Start the cache over from the token history: a forward cut short (or a prefill left unfinished) may leave
+        some layers ahead of others, and the cache ahead of the history's prefilled mark."""
+        self.cache, self.prefilled = self.new_cache(), 0
+
+    def forward_chunk(self, size: int) -> None:
+        """Run the next chunk of the pending tokens (at most `size`; a reply's generation prompt one token at a time,
+        kvstore.forwarding.chunk_end) through the model and keep the logits after it."""
+        end = self.prefilled + chunk_end(0, len(self.tokens) - self.prefilled, size, self.pending_prompt())
+        ids = torch.tensor([self.tokens[self.prefilled : end]], device=self.device)  # [1, chunk]
+        self.logits = kvstore.forward(self.model, self.cache, ids)[0, -1]  # [V]
+        self.prefilled = end
+
+    def _turn_steps(self, all_logits: bool = False) -> Generator[None, None, TurnStats]:
+        """A turn without decoding (prefill, teacher forcing), yielding between the prefill's chunks.
 
         all_logits: keep the logits after every pending token in `self._all_logits` [pending, V]."""
-        return run_steps(self._turn_steps(decode, all_logits))
-
-    def _turn_steps(
-        self, decode: Callable[[], int | None], all_logits: bool = False
-    ) -> Generator[None, None, TurnStats]:
-        """`_turn`, yielding between the prefill's chunks."""
-        if self.config.protocol == "re-prefill":
-            self.cache, self.prefilled = self.new_cache(), 0
-        before = self.cache.stats()
-        t0 = self._now()
-        pending = len(self.tokens) - self.prefilled
+        turn = self.open_turn()
         try:
-            if pending:
+            if turn.pending:
                 ids = torch.tensor([self.tokens[self.prefilled :]], device=self.device)  # [1, pending]
                 out = yield from prefill_steps(
                     self.model, self.cache, ids, self.config.chunk_size, all_logits, self.pending_prompt()
                 )
                 out = out[0]
                 self._all_logits = out if all_logits else None  # [pending, V]
-                self._logits = out[-1] if all_logits else out  # [V]
+                self.logits = out[-1] if all_logits else out  # [V]
                 self.prefilled = len(self.tokens)
                 self.check_protected()  # a density budget is fixed by the first prefill
-            t1 = self._now()
-            generated = decode() or 0
         except BaseException:
-            # a forward cut short (or a prefill left unfinished) may leave some layers ahead of others, and the cache
-            # ahead of the history's prefilled mark: start over from the token history
-            self.cache, self.prefilled = self.new_cache(), 0
+            self.restart_cache()
             raise
-        t2 = self._now()
-        stats = self._stats(before, self.cache.stats(), pending, generated, t1 - t0, t2 - t1)
-        self.turns.append(stats)
-        return stats
+        return self.close_turn(turn, 0, self.now())
 
     def pending_prompt(self) -> tuple[int, int] | None:
         """[start, end) of the generation prompt of the reply begun by `begin_reply` among the pending tokens (the
@@ -307,26 +319,6 @@ class Session:
         if self._prompt is None or self._prompt[1] <= self.prefilled:
             return None
         return self._prompt[0] - self.prefilled, self._prompt[1] - self.prefilled
-
-    def _decode(self, stream: TextStream, limit: int, temperature: float, top_p: float) -> str:
-        """Decode up to `limit` tokens into `stream`; the finish reason. The last token stays pending (unseen)."""
-        logits = self._logits
-        while True:
-            token = next_token(logits, temperature, top_p, self.generator)
-            self.tokens.append(token)
-            if token in self.eos_ids:
-                stream.ids.append(token)
-                stream.flush()
-                return "eos"
-            if stream.push(token):
-                stream.flush()
-                return "stop"
-            if len(stream.ids) >= limit:
-                stream.flush()
-                return "length"
-            ids = torch.tensor([[token]], device=self.device)  # [1, 1]
-            logits = kvstore.forward(self.model, self.cache, ids)[0, -1]  # [V]
-            self.prefilled += 1
 
     def _stats(self, before: dict, after: dict, prefilled: int, generated: int, prefill_s: float, decode_s: float):
         n_layers = max(1, len(after["tokens_held_per_layer"]))
@@ -345,7 +337,8 @@ class Session:
             history_tokens=len(self.tokens),
         )
 
-    def _now(self) -> float:
+    def now(self) -> float:
+        """The clock of turn statistics (after the GPU's queued work)."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter()

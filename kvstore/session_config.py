@@ -1,8 +1,14 @@
-"""How a session loads its model and manages its cache (kvstore.session.Session takes one)."""
+"""The settings of a session's model and memory, declared and validated once.
+
+`MemorySettings` is what every entry point shares: a run (`pipeline.config.RunConfig.memory`), a server
+(`server.config.ServeConfig.memory`) and a kvstore session (`SessionConfig` extends it with what only a session
+needs). No torch import: the command line reads it for --help.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from kvstore.defaults import (
@@ -12,38 +18,66 @@ from kvstore.defaults import (
     DEFAULT_PROTOCOL,
     DEFAULT_SESSION_BUDGET,
     PROTECT_MODES,
+    describe_memory,
+    parse_budget,
 )
 from kvstore.errors import KVStoreError
 
 PROTOCOLS = ("true-eviction", "re-prefill")
-PROTECT = PROTECT_MODES  # what of the opening the cache never evicts (SessionConfig.protect)
 
 
 @dataclass
-class SessionConfig:
-    """How a session loads its model and manages its cache."""
+class MemorySettings:
+    """A session's model and how its KV memory is managed (solve, eval, chat, serve and a kvstore Session)."""
 
     model: str = DEFAULT_MODEL  # registry name, Hugging Face id or local model directory
     policy: str = DEFAULT_POLICY  # eviction policy (kvstore.POLICIES); "full" = dense reference, never evicts
-    budget: int | float | None = (
-        DEFAULT_SESSION_BUDGET  # tokens per layer, or density of the first prompt; None = never evict
-    )
+    budget: int | float | str | None = DEFAULT_SESSION_BUDGET  # tokens per layer, or a density of the first prompt
+    # in (0, 1]; None = never evict; text is parsed (kvstore.defaults.parse_budget: "2048", "25%", "none")
     protocol: str = DEFAULT_PROTOCOL  # "true-eviction" (one cache for the session) or "re-prefill" (new cache per turn)
+    protect: str = DEFAULT_PROTECT  # never evicted, counted in the budget: "system+task" (system prompt + first user
+    # message), "system" or "none"
+    profile: str | Path | None = None  # memory profile file or directory (nexus-agent calibrate): the weights of the
+    # profile whose template the opening carries; None: none ("auto", the profile store, is resolved by the pipeline)
     seed: int = 0  # seed of the cache's generator and of sampling
-    chunk_size: int = 512  # prefill chunk in tokens (eviction runs between chunks)
-    device: str | None = None  # None: a CUDA GPU when there is one, else the CPU
-    dtype: str | None = None  # "bf16" | "fp16" | "fp32"; None: bf16 where the hardware supports it, else fp32
-    cache_options: dict = field(default_factory=dict)  # further CacheConfig knobs (block, window, lam, ...)
-    protect: str = DEFAULT_PROTECT  # never evict: "system+task" (system prompt + first user message), "system", "none"
-    profile: str | None = None  # memory profile file (nexus-agent calibrate): its weights for the opening's template
+    device: str | None = None  # torch device; None: a CUDA GPU when there is one, else the CPU
 
     def __post_init__(self) -> None:
-        if self.protect not in PROTECT:
-            raise KVStoreError(f"unknown protect {self.protect!r}; use one of {', '.join(PROTECT)}")
+        if isinstance(self.budget, str):
+            self.budget = parse_budget(self.budget)
+        if self.protect not in PROTECT_MODES:
+            raise KVStoreError(f"--protect {self.protect!r}: use one of {', '.join(PROTECT_MODES)}")
         if self.protocol not in PROTOCOLS:
             raise KVStoreError(f"unknown protocol {self.protocol!r}; use one of {', '.join(PROTOCOLS)}")
+
+    def describe(self) -> str:
+        """For people: policy, budget, protocol, protect and memory profile (kvstore.defaults.describe_memory)."""
+        return describe_memory(self.policy, self.budget, self.protocol, self.protect, self.profile)
+
+    def settings(self) -> dict[str, Any]:
+        """These fields alone, by name (a SessionConfig's too): what a config that nests them writes flat."""
+        return {f.name: getattr(self, f.name) for f in fields(MemorySettings)}
+
+
+@dataclass
+class SessionConfig(MemorySettings):
+    """How a session loads its model and manages its cache: the memory settings and what only a session needs."""
+
+    chunk_size: int = 512  # prefill chunk in tokens (eviction runs between chunks)
+    dtype: str | None = None  # "bf16" | "fp16" | "fp32"; None: bf16 where the hardware supports it, else fp32
+    cache_options: dict = field(default_factory=dict)  # further CacheConfig knobs (block, window, lam, ...)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.profile, Path):  # saved as text (kvstore.persist, chat.json)
+            self.profile = str(self.profile)
         if self.chunk_size < 1:
             raise KVStoreError(f"chunk_size must be >= 1, got {self.chunk_size}")
+
+    @classmethod
+    def of(cls, memory: MemorySettings, **more: Any) -> SessionConfig:
+        """The session config of a run's or a server's memory settings; `more`: chunk_size, dtype, cache_options."""
+        return cls(**memory.settings(), **more)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

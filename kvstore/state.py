@@ -8,18 +8,20 @@ import torch
 
 from kvstore.cache import ARCHITECTURE_KEYS, EvictingCache, model_identity
 from kvstore.capture import install
-from kvstore.config import CacheConfig
+from kvstore.config import CacheConfig, saved_by_older_version
 from kvstore.errors import KVStoreError
 from kvstore.stats import LayerStats
 
 STATE_VERSION = 1
+_META = ("config", "identity", "budget_tokens", "protected", "replies", "layers")  # what export_state writes
 
 
 def export_state(cache: EvictingCache) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Everything needed to continue exactly where the cache is: tensors (contiguous, on CPU) and metadata."""
+    signals = cache.signals
     tensors: dict[str, torch.Tensor] = {"generator": cache.generator.get_state()}
-    if cache.prior is not None:
-        tensors["prior"] = cache.prior.detach().to("cpu").contiguous()
+    if signals.prior is not None:
+        tensors["prior"] = signals.prior.detach().to("cpu").contiguous()
     cache.flush_observations()  # statistics still pending are applied, not saved
     layers = []
     for i, layer in enumerate(cache.layers):
@@ -49,17 +51,20 @@ def export_state(cache: EvictingCache) -> tuple[dict[str, torch.Tensor], dict[st
         "config": cache.config.to_dict(),
         "identity": cache.identity,
         "budget_tokens": cache.budget_tokens,
-        "protected": cache.protected,
-        "replies": cache.replies,
+        "protected": signals.protected,
+        "replies": signals.replies,
         "layers": layers,
     }
     return tensors, meta
 
 
 def restore_cache(model: torch.nn.Module, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> EvictingCache:
-    """Rebuild the cache saved by `export_state` on `model` (which must have the same architecture and shapes)."""
+    """Rebuild the cache saved by `export_state` on `model` (which must have the same architecture and shapes); a
+    cache saved by an older version is refused with one line."""
     if meta.get("version") != STATE_VERSION:
         raise KVStoreError(f"cache state version {meta.get('version')!r} is not supported (expected {STATE_VERSION})")
+    if any(key not in meta for key in _META):
+        raise saved_by_older_version(f"no {', '.join(key for key in _META if key not in meta)} in its cache state")
     ident = model_identity(model)
     for key in ARCHITECTURE_KEYS:
         if ident[key] != meta["identity"].get(key):
@@ -68,19 +73,16 @@ def restore_cache(model: torch.nn.Module, tensors: dict[str, torch.Tensor], meta
                 f"this model has {key}={ident[key]!r}"
             )
     install(model)
-    cache = EvictingCache(CacheConfig(**meta["config"]), ident)
-    budget = meta.get("budget_tokens")
-    if budget is None and meta.get("budget_blocks") is not None:  # saved before budgets were counted in tokens
-        budget = meta["budget_blocks"] * cache.config.block
-    if budget is not None and cache.budget_tokens is None:
-        cache._set_budget(budget)
-    cache.generator.set_state(tensors["generator"])
-    cache.protected = [(int(a), int(b)) for a, b in meta.get("protected", [])]
-    cache.replies = [(int(a), int(b)) for a, b in meta.get("replies", [])]  # none recorded before the spans were
-    if "prior" in tensors:
-        cache.set_prior(tensors["prior"])
-    device = next(model.parameters()).device
+    cache = EvictingCache(CacheConfig.from_saved(meta["config"]), ident)
     _check_policy_state(cache, tensors)
+    if meta["budget_tokens"] is not None and cache.budget_tokens is None:
+        cache._set_budget(meta["budget_tokens"])
+    cache.generator.set_state(tensors["generator"])
+    cache.signals.protected = [(int(a), int(b)) for a, b in meta["protected"]]
+    cache.signals.replies = [(int(a), int(b)) for a, b in meta["replies"]]
+    if "prior" in tensors:
+        cache.signals.set_prior(tensors["prior"])
+    device = next(model.parameters()).device
     for i, (layer, info) in enumerate(zip(cache.layers, meta["layers"], strict=True)):
         _restore_layer(
             layer, info, {k.split(".", 1)[1]: v for k, v in tensors.items() if k.startswith(f"layer{i}.")}, device
@@ -92,13 +94,11 @@ def _check_policy_state(cache: EvictingCache, tensors: dict[str, torch.Tensor]) 
     """The saved per-token state must be what the policy keeps today: a policy whose definition changed since the
     session was saved (e.g. a new default memory under the same name) cannot continue it exactly."""
     saved = {k.split(".", 2)[2] for k in tensors if k.startswith("layer0.state.")}
-    if "layer0.keys" not in tensors or saved == set(cache.policy.token_state):
-        return
-    raise KVStoreError(
-        f"this session was saved with an earlier definition of policy {cache.config.policy!r} (per-token state "
-        f"{sorted(saved) or 'none'}; the policy now keeps {sorted(cache.policy.token_state) or 'none'}), so it cannot "
-        "continue exactly; start a new session (docs/memory.md lists the earlier definitions under their new names)"
-    )
+    if "layer0.keys" in tensors and saved != set(cache.policy.token_state):
+        raise saved_by_older_version(
+            f"policy {cache.config.policy!r} with per-token state {sorted(saved) or 'none'}, "
+            f"where it now keeps {sorted(cache.policy.token_state) or 'none'}"
+        )
 
 
 def _restore_layer(layer, info: dict[str, Any], t: dict[str, torch.Tensor], device: torch.device) -> None:

@@ -1,24 +1,24 @@
-"""A reply generated one token at a time by an outside driver (e.g. a server batching many sessions).
+"""A reply generated one token at a time, the one implementation of a turn that decodes: `Session.generate` runs it
+to its end (`run()`), an outside driver (e.g. a server batching many sessions) step by step.
 
-`ReplyInProgress` has exactly the effect of `Session.generate` on the session (history, cache, messages, turn
-statistics, sampling generator), split into steps: `prefill()` runs the pending tokens and picks the first token
-(or `begin_prefill()`, then `prefill_chunk()` until it returns True: one chunk at a time, for a driver that
-interleaves a newcomer's prefill with other sessions' decode steps);
-while `next_input` is not None the driver runs that token through the model (alone with `step_alone()`, or in a
-batch with kvstore.batch.batched_decode) and hands the logits to `advance()`; `finish()` closes the turn.
+Its steps: `prefill()` runs the pending tokens and picks the first token (or `begin_prefill()`, then
+`prefill_chunk()` until it returns True: one chunk at a time, for a driver that interleaves a newcomer's prefill with
+other sessions' decode steps); while `next_input` is not None the driver runs that token through the model (alone
+with `step_alone()`, or in a batch with kvstore.batch.batched_decode) and hands the logits to `advance()`; `finish()`
+closes the turn, or `abort()` gives it up.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 
 import kvstore
 from kvstore.errors import KVStoreError
-from kvstore.forwarding import chunk_end
 from kvstore.sampling import TextStream, next_token
-from kvstore.session import Reply, Session
+from kvstore.session import OpenTurn, Reply, Session
 
 
 class ReplyInProgress:
@@ -44,7 +44,20 @@ class ReplyInProgress:
         self.prefill_tokens = 0
         self.prefill_done = False
         self.chunk = session.config.chunk_size
-        self._t = [0.0, 0.0]
+        self._turn: OpenTurn | None = None
+        self._prefilled_at = 0.0
+
+    def run(self) -> Reply:
+        """The whole reply: prefill, then decode alone to the end (`Session.generate`). Interrupted or failed (Ctrl-C
+        in a chat), it is given up (`abort`), so the history stays a conversation."""
+        try:
+            self.prefill()
+            while self.next_input is not None:
+                self.step_alone()
+        except BaseException:
+            self.abort()
+            raise
+        return self.finish()
 
     def prefill(self) -> None:
         """Run the pending tokens (the whole history under re-prefill) and choose the first reply token."""
@@ -56,11 +69,8 @@ class ReplyInProgress:
         """Start the turn's prefill; then `prefill_chunk()` until it returns True (a driver may run other sessions'
         decode steps between chunks: the chunks and their evictions are those of `kvstore.prefill`)."""
         s = self.session
-        if s.config.protocol == "re-prefill":
-            s.cache, s.prefilled = s.new_cache(), 0
-        self._before = s.cache.stats()
-        self._t[0] = s._now()
-        self.prefill_tokens = len(s.tokens) - s.prefilled
+        self._turn = s.open_turn()
+        self.prefill_tokens = self._turn.pending
         if self.prefill_tokens and hasattr(s.cache, "resolve_budget"):  # a density budget is fixed by the prompt
             s.cache.resolve_budget(s.cache.get_seq_length() + self.prefill_tokens)
 
@@ -76,21 +86,16 @@ class ReplyInProgress:
         s = self.session
         with self._guard():
             if s.prefilled < len(s.tokens):
-                self._forward_chunk(s)
+                s.forward_chunk(self.chunk)
             while (prompt := s.pending_prompt()) is not None and prompt[0] <= 0:
-                self._forward_chunk(s)
-        if s.prefilled < len(s.tokens):
-            return False
-        self._t[1] = s._now()
+                s.forward_chunk(self.chunk)
+            if s.prefilled < len(s.tokens):
+                return False
+            s.check_protected()  # a density budget is fixed by the first prefill
+        self._prefilled_at = s.now()
         self.prefill_done = True
-        self._choose(s._logits)
+        self._choose(s.logits)
         return True
-
-    def _forward_chunk(self, s: Session) -> None:
-        end = s.prefilled + chunk_end(0, len(s.tokens) - s.prefilled, self.chunk, s.pending_prompt())
-        ids = torch.tensor([s.tokens[s.prefilled : end]], device=s.device)  # [1, chunk]
-        s._logits = kvstore.forward(s.model, s.cache, ids)[0, -1]  # [V]
-        s.prefilled = end
 
     def step_alone(self) -> None:
         """Run `next_input` through the model for this session only, then choose the next token."""
@@ -105,7 +110,7 @@ class ReplyInProgress:
         self._choose(logits)
 
     def _choose(self, logits: torch.Tensor) -> None:
-        """Session._decode's loop body: pick a token, append it, decide whether the reply is over."""
+        """Pick a token, append it, decide whether the reply is over."""
         s, stream = self.session, self.stream
         token = next_token(logits, self.temperature, self.top_p, s.generator)
         s.tokens.append(token)
@@ -124,20 +129,15 @@ class ReplyInProgress:
 
     def finish(self) -> Reply:
         """Close the turn (end-of-turn tokens, the assistant message, the turn's statistics); the reply."""
-        s = self.session
         if self.finish_reason is None:
             raise KVStoreError("the reply is not finished (next_input is still pending)")
-        stats = s._stats(
-            self._before, s.cache.stats(), self.prefill_tokens, len(self.stream.ids), *self._durations(s._now())
-        )
-        s.turns.append(stats)
+        stats = self.session.close_turn(self._turn, len(self.stream.ids), self._prefilled_at)
         text = self._close()
         return Reply(text=text, token_ids=list(self.stream.ids), finish_reason=self.finish_reason, stats=stats)
 
     def abort(self) -> None:
         """Give up mid-reply (a failed forward, a client gone): reset the cache, keep the history a conversation."""
-        s = self.session
-        s.cache, s.prefilled = s.new_cache(), 0
+        self.session.restart_cache()
         self.finish_reason = self.finish_reason or "abort"
         self.next_input = None
         self._close()
@@ -145,24 +145,11 @@ class ReplyInProgress:
     def _close(self) -> str:
         return self.session.end_reply(list(self.stream.ids), self.finish_reason)
 
-    def _durations(self, now: float) -> tuple[float, float]:
-        return self._t[1] - self._t[0], now - self._t[1]
-
-    def _guard(self):
-        return _ResetOnError(self)
-
-
-class _ResetOnError:
-    """A forward cut short may leave some layers ahead of others: start the cache over from the token history."""
-
-    def __init__(self, reply: ReplyInProgress) -> None:
-        self.reply = reply
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc_type is not None:
-            s = self.reply.session
-            s.cache, s.prefilled = s.new_cache(), 0
-        return False
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        """A forward cut short may leave some layers ahead of others: start the cache over from the token history."""
+        try:
+            yield
+        except BaseException:
+            self.session.restart_cache()
+            raise

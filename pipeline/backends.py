@@ -35,7 +35,7 @@ def make_backend(
     if cfg.server is not None:
         from agent.backends.openai_compat import OpenAICompatConfig, OpenAICompatModel
 
-        config = OpenAICompatConfig(model=served_model(cfg.server), base_url=cfg.server, seed=cfg.seed)
+        config = OpenAICompatConfig(model=served_model(cfg.server), base_url=cfg.server, seed=cfg.memory.seed)
         backend = OpenAICompatModel(config)
         backend.name = describe_model(cfg)
         return backend, None
@@ -111,7 +111,7 @@ def describe_model(cfg: RunConfig) -> str:
     if cfg.replaying:
         return "replay"
     if cfg.server is None:
-        return f"{cfg.model} ({describe_memory(cfg.policy, cfg.budget, cfg.protocol, cfg.protect, cfg.profile)})"
+        return f"{cfg.memory.model} ({cfg.memory.describe()})"
     served = server_settings(cfg.server)
     if "policy" not in served:  # another OpenAI-compatible server: its cache is its own business
         return f"{served['id']} at {cfg.server}"
@@ -136,7 +136,7 @@ def new_session(cfg: RunConfig):
 
     config = session_config(cfg)
     set_threads(cfg.threads, cfg.workers)
-    model, tokenizer = load_once(cfg.model, cfg.device)
+    model, tokenizer = load_once(cfg.memory.model, cfg.memory.device)
     return Session(model, tokenizer, config)
 
 
@@ -158,12 +158,9 @@ def set_threads(threads: int | None, workers: int = 1) -> int:
 
 
 def session_config(cfg: RunConfig):
-    from kvstore.session import SessionConfig
+    from kvstore.session_config import SessionConfig
 
-    return SessionConfig(
-        model=cfg.model, policy=cfg.policy, budget=cfg.budget, protocol=cfg.protocol, seed=cfg.seed, device=cfg.device,
-        protect=cfg.protect, profile=None if cfg.profile is None else str(cfg.profile),
-    )  # fmt: skip
+    return SessionConfig.of(cfg.memory)
 
 
 def load_once(name: str, device: str | None = None) -> tuple[Any, Any]:
@@ -215,7 +212,7 @@ def check_policy(cfg: RunConfig) -> None:
     if cfg.server is None and not cfg.replaying:
         from kvstore.policies import policy_defaults
 
-        policy_defaults(cfg.policy)
+        policy_defaults(cfg.memory.policy)
 
 
 def check_protected_opening(cfg: RunConfig, issues: list[str]) -> None:
@@ -223,7 +220,8 @@ def check_protected_opening(cfg: RunConfig, issues: list[str]) -> None:
 
     Only tokenizes: the session sits on a weightless (meta) copy of the model, so no weights load before workers do.
     """
-    if cfg.protect == "none" or not isinstance(cfg.budget, int) or cfg.replaying or cfg.server is not None:
+    memory = cfg.memory
+    if memory.protect == "none" or not isinstance(memory.budget, int) or cfg.replaying or cfg.server is not None:
         return
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -232,7 +230,7 @@ def check_protected_opening(cfg: RunConfig, issues: list[str]) -> None:
     from kvstore.models import resolve
     from kvstore.session import Session
 
-    source = resolve(cfg.model)
+    source = resolve(cfg.memory.model)
     local = isinstance(source, Path)
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local)
     with torch.device("meta"):

@@ -63,7 +63,7 @@ class ChatState:
     unseen: str = ""  # the last observation when a turn ended before the model saw it (sent with the next request)
     server: str = ""  # base URL of the `nexus-agent serve` the model runs in ("": a local model, `config`)
     learn: bool = False  # the session started with --learn, the default memory and --memory-profile auto: leaving it
-    # while it has no profile keeps its conversation, to learn one from (pipeline.learning)
+    # while it has no profile keeps its conversation, to learn one from (pipeline.profiles.learn)
 
     def save(self, folder: Path) -> None:
         atomic_write(folder / STATE_FILE, json.dumps(asdict(self), indent=2) + "\n")

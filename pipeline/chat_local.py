@@ -57,10 +57,8 @@ class LocalConversation:
         return [t.summary() for t in s.turns] + [f"{len(s.turns)} turns, {s.num_tokens} tokens in the history"]
 
     def describe(self) -> str:
-        from kvstore.defaults import describe_memory
-
         c = self.session.config
-        return f"{c.model}, {describe_memory(c.policy, c.budget, c.protocol, c.protect, c.profile)}"
+        return f"{c.model}, {c.describe()}"
 
     def token_limit_note(self) -> str:
         s = self.session

@@ -76,7 +76,7 @@ def claim_out_dir(out: Path, cfg: RunConfig, served: dict[str, Any] | None = Non
             raise RunError(f"{out / name} is a folder where this run writes a file; move it away or use another --out")
     path = out / RUN_FILE
     wanted = {k: cfg.to_dict()[k] for k in _RESULT_FIELDS} | {"replay": cfg.replaying}
-    wanted["profiles"], others = _fingerprint(cfg.profile, cfg.model)
+    wanted["profiles"], others = _fingerprint(cfg.memory.profile, cfg.memory.model)
     if served is not None:
         wanted["server"] = {k: served.get(k) for k in ("id", "model", "policy", "budget", "protocol")}
     if path.is_file():
@@ -89,7 +89,7 @@ def claim_out_dir(out: Path, cfg: RunConfig, served: dict[str, Any] | None = Non
             hint = "resume it as it was or use another --out"
             raise RunError(f"{out} holds a run with other settings ({settings}); {hint}")
         if "profiles" in held:  # a run.json from before the record: its profiles are not known
-            _check_profiles(out, cfg.profile, held["profiles"], profiles, others)
+            _check_profiles(out, cfg.memory.profile, held["profiles"], profiles, others)
         return
     if any(out.iterdir()):
         raise RunError(

@@ -1,5 +1,5 @@
 """Where nexus-agent keeps a user's own files: $NEXUS_AGENT_HOME, else ~/.local/share/nexus-agent (chat sessions
-under sessions/, memory profiles under profiles/)."""
+under sessions/, memory profiles under profiles/: pipeline.profiles.store)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,3 @@ from pathlib import Path
 
 def home() -> Path:
     return Path(os.environ.get("NEXUS_AGENT_HOME") or Path.home() / ".local" / "share" / "nexus-agent")
-
-
-def profile_store() -> Path:
-    """Where `nexus-agent calibrate` writes a profile unless told otherwise, and where sessions look for one."""
-    return home() / "profiles"

@@ -40,7 +40,7 @@ def parse_request(body: object, header_session: str | None, config: ServeConfig)
     if not isinstance(body, dict):
         raise ServeError("the request body must be a JSON object")
     model = body.get("model")
-    if model is not None and model not in (config.model_id, config.model):
+    if model is not None and model not in (config.model_id, config.memory.model):
         raise ServeError(f"model {model!r} is not served here; this server serves {config.model_id!r}", 404)
     if body.get("n", 1) not in (1, None):
         raise ServeError("only n=1 is supported (one session per conversation)")

@@ -62,16 +62,13 @@ class Scheduler(threading.Thread):
 
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.registry, self.metrics = registry, metrics
-        self.session_config = SessionConfig(
-            model=config.model, policy=config.policy, budget=config.budget, protocol=config.protocol,
-            seed=config.seed, chunk_size=config.chunk_size, device=config.device, dtype=config.dtype,
-            protect=config.protect, profile=None if config.profile is None else str(config.profile),
-        )  # fmt: skip
-        if config.profile is not None:  # a missing, corrupt or foreign profile stops the server before it listens
+        self.session_config = SessionConfig.of(config.memory, chunk_size=config.chunk_size, dtype=config.dtype)
+        profile = config.memory.profile
+        if profile is not None:  # a missing, corrupt or foreign profile stops the server before it listens
             from kvstore.cache import model_identity
             from kvstore.profile import load_profiles
 
-            load_profiles(config.profile, model_identity(model))
+            load_profiles(profile, model_identity(model))
         self.reference = Session(model, tokenizer, self.session_config)  # renders and sizes turns, never runs
         self.per_token = bytes_per_token(model)
         # a padding mask needs sdpa or eager attention: flash-attention models decode one session at a time
@@ -204,7 +201,7 @@ class Scheduler(threading.Thread):
         new = len(ref.renderer.encode_messages(job.messages, first=history == 0)) + len(
             ref.renderer.generation_prompt_ids
         )
-        if self.config.protocol == "re-prefill":
+        if self.config.memory.protocol == "re-prefill":
             new, history = new + history, 0
         cache = session.cache if session is not None and session.cache is not None else ref.cache
         tokens = peak_tokens(cache, history, new, job.max_new_tokens, self.config.chunk_size)

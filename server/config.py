@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from kvstore.defaults import (
-    DEFAULT_MODEL,
-    DEFAULT_POLICY,
-    DEFAULT_PROTECT,
-    DEFAULT_PROTOCOL,
-    DEFAULT_SESSION_BUDGET,
-    PROFILE_SUFFIX,
-    PROTECT_MODES,
-)
+from kvstore.defaults import PROFILE_SUFFIX
 from kvstore.errors import KVStoreError
+from kvstore.session_config import MemorySettings
 
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20}
 _UNITS |= {"g": 2**30, "gb": 2**30, "gib": 2**30}
@@ -37,17 +30,12 @@ class ServeConfig:
 
     host: str = "127.0.0.1"  # interface to listen on
     port: int = 8000  # TCP port (0: any free port)
-    model: str = DEFAULT_MODEL  # registry name, local model directory or hub id (one model per server)
+    memory: MemorySettings = field(default_factory=MemorySettings)  # every session's: the model (one per server),
+    # policy, budget (per session), protocol, protect, memory profile (a file, or a directory openings are matched
+    # against and POST /v1/nexus/profiles saves to), seed (a request's "seed" overrides it for new sessions), device
     served_name: str | None = None  # the model id clients ask for (None: the --model value)
-    policy: str = DEFAULT_POLICY  # KV eviction policy of every session (kvstore.POLICIES)
-    budget: int | float | None = DEFAULT_SESSION_BUDGET  # per session: tokens per layer, a density, None = never evict
-    protocol: str = DEFAULT_PROTOCOL  # "true-eviction" (one cache per session) or "re-prefill"
-    protect: str = DEFAULT_PROTECT  # never evicted in a session, counted in its budget: "system+task", "system", "none"
-    profile: Path | None = None  # memory profile file or directory (nexus-agent calibrate) openings are matched against
-    seed: int = 0  # seed of each new session's cache and sampling (a request's "seed" overrides it for new sessions)
     chunk_size: int = 512  # prefill chunk in tokens (each session's cache evicts after each chunk)
     interleave_prefill: bool = True  # a newcomer's prefill runs one chunk per decode step of the others (False: whole)
-    device: str | None = None  # torch device (None: CUDA when present, else CPU)
     dtype: str | None = None  # "bf16" | "fp16" | "fp32" (None: bf16 where supported, else fp32)
     threads: int | None = None  # torch CPU threads (None: all cores, 1 on a busy machine)
     max_sessions: int = 64  # most sessions kept (resident + parked); more is refused with HTTP 429
@@ -65,8 +53,6 @@ class ServeConfig:
     def __post_init__(self) -> None:
         if self.park not in PARK_MODES:
             raise ServeError(f"--park {self.park!r}: use one of {', '.join(PARK_MODES)}")
-        if self.protect not in PROTECT_MODES:
-            raise ServeError(f"--protect {self.protect!r}: use one of {', '.join(PROTECT_MODES)}")
         for name in ("max_sessions", "max_batch", "max_new_tokens", "chunk_size"):
             if getattr(self, name) < 1:
                 raise ServeError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -79,29 +65,32 @@ class ServeConfig:
 
     @property
     def model_id(self) -> str:
-        return self.served_name or self.model
+        return self.served_name or self.memory.model
 
     def cache_settings(self) -> dict[str, Any]:
         """What every session of this server runs with (reported in /v1/models, so clients label runs by it)."""
+        m = self.memory
         return {
-            "model": self.model, "policy": self.policy, "budget": self.budget, "protocol": self.protocol,
-            "protect": self.protect, "chunk_size": self.chunk_size, "seed": self.seed,
+            "model": m.model, "policy": m.policy, "budget": m.budget, "protocol": m.protocol,
+            "protect": m.protect, "chunk_size": self.chunk_size, "seed": m.seed,
             "memory_profile": self._profiles_in_use(),
-            "profile_directory": self.profile is not None and Path(self.profile).is_dir(),  # POST /v1/nexus/profiles
+            "profile_directory": m.profile is not None and Path(m.profile).is_dir(),  # POST /v1/nexus/profiles
             "interleave_prefill": self.interleave_prefill,
         }  # fmt: skip
 
     def _profiles_in_use(self) -> str | None:
         """The profile file, or the profile directory while it holds a profile (as a local run's `auto` reads the
         store only then), so that clients label runs alike; None otherwise."""
-        if self.profile is None:
+        if self.memory.profile is None:
             return None
-        path = Path(self.profile)
+        path = Path(self.memory.profile)
         return str(path) if not path.is_dir() or any(path.glob(f"*{PROFILE_SUFFIX}")) else None
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings, with the API key only as whether one is required (never the key itself)."""
-        out = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+        """The settings, the memory settings by name, with the API key only as whether one is required (never the key
+        itself)."""
+        flat = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "memory"} | self.memory.settings()
+        out = {k: str(v) if isinstance(v, Path) else v for k, v in flat.items()}
         return out | {"api_key": self.api_key is not None}
 
 

@@ -54,9 +54,9 @@ NEEDS_DIRECTORY = (
 
 def profile_dir(config: ServeConfig) -> Path:
     """Where this server's sessions read their profiles; ServeError 409 when it reads none or one file."""
-    if config.profile is None or not Path(config.profile).is_dir():
+    if config.memory.profile is None or not Path(config.memory.profile).is_dir():
         raise ServeError(NEEDS_DIRECTORY, 409, "conflict")
-    return Path(config.profile)
+    return Path(config.memory.profile)
 
 
 def parse(body: object) -> tuple[str, Any]:
@@ -124,7 +124,7 @@ def calibrate(
     if kept is not None:
         return kept | {"kept": True}
     make_room(max((p.tokens for p in plans if p is not None), default=0))
-    meta = {"model": config.model, "sources": sources, "served": True}
+    meta = {"model": config.memory.model, "sources": sources, "served": True}
     left_out: list[str] = []
 
     def progress(done: int, _total: int, used: bool) -> None:

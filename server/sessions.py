@@ -87,7 +87,8 @@ class Registry:
                 429,
                 "rate_limit_error",
             )
-        entry = Entry(id=session_id or f"sess-{uuid.uuid4().hex[:16]}", seed=self.config.seed if seed is None else seed)
+        seed = self.config.memory.seed if seed is None else seed
+        entry = Entry(id=session_id or f"sess-{uuid.uuid4().hex[:16]}", seed=seed)
         self.entries[entry.id] = entry
         return entry
 

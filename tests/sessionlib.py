@@ -49,3 +49,16 @@ def save_tiny_chat_model(dest: Path, max_positions: int = 4096, seed: int = 0) -
 def words(n: int, tag: str = "w") -> str:
     """Plain text of roughly n tokens."""
     return " ".join(f"{tag}{i % 97}" for i in range(n // 2))
+
+
+def serve_config(**options):
+    """A ServeConfig from flat options: the memory settings' (model, policy, budget, protect, profile, seed, ...) go
+    to its `memory`, the others are the server's own."""
+    from dataclasses import fields
+
+    from kvstore.session_config import MemorySettings
+    from server.config import ServeConfig
+
+    names = {f.name for f in fields(MemorySettings)}
+    memory = MemorySettings(**{k: v for k, v in options.items() if k in names})
+    return ServeConfig(memory=memory, **{k: v for k, v in options.items() if k not in names})

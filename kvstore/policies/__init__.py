@@ -1,19 +1,23 @@
-"""Eviction policies by name. One policy = one small file; ablations and variants are configured entries.
+"""Eviction policies by name: the ones a user picks. One policy = one small file with its settings dataclass;
+a variant is a registry entry with option defaults, not a new class.
 
-Each policy class names its paper's defaults (`Policy.defaults`, `default_sink`, `default_recent`) with their
-sources in its docstring; an entry here may add variant options on top; user options override both."""
+Each policy's settings dataclass holds its paper's defaults (sources in its docstring), and its class the forced
+set its paper keeps (`default_sink`, `default_recent`); an entry here may add variant options on top; user options
+override both. Retired and experimental variants live outside the product (research/policies.py), registered
+through `register_policy`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kvstore.errors import KVStoreError
-from kvstore.policies.ada import AdaSnapKVPolicy
+from kvstore.policies.ada import AdaKV
 from kvstore.policies.base import Policy, ScoreContext
 from kvstore.policies.full import FullPolicy
 from kvstore.policies.h2o import H2OPolicy
 from kvstore.policies.morphkv import MorphKVPolicy
-from kvstore.policies.nexus import NexusAccPolicy, NexusHeadPolicy, NexusPolicy
+from kvstore.policies.nexus import NexusPolicy
+from kvstore.policies.nexus_agent import NexusAgentPolicy
 from kvstore.policies.pyramidkv import PyramidKVPolicy
 from kvstore.policies.snapkv import SnapKVPolicy
 from kvstore.policies.streaming import StreamingPolicy
@@ -25,51 +29,51 @@ POLICIES: dict[str, tuple[type[Policy], dict[str, Any]]] = {
     "snapkv": (SnapKVPolicy, {}),
     "pyramidkv": (PyramidKVPolicy, {}),
     "h2o": (H2OPolicy, {}),
-    "h2o-unnormalized": (H2OPolicy, {"h2o_normalize": False}),  # the H2O paper's raw accumulated attention
     "morphkv": (MorphKVPolicy, {}),
-    "ada-snapkv": (AdaSnapKVPolicy, {}),
+    "ada-snapkv": (AdaKV.around(SnapKVPolicy), {}),
     "nexus": (NexusPolicy, {}),
-    "nexus-topk": (NexusPolicy, {"selector": "topk"}),  # ablation: Nexus score, deterministic top-K
-    "direct-reservoir": (NexusPolicy, {"lam": 0.0}),  # ablation: direct score only (lambda = 0), reservoir
-    "nexus-head": (NexusHeadPolicy, {"selector": "topk"}),  # variant: the Nexus score per kv head, top-K
-    # earlier default memories (docs/memory.md): the current window's Nexus score only, top-K, half of the budget
-    # recent; then each block's Nexus score averaged over every eviction step it was held in
-    "nexus-agent-window": (NexusPolicy, {"selector": "topk", "recent_share": 0.5}),
-    "nexus-agent-mean": (NexusPolicy, {"selector": "topk", "recent_share": 0.5, "score_memory": "mean"}),
     # the product's default memory (docs/memory.md, measured with bench replay): per kv head and per token, the
     # accumulated attention each token received, its block's remembered per-head Nexus score and the attention it
     # received from the agent's own replies, plus 1 for every token the agent's replies wrote (own_weight), top-K,
     # half of the budget always on the most recent tokens; without a memory profile the opening is ranked by
     # attention alone until the first reply (opening_nexus=False)
     "nexus-agent": (
-        NexusAccPolicy,
+        NexusAgentPolicy,
         {"selector": "topk", "recent_share": 0.5, "score_memory": "mean", "opening_nexus": False, "own_weight": 1.0},
-    ),
-    # the default until the bonus for the agent's own tokens came (the three attention terms only)
-    "nexus-agent-reply": (
-        NexusAccPolicy,
-        {"selector": "topk", "recent_share": 0.5, "score_memory": "mean", "opening_nexus": False},
-    ),
-    # the default until the reply term came (the first two terms only)
-    "nexus-agent-acc": (
-        NexusAccPolicy,
-        {"selector": "topk", "recent_share": 0.5, "score_memory": "mean", "reply_weight": 0.0},
     ),
 }
 
 
+def register_policy(name: str, cls: type[Policy], **option_defaults: Any) -> None:
+    """Register `cls` under `name` with the option defaults that name implies (flat options, as `make_cache`
+    takes them); checked now, so a bad option fails here. Research variants register themselves this way
+    (research/policies.py); a name already registered for another entry is refused."""
+    from kvstore.config import CacheConfig
+
+    if POLICIES.get(name, (cls, option_defaults)) != (cls, option_defaults):
+        raise KVStoreError(f"policy {name!r} is already registered")
+    POLICIES[name] = (cls, dict(option_defaults))
+    try:
+        CacheConfig.from_options(name, **option_defaults)
+    except KVStoreError:
+        del POLICIES[name]
+        raise
+
+
+def policy_class(name: str) -> type[Policy]:
+    return _lookup(name)[0]
+
+
 def policy_defaults(name: str) -> dict[str, Any]:
-    """The option defaults a policy name implies: its class's paper defaults, then the entry's variant options
-    (user options override them)."""
-    cls, variant = _lookup(name)
-    return dict(cls.defaults) | dict(variant)
+    """The option defaults a policy name implies beyond its class's settings (user options override them)."""
+    return dict(_lookup(name)[1])
 
 
 def is_stochastic(name: str, **options: Any) -> bool:
     """Whether this policy (with these options) selects by random draws, so a result depends on the seed."""
-    cls, implied = _lookup(name)
-    selector = (implied | options).get("selector") or cls.default_selector
-    return cls.evicts and selector == "reservoir"
+    from kvstore.config import CacheConfig
+
+    return build_policy(CacheConfig.from_options(name, **(policy_defaults(name) | options))).stochastic
 
 
 def uses_profile(name: str) -> bool:
@@ -87,4 +91,14 @@ def _lookup(name: str) -> tuple[type[Policy], dict[str, Any]]:
     return POLICIES[name]
 
 
-__all__ = ["POLICIES", "Policy", "ScoreContext", "build_policy", "is_stochastic", "policy_defaults", "uses_profile"]
+__all__ = [
+    "POLICIES",
+    "Policy",
+    "ScoreContext",
+    "build_policy",
+    "is_stochastic",
+    "policy_class",
+    "policy_defaults",
+    "register_policy",
+    "uses_profile",
+]

@@ -1,24 +1,29 @@
-"""What an eviction policy is: a score, a default selector and the forced set its paper keeps (sink tokens and
-recent tokens). The cache owns budgets, forced regions, gather and write-back; a policy never touches them."""
+"""What an eviction policy is: a score, its settings (a dataclass in its own file), and the forced set its paper
+keeps (sink tokens and recent tokens). The cache owns budgets, forced regions, gather and write-back; a policy never
+touches them."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from kvstore.config import CacheConfig
+from kvstore.config import take_settings
 from kvstore.kernels import received_triton
+from kvstore.selection import select
+
+if TYPE_CHECKING:
+    from kvstore.config import CacheConfig
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ScoreContext:
     """What a policy sees at one eviction step of one layer."""
 
     keys: torch.Tensor  # [B, Hkv, T, D] held keys (already rotated), new chunk included
-    queries: torch.Tensor  # [B, Hq, W', D] the most recent W' <= W queries of this layer
+    queries: torch.Tensor  # [B, Hq, W', D] the most recent W' <= W queries of this layer (W: Policy.window)
     positions: torch.Tensor  # [B, Hkv, T] original positions of the held tokens
     state: dict[str, torch.Tensor]  # per-token policy state, each [B, Hkv, T]
     scaling: float | None  # the attention scale the model used (None: 1/sqrt(D))
@@ -33,24 +38,42 @@ class ScoreContext:
     own: torch.Tensor | None = None  # [B, Hkv, T] bool: held tokens the agent's replies wrote (policies reading it)
 
 
+@dataclass
+class NoSettings:
+    """The settings of a policy without options of its own (full, streaming)."""
+
+
 class Policy:
     """Base class. Subclasses set the class attributes below and implement `score`."""
 
     name = "base"
     granularity = "block"  # "block": units are b-token key blocks; "token": single tokens
     per_head = False  # True: one score row per kv head (each head keeps its own tokens)
-    default_selector = "topk"
     prefill_only = False  # True: evict only on multi-token forwards (prefill chunks, new turns), never in decode
     evicts = True
-    masks_heads = False  # True: heads keep different counts, padded slots are masked (Ada-KV)
+    masks_heads = False  # True: heads keep different counts, padded slots are masked (the Ada-KV wrapper)
     token_state: tuple[str, ...] = ()  # names of per-token state tensors the cache keeps aligned with the keys
     default_sink: int | None = 0  # attention-sink tokens always kept when the `sink` option is None (None: one block)
     uses_profile = False  # True: the score reads a memory profile's weights (ScoreContext.prior); others ignore it
     reads_own = False  # True: the score reads which held tokens the agent's replies wrote (ScoreContext.own)
-    defaults: dict[str, Any] = {}  # CacheConfig option defaults the policy's paper implies (user options win)
+    settings_type: type = NoSettings  # the policy's own settings: a dataclass in its file, defaults from its paper
 
-    def __init__(self, config: CacheConfig) -> None:
+    def __init__(self, config: CacheConfig, settings: Any = None) -> None:
         self.config = config
+        self.settings = config.settings if settings is None else settings
+        # recent queries the layer keeps for `score` (ScoreContext.queries): the policy's observation window; a
+        # policy that scores without one keeps the last query only
+        self.window: int = getattr(self.settings, "window", 1)
+
+    @classmethod
+    def settings_from(cls, options: dict[str, Any]) -> Any:
+        """This policy's settings from flat options: the ones it declares are taken out of `options`."""
+        return take_settings(cls.settings_type, options)
+
+    @property
+    def stochastic(self) -> bool:
+        """Whether it selects by random draws, so that a result depends on the cache's seed."""
+        return False
 
     def score(self, ctx: ScoreContext) -> torch.Tensor:
         """[B, 1 or Hkv, N] non-negative scores over ALL held units (N blocks or T tokens); higher = keep."""
@@ -63,6 +86,17 @@ class Policy:
 
     def observe(self, ctx: ScoreContext, new_queries: torch.Tensor) -> None:
         """Called after every attention call with that call's queries [B, Hq, q, D] (H2O accumulates here)."""
+
+    def weights(self, cand: torch.Tensor) -> torch.Tensor:
+        """The candidates' scores [..., N_cand] as the selector weighs them (before protected ones are pinned)."""
+        return cand
+
+    def select(
+        self, cand: torch.Tensor, k: int, generator: torch.Generator, valid: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The kept candidates: indices [B, H, k] ascending (top-K by weight; Nexus draws), and for head-masking
+        policies which of them are real ([B, Hkv, K] bool; `valid` [B, Hkv, N_cand] says which candidates are)."""
+        return select(cand, k, "topk", 1, generator), None
 
     # --- the forced set and the budgets -------------------------------------------------------------------------
     def sink_tokens(self) -> int:
@@ -97,10 +131,6 @@ class Policy:
     def layer_budgets(self, tokens: int, n_layers: int) -> list[int]:
         """Tokens each layer may hold (PyramidKV varies it with depth; the mean is `tokens`)."""
         return [tokens] * n_layers
-
-    def allocate(self, cand_scores: torch.Tensor, k: int) -> torch.Tensor:
-        """Per-head kept counts [B, Hkv] for `masks_heads` policies (Ada-KV); others keep k per head."""
-        return torch.full(cand_scores.shape[:-1], k, dtype=torch.long, device=cand_scores.device)
 
 
 def attention_received(

@@ -14,10 +14,26 @@ Defaults and their sources:
   at the end of the first prefill only, as the paper (one compression after the prompt).
 """
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
+from kvstore.errors import KVStoreError
 from kvstore.policies.base import Policy, ScoreContext, head_token_attention
+
+
+@dataclass
+class SnapKVSettings:
+    window: int = 32  # observation window: the last queries that score the earlier tokens (kept, as recent tokens)
+    pool: str = "avg"  # "avg" | "max" pooling of the window's scores over neighbouring tokens
+    pool_kernel: int = 5  # width of that pooling
+
+    def __post_init__(self) -> None:
+        if self.window < 1 or self.pool_kernel < 1:
+            raise KVStoreError(f"window and pool_kernel must be >= 1, got {self.window}, {self.pool_kernel}")
+        if self.pool not in ("avg", "max"):
+            raise KVStoreError(f"pool must be 'avg' or 'max', got {self.pool!r}")
 
 
 class SnapKVPolicy(Policy):
@@ -26,10 +42,10 @@ class SnapKVPolicy(Policy):
     per_head = True
     prefill_only = True
     default_sink = 0
-    defaults = {"window": 32, "pool_kernel": 5}
+    settings_type = SnapKVSettings
 
     def default_recent(self) -> int:
-        return self.config.window
+        return self.settings.window
 
     def score(self, ctx: ScoreContext) -> torch.Tensor:
         s = head_token_attention(ctx)  # [B, Hkv, T] summed over the window
@@ -38,8 +54,8 @@ class SnapKVPolicy(Policy):
         prefix = s[..., : t - w].reshape(b * h, 1, t - w)
         if t - w == 0:
             return s
-        k = self.config.pool_kernel
-        pool = F.avg_pool1d if self.config.pool == "avg" else F.max_pool1d
+        k = self.settings.pool_kernel
+        pool = F.avg_pool1d if self.settings.pool == "avg" else F.max_pool1d
         pooled = pool(prefix, k, stride=1, padding=k // 2)[..., : t - w].view(b, h, t - w)
         top = pooled.amax(-1, keepdim=True).expand(b, h, w)  # the window: kept anyway (forced recent)
         return torch.cat([pooled, top], dim=-1)

@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 from clilib import Pty, cli_env, nexus
-from sessionlib import qwen_tokenizer, tiny_chat_model
+from sessionlib import qwen_tokenizer, serve_config, tiny_chat_model
 
 from pipeline import chat as cs
 from server.app import Server
-from server.config import ServeConfig
 
 pytestmark = pytest.mark.usefixtures("bwrap_installed")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -32,7 +31,7 @@ def serve(tmp_path: Path):
     started: list[Server] = []
 
     def start(port: int = 0, **overrides) -> Server:
-        config = ServeConfig(port=port, model="tiny-qwen3", budget=128, park_dir=tmp_path / "park", **overrides)
+        config = serve_config(port=port, model="tiny-qwen3", budget=128, park_dir=tmp_path / "park", **overrides)
         started.append(Server(tiny_chat_model(), qwen_tokenizer(), config).start())
         return started[-1]
 

@@ -14,7 +14,7 @@ import pytest
 from clilib import GOLD_DIR, cli_env, default_sigint, nexus
 
 from pipeline import eval_files
-from pipeline.config import RunConfig, RunError
+from pipeline.config import RunConfig, RunError, run_memory
 from tasks import load_tasks
 
 IDS = ["nexus-demo__pagekit-1", "nexus-demo__semver-lite-1"]
@@ -113,7 +113,7 @@ def test_selection_and_settings_errors(tmp_path: Path) -> None:
     for instances, slice_ in (("nope", None), (None, "a:b"), (IDS[0], "0:1")):
         with pytest.raises(RunError):
             eval_files.select(tasks, instances, slice_)
-    eval_files.claim_out_dir(tmp_path, RunConfig(policy="nexus"))
-    eval_files.claim_out_dir(tmp_path, RunConfig(policy="nexus"))  # the same settings resume
+    eval_files.claim_out_dir(tmp_path, RunConfig(memory=run_memory(policy="nexus")))
+    eval_files.claim_out_dir(tmp_path, RunConfig(memory=run_memory(policy="nexus")))  # the same settings resume
     with pytest.raises(RunError, match="policy: 'nexus' -> 'snapkv'"):
-        eval_files.claim_out_dir(tmp_path, RunConfig(policy="snapkv"))
+        eval_files.claim_out_dir(tmp_path, RunConfig(memory=run_memory(policy="snapkv")))

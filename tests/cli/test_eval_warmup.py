@@ -1,5 +1,5 @@
 """`eval --warmup N`: the first N tasks run without a memory profile, the others with one calibrated from their
-conversations (pipeline.warmup); the batch keeps one label, resumes without calibrating again, and refuses what
+conversations (pipeline.profiles.warmup); the batch keeps one label, resumes without calibrating again, and refuses what
 cannot work."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from clilib import cli_env, nexus
 from profilelib import save_tiny_profile
 
 from kvstore.profile import MemoryProfile
-from pipeline import warmup
-from pipeline.config import RunConfig, RunError
+from pipeline.config import RunConfig, RunError, run_memory
+from pipeline.profiles import warmup
 from tasks import load_tasks
 
 TASKS = load_tasks(None)[:4]
@@ -21,13 +21,16 @@ TASKS = load_tasks(None)[:4]
 
 def test_warmup_settings_and_label(tmp_path: Path) -> None:
     cfg = RunConfig(warmup=2)
-    assert cfg.profile is None  # the warm-up tasks run without a profile, whatever the store holds
+    assert cfg.memory.profile is None  # the warm-up tasks run without a profile, whatever the store holds
     assert cfg.model_label().endswith("-true-eviction-warmup2")
     for bad, match in (
         ({"warmup": -3}, "at least 1"),
-        ({"warmup": 2, "profile": "none"}, "leave --memory-profile at auto"),
+        ({"warmup": 2, "memory": run_memory(profile="none")}, "leave --memory-profile at auto"),
         ({"warmup": 2, "replay_dir": tmp_path}, "excludes --replay-dir"),
-        ({"warmup": 2, "server": "http://127.0.0.1:9/v1", "profile": str(tmp_path)}, "leave --memory-profile"),
+        (
+            {"warmup": 2, "server": "http://127.0.0.1:9/v1", "memory": run_memory(profile=str(tmp_path))},
+            "leave --memory-profile",
+        ),
     ):
         with pytest.raises(RunError, match=match):
             RunConfig(**bad)
@@ -39,7 +42,7 @@ def test_warmup_settings_and_label(tmp_path: Path) -> None:
 def test_eval_suggests_a_warmup_only_where_one_could_help(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))  # an empty profile store
     assert RunConfig().lacks_profile
-    assert not RunConfig(warmup=2).lacks_profile and not RunConfig(policy="h2o").lacks_profile
+    assert not RunConfig(warmup=2).lacks_profile and not RunConfig(memory=run_memory(policy="h2o")).lacks_profile
     assert not RunConfig(server="http://127.0.0.1:9/v1").lacks_profile
     assert not RunConfig(replay_dir=tmp_path).lacks_profile
     save_tiny_profile(tmp_path / "home" / "profiles" / "agent.pt")
@@ -63,19 +66,19 @@ def test_stages_calibrate_once_between_the_warmup_tasks_and_the_rest(tmp_path: P
     cfg, out = RunConfig(warmup=2), tmp_path / "out"
     run = warmup.stages(cfg, out, TASKS, TASKS[1:], print)  # the first task finished before a stop
     first = next(run)
-    assert [(c.profile, t.instance_id) for c, t in first] == [(None, TASKS[1].instance_id)]
+    assert [(c.memory.profile, t.instance_id) for c, t in first] == [(None, TASKS[1].instance_id)]
     assert calls == []  # nothing is calibrated before the warm-up tasks have run
     rest = next(run)
     assert calls == [[t.instance_id for t in TASKS[:2]]]
     assert [t.instance_id for _, t in rest] == [t.instance_id for t in TASKS[2:]]
-    assert {c.profile for c, _ in rest} == {out / warmup.WARMUP_PROFILE}
+    assert {c.memory.profile for c, _ in rest} == {out / warmup.WARMUP_PROFILE}
     assert {c.model_label() for c, _ in rest} == {cfg.model_label()}  # one label for the whole batch
     assert next(run, None) is None
 
     # resumed with another selection: the warm-up tasks are the ones the profile was learned from, none calibrated
     again = list(warmup.stages(cfg, out, TASKS[::-1], [TASKS[0], TASKS[3]], print))
     assert calls == [[t.instance_id for t in TASKS[:2]]]
-    assert [[(c.profile is None, t.instance_id) for c, t in s] for s in again] == [
+    assert [[(c.memory.profile is None, t.instance_id) for c, t in s] for s in again] == [
         [(True, TASKS[0].instance_id), (False, TASKS[3].instance_id)]
     ]
     assert list(warmup.stages(RunConfig(), out, TASKS, TASKS[:2], print)) == [[(RunConfig(), t) for t in TASKS[:2]]]

@@ -92,7 +92,7 @@ def test_the_first_solve_of_an_agent_learns_its_profile(tmp_path: Path, tiny_mod
 
 
 def test_an_eval_folder_does_not_resume_with_another_profile(tmp_path: Path, monkeypatch) -> None:
-    from pipeline.config import RunConfig, RunError
+    from pipeline.config import RunConfig, RunError, run_memory
     from pipeline.eval_files import RUN_FILE, claim_out_dir
 
     monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))
@@ -103,11 +103,11 @@ def test_an_eval_folder_does_not_resume_with_another_profile(tmp_path: Path, mon
     save_tiny_profile(store / "agent.pt")  # then one enters the store: the rest of the run would differ
     with pytest.raises(RunError, match=r"profile: None -> '.*profiles'"):
         claim_out_dir(out, RunConfig())
-    claim_out_dir(out, RunConfig(profile="none"))  # as it was
+    claim_out_dir(out, RunConfig(memory=run_memory(profile="none")))  # as it was
     held = json.loads((out / RUN_FILE).read_text())
     del held["profile"]  # a run folder from before the option
     (out / RUN_FILE).write_text(json.dumps(held))
-    claim_out_dir(out, RunConfig(profile="none"))
+    claim_out_dir(out, RunConfig(memory=run_memory(profile="none")))
 
 
 def _tiny_run(tmp_path: Path, monkeypatch):
@@ -115,12 +115,12 @@ def _tiny_run(tmp_path: Path, monkeypatch):
     resolves --memory-profile auto when it is made), its profile store empty."""
     from sessionlib import save_tiny_chat_model
 
-    from pipeline.config import RunConfig
+    from pipeline.config import RunConfig, run_memory
 
     monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))
     (tmp_path / "home" / "profiles").mkdir(parents=True)
     model = str(save_tiny_chat_model(tmp_path / "tiny-qwen3"))
-    return lambda: RunConfig(model=model)
+    return lambda: RunConfig(memory=run_memory(model=model))
 
 
 def test_an_eval_folder_does_not_resume_after_its_profiles_changed(tmp_path: Path, monkeypatch) -> None:
@@ -258,7 +258,7 @@ def test_without_its_statement_a_conversation_waits_in_the_pool_for_another(
     tmp_path: Path, tiny_model_dir: Path, monkeypatch
 ) -> None:
     from kvstore.models import load_model
-    from pipeline.learning import POOL, learn_from_run
+    from pipeline.profiles.learn import POOL, learn_from_run
 
     monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))
     pool = tmp_path / "home" / "profiles" / POOL / "tiny"

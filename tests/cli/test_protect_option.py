@@ -54,18 +54,19 @@ def test_the_protection_is_in_the_report_and_the_predictions(tmp_path: Path, tin
 
 
 def test_a_run_folder_from_before_the_option_resumes_as_unprotected(tmp_path: Path) -> None:
-    from pipeline.config import RunConfig, RunError
+    from pipeline.config import RunConfig, RunError, run_memory
     from pipeline.eval_files import RUN_FILE, claim_out_dir
 
     claim_out_dir(tmp_path / "new", RunConfig())
     held = json.loads((tmp_path / "new" / RUN_FILE).read_text())
-    assert held["protect"] == RunConfig().protect
+    assert held["protect"] == RunConfig().memory.protect
     old = tmp_path / "old"
     old.mkdir()
     (old / RUN_FILE).write_text(json.dumps({k: v for k, v in held.items() if k != "protect"} | {"budget": 2048}))
-    claim_out_dir(old, RunConfig(budget=2048, protect="none"))  # written before --protect existed: it was "none"
+    # written before --protect existed: it was "none"
+    claim_out_dir(old, RunConfig(memory=run_memory(budget=2048, protect="none")))
     with pytest.raises(RunError, match="protect: 'none' -> 'system'"):
-        claim_out_dir(old, RunConfig(budget=2048, protect="system"))
+        claim_out_dir(old, RunConfig(memory=run_memory(budget=2048, protect="system")))
 
 
 def test_a_missing_memory_profile_is_one_line_before_any_task(tmp_path: Path) -> None:

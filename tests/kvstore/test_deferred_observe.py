@@ -24,7 +24,7 @@ def _decoded(policy: str, observe_batch: int, steps: int, budget: int = 160, rep
     observe = cache.policy.observe
     cache.policy.observe = lambda ctx, q: calls.append(q.shape[-2]) or observe(ctx, q)
     if reply:
-        cache.reply_from = cache.get_seq_length()
+        cache.signals.reply_from = cache.get_seq_length()
     for tok in torch.randint(0, 1000, (steps,), generator=g).tolist():
         kvstore.forward(model, cache, torch.tensor([[tok]]))
     return cache, calls

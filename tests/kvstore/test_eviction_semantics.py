@@ -8,6 +8,9 @@ import torch
 from tinymodels import random_ids, tiny_model
 
 import kvstore
+from kvstore import POLICIES
+
+EVICTING = [name for name, (cls, _) in POLICIES.items() if cls.evicts]
 
 
 def _allowed(layer, t: int, hq: int) -> torch.Tensor:
@@ -30,21 +33,7 @@ def _reference_logits(ref_model, ids, allowed):
 
 
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])
-@pytest.mark.parametrize(
-    "policy",
-    [
-        "nexus",
-        "streaming",
-        "nexus-topk",
-        "snapkv",
-        "pyramidkv",
-        "h2o",
-        "morphkv",
-        "ada-snapkv",
-        "nexus-head",
-        "nexus-agent",
-    ],
-)
+@pytest.mark.parametrize("policy", EVICTING)
 def test_logits_equal_masked_full_forward(impl, policy):
     model = tiny_model("qwen3", impl, layers=1)
     ref_model = copy.deepcopy(model)
@@ -58,7 +47,7 @@ def test_logits_equal_masked_full_forward(impl, policy):
     torch.testing.assert_close(logits, _reference_logits(ref_model, ids, allowed), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("policy", ["nexus", "h2o", "morphkv", "nexus-head", "nexus-agent-mean", "nexus-agent"])
+@pytest.mark.parametrize("policy", [name for name in EVICTING if not POLICIES[name][0].prefill_only])
 def test_semantics_hold_through_decode_evictions(policy):
     model = tiny_model("llama", "sdpa", layers=1)
     ref_model = copy.deepcopy(model)

@@ -59,7 +59,7 @@ def test_a_policy_spec_sets_cache_options():
     cfg = GpuBenchConfig.quick()
     model, _ = random_qwen3(cfg.shapes, None, "cpu", "float32", "sdpa")
     cache = new_cache(model, "nexus-agent@observe_batch=1,window=8", cfg)
-    assert (cache.config.policy, cache.config.observe_batch, cache.config.window) == ("nexus-agent", 1, 8)
+    assert (cache.config.policy, cache.config.observe_batch, cache.config.settings.window) == ("nexus-agent", 1, 8)
     assert new_cache(model, "h2o", cfg).config.observe_batch == 64
     with pytest.raises(KVStoreError, match="observe_batch must be >= 1"):
         new_cache(model, "h2o@observe_batch=0", cfg)

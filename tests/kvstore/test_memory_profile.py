@@ -14,7 +14,7 @@ from kvstore import Session, SessionConfig
 from kvstore.cache import model_identity
 from kvstore.calibrate import calibrate
 from kvstore.errors import KVStoreError
-from kvstore.policies.nexus import with_prior
+from kvstore.policies.nexus_agent import with_prior
 from kvstore.profile import MemoryProfile, common_template
 
 
@@ -71,13 +71,13 @@ def test_the_default_memory_keeps_what_the_profile_weighs(profile_file: Path, tm
 
     with_profile, without = run(str(profile_file)), run(None)
     assert with_profile.profile_status.startswith("matched") and without.profile_status is None
-    assert with_profile.cache.prior is not None and without.cache.prior is None
+    assert with_profile.cache.signals.prior is not None and without.cache.signals.prior is None
     kept = [layer.positions for layer in with_profile.cache.layers]
     assert any(not torch.equal(a, b.positions) for a, b in zip(kept, without.cache.layers, strict=True))
     path = tmp_path / "s.pt"  # the weights live in the saved cache: a resumed session needs no profile file
     with_profile.save(path)
     resumed = Session.load(path, model, tok)
-    torch.testing.assert_close(resumed.cache.prior, with_profile.cache.prior)
+    torch.testing.assert_close(resumed.cache.signals.prior, with_profile.cache.signals.prior)
 
 
 def test_with_prior_ranks_template_tokens_by_the_profile_and_keeps_their_share() -> None:
@@ -176,27 +176,30 @@ def test_a_profile_directory_gives_each_opening_the_profile_that_fits_it(profile
 
 
 def test_the_memory_profile_option_resolves_auto_none_and_paths(tmp_path: Path, monkeypatch, profile_file) -> None:
-    from pipeline.config import RunConfig, RunError, resolve_profile
+    from pipeline.config import RunConfig, RunError, run_memory
+    from pipeline.profiles.store import CLIENT, SERVE, resolve_profile
 
     monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))
-    assert resolve_profile("auto") is None and RunConfig().profile is None  # no store yet
+    assert resolve_profile("auto") is None and RunConfig().memory.profile is None  # no store yet
     store = tmp_path / "home" / "profiles"
     store.mkdir(parents=True)
     assert resolve_profile("auto") is None  # an empty store
+    assert resolve_profile("auto", SERVE) == store.resolve()  # a server reads it even while empty
     (store / "p.pt").write_bytes(profile_file.read_bytes())
-    assert resolve_profile("auto") == store.resolve() and RunConfig().profile == store.resolve()
-    assert resolve_profile("auto", server=True) is None  # a server applies its own
-    assert resolve_profile("none") is None and RunConfig(profile="none").profile is None
+    assert resolve_profile("auto") == store.resolve() and RunConfig().memory.profile == store.resolve()
+    assert resolve_profile("auto", CLIENT) is None  # a server applies its own
+    assert resolve_profile("none") is None and RunConfig(memory=run_memory(profile="none")).memory.profile is None
     assert resolve_profile(str(profile_file)) == profile_file.resolve()
     # the predictions' label names the profile (a file by its stem, the store by its folder); none: as before
     assert RunConfig().model_label().endswith("true-eviction-profile-profiles")
-    assert RunConfig(profile=str(profile_file)).model_label().endswith(f"-profile-{profile_file.stem}")
-    assert RunConfig(profile="none").model_label().endswith("-true-eviction")
+    label = RunConfig(memory=run_memory(profile=str(profile_file))).model_label()
+    assert label.endswith(f"-profile-{profile_file.stem}")
+    assert RunConfig(memory=run_memory(profile="none")).model_label().endswith("-true-eviction")
     with pytest.raises(RunError, match="no such file or directory"):
         resolve_profile(str(tmp_path / "missing.pt"))
     with pytest.raises(RunError, match="needs the model in this process"):
-        RunConfig(profile=str(profile_file), server="http://127.0.0.1:1/v1")
+        RunConfig(memory=run_memory(profile=str(profile_file)), server="http://127.0.0.1:1/v1")
     (store / "q.pt").write_bytes(b"junk")  # a corrupt profile in the store stops a run before its first task
     with pytest.raises(KVStoreError, match="q.pt cannot be read"):
         RunConfig()
-    assert RunConfig(profile="none").profile is None
+    assert RunConfig(memory=run_memory(profile="none")).memory.profile is None

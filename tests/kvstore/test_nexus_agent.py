@@ -1,6 +1,6 @@
-"""The default memory `nexus-agent` (kvstore.policies.nexus.NexusAccPolicy): per kv head and per token, the attention
-each token received from every query so far, its block's remembered per-head Nexus score, and the attention it
-received from the agent's own replies (the session marks them)."""
+"""The default memory `nexus-agent` (kvstore.policies.nexus_agent.NexusAgentPolicy): per kv head and per token, the
+attention each token received from every query so far, its block's remembered per-head Nexus score, and the
+attention it received from the agent's own replies (the session marks them)."""
 
 from __future__ import annotations
 
@@ -56,26 +56,62 @@ def test_without_a_profile_the_opening_is_ranked_by_its_attention_alone_until_th
         layer.state["reply_seen"][..., :5] = 1.0  # a reply query has been seen: the Nexus term counts again
         assert float(ours.policy._nexus_on(layer.score_context(), torch.float32).min()) == 1.0
         layer.state["reply_seen"].zero_()
-    ours.set_prior(torch.ones(len(ours.layers), layer.keys.shape[1], 100))  # a profile ranks the opening's template
+    ours.signals.set_prior(torch.ones(len(ours.layers), layer.keys.shape[1], 100))  # a profile ranks the template
     assert ours.policy._nexus_on(layer.score_context(), torch.float32) == 1.0
 
 
-@pytest.mark.parametrize("earlier", ["nexus-agent-mean", "nexus-agent-acc"])  # what `nexus-agent` was before
+# what `nexus-agent` was before (research/policies.py keeps them by name) as today's policies and options, and an
+# option today's `nexus-agent` has that the earlier definition's saved config lacked
+EARLIER = {
+    "nexus-agent-mean": ("nexus", {"selector": "topk", "recent_share": 0.5, "score_memory": "mean"}, "acc_weight"),
+    "nexus-agent-acc": ("nexus-agent", {"reply_weight": 0.0, "own_weight": 0.0, "opening_nexus": True}, "reply_weight"),
+    "nexus-agent-reply": ("nexus-agent", {"own_weight": 0.0}, "own_weight"),
+}
+OLDER = "saved by an older version of nexus-agent .* start a new session"
+
+
+@pytest.mark.parametrize("earlier", EARLIER)
 def test_a_session_saved_under_an_earlier_definition_is_refused_clearly(earlier: str) -> None:
-    model, cache = _prefilled(earlier)
+    policy, options, lacked = EARLIER[earlier]
+    model, cache = _prefilled(policy, **options)
     tensors, meta = export_state(cache)
     meta["config"]["policy"] = "nexus-agent"
-    meta["config"].pop("reply_weight", None)
-    with pytest.raises(KVStoreError, match="earlier definition of policy 'nexus-agent'"):
+    meta["config"].pop(lacked, None)
+    with pytest.raises(KVStoreError, match=OLDER):
         restore_cache(model, tensors, meta)
     restored = restore_cache(model, *export_state(_prefilled("nexus-agent")[1]))  # today's definition: fine
     assert restored.policy.token_state == ("acc", "reply_acc", "reply_seen", "nexus_score", "nexus_steps")
 
 
+def test_a_saved_state_of_another_definition_is_refused_clearly() -> None:
+    model, mean = _prefilled("nexus", **EARLIER["nexus-agent-mean"][1])
+    tensors, meta = export_state(mean)
+    meta["config"] = export_state(_prefilled("nexus-agent")[1])[1]["config"]  # every option there, but not its state
+    with pytest.raises(KVStoreError, match=OLDER.replace(".*", r".*per-token state \['nexus_score', 'nexus_ste.*")):
+        restore_cache(model, tensors, meta)
+    meta = export_state(mean)[1]
+    meta.pop("replies")  # a cache state from before the agent's replies were recorded
+    with pytest.raises(KVStoreError, match=OLDER.replace(".*", ".*no replies.*")):
+        restore_cache(model, tensors, meta)
+
+
+def test_a_config_saved_with_every_policys_options_restores_as_its_own() -> None:
+    """Sessions saved while every option was a field of one flat config hold every policy's options: the policy's
+    own are read, the others left out; one that no longer exists restores only at the value that meant "off"."""
+    model, cache = _prefilled("nexus-agent")
+    tensors, meta = export_state(cache)
+    flat = {"h2o_normalize": True, "pool": "avg", "morph_agg": "sum", "pool_kernel": 5, "pyramid_beta": 20.0}
+    meta["config"] |= flat | {"ada_floor": 0.2, "renorm_candidates": False, "pyramid_spread": None}
+    assert restore_cache(model, tensors, meta).config == cache.config
+    meta["config"]["renorm_candidates"] = True
+    with pytest.raises(KVStoreError, match=OLDER):
+        restore_cache(model, tensors, meta)
+
+
 @pytest.mark.parametrize("option", ["acc_weight", "reply_weight", "own_weight"])
 def test_a_negative_weight_is_refused(option: str) -> None:
     with pytest.raises(KVStoreError, match=option):
-        kvstore.CacheConfig(**{option: -1.0})
+        kvstore.CacheConfig.from_options("nexus-agent", **{option: -1.0})
 
 
 def _session(
@@ -94,10 +130,10 @@ def test_only_the_agents_own_replies_count_as_reply_attention() -> None:
     s = _session()
     s.append([{"role": "system", "content": words(80)}, {"role": "user", "content": words(120, "u")}])
     s.prefill()
-    assert s.cache.reply_from is None and _reply_seen(s).max() == 0  # the opening's queries are not the agent's
+    assert s.cache.signals.reply_from is None and _reply_seen(s).max() == 0  # the opening's queries are not the agent's
     start = s.num_tokens
     reply = s.generate(max_new_tokens=6, temperature=1.0)
-    assert s.cache.reply_from is None  # closed with the reply
+    assert s.cache.signals.reply_from is None  # closed with the reply
     seen = _reply_seen(s)
     # the generation prompt and every generated token ran as reply queries, except the last token (never run)
     ran = s.prefilled - start
@@ -108,7 +144,7 @@ def test_only_the_agents_own_replies_count_as_reply_attention() -> None:
     s.prefill()
     assert int(_reply_seen(s)[0]) == ran
     s.teacher_force([{"role": "assistant", "content": words(20, "a")}])  # a recorded reply counts like a generated one
-    assert int(_reply_seen(s)[0]) > ran and s.cache.reply_from is None
+    assert int(_reply_seen(s)[0]) > ran and s.cache.signals.reply_from is None
     assert _reply_seen(s)[-4:].tolist() == [4.0, 3.0, 2.0, 1.0]  # causal: the newest tokens saw fewer reply queries
 
 
@@ -165,11 +201,11 @@ def _three_turns(s: Session) -> Session:
 
 def test_the_reply_term_changes_what_is_kept() -> None:
     kept = {}
-    for policy in ("nexus-agent-reply", "nexus-agent-acc"):
-        s = _three_turns(_session(policy, budget=160, opening_nexus=True))  # they differ only by the reply term
-        kept[policy] = [layer.positions for layer in s.cache.layers]
+    for reply_weight in (1.0, 0.0):  # the other terms as nexus-agent-acc and nexus-agent-reply had them
+        s = _three_turns(_session(budget=160, opening_nexus=True, own_weight=0.0, reply_weight=reply_weight))
+        kept[reply_weight] = [layer.positions for layer in s.cache.layers]
         assert all(layer.held() <= 160 for layer in s.cache.layers)
-    assert "reply_acc" not in s.cache.layers[0].state  # nexus-agent-acc keeps no reply state
+    assert "reply_acc" not in s.cache.layers[0].state  # without the reply term no reply state is kept
     assert any(not torch.equal(a, b) for a, b in zip(*kept.values(), strict=True))
 
 
@@ -190,16 +226,17 @@ def test_a_re_prefill_counts_every_earlier_reply_as_the_agents_own() -> None:
         s.prefill()
         caches[protocol] = s.cache
     ours, theirs = caches["re-prefill"], caches["true-eviction"]
-    assert ours.replies == theirs.replies and len(ours.replies) == 3  # generated, teacher-forced, given as history
+    replies = ours.signals.replies
+    assert replies == theirs.signals.replies and len(replies) == 3  # generated, teacher-forced, given as history
     for a, b in zip(ours.layers, theirs.layers, strict=True):
         assert a.held() == b.held() == s.num_tokens  # nothing evicted: the same tokens in both
         torch.testing.assert_close(a.state["reply_seen"], b.state["reply_seen"])
         torch.testing.assert_close(a.state["reply_acc"], b.state["reply_acc"], rtol=1e-3, atol=1e-5)
     seen = ours.layers[0].state["reply_seen"][0, 0]
-    assert int(seen[0]) == sum(end - start for start, end in ours.replies)  # every reply query saw the first token
+    assert int(seen[0]) == sum(end - start for start, end in replies)  # every reply query saw the first token
     assert int(seen[-1]) == 0  # the last user message's queries are not the agent's
     tensors, meta = export_state(ours)
-    assert restore_cache(tiny_chat_model(), tensors, meta).replies == ours.replies  # saved with the session
+    assert restore_cache(tiny_chat_model(), tensors, meta).signals.replies == replies  # saved with the session
 
 
 def test_own_weight_ranks_up_the_tokens_the_agents_replies_wrote() -> None:
@@ -210,9 +247,9 @@ def test_own_weight_ranks_up_the_tokens_the_agents_replies_wrote() -> None:
     s.append([{"role": "system", "content": words(80)}, {"role": "user", "content": words(120, "u")}])
     s.prefill()
     start, layer = s.num_tokens, s.cache.layers[0]
-    s.cache.reply_from = start - 10  # a reply running now (as Session.begin_reply marks it) counts as it runs
+    s.cache.signals.reply_from = start - 10  # a reply running now (as Session.begin_reply marks it) counts as it runs
     assert layer.score_context().own[0, 0, start - 10 :].all() and not layer.score_context().own[0, 0, :-10].any()
-    s.cache.reply_from = None
+    s.cache.signals.reply_from = None
     s.generate(max_new_tokens=6)
     s.append([{"role": "user", "content": words(30, "t")}])
     s.prefill()
@@ -220,25 +257,13 @@ def test_own_weight_ranks_up_the_tokens_the_agents_replies_wrote() -> None:
     s.append([{"role": "user", "content": words(40, "w")}])
     s.prefill()
     own = layer.score_context().own[0, 0]
-    assert s.cache.replies[0][0] == start and int(own.sum()) == sum(b - a for a, b in s.cache.replies)
-    for a, b in s.cache.replies:
+    assert s.cache.signals.replies[0][0] == start and int(own.sum()) == sum(b - a for a, b in s.cache.signals.replies)
+    for a, b in s.cache.signals.replies:
         assert own[a:b].all()
     kept = {}
     for weight in (0.0, 4.0):
         s = _three_turns(_session(budget=160, own_weight=weight))
         positions = torch.cat([layer.positions.flatten() for layer in s.cache.layers])
-        kept[weight] = sum(int(((positions >= a) & (positions < b)).sum()) for a, b in s.cache.replies)
+        kept[weight] = sum(int(((positions >= a) & (positions < b)).sum()) for a, b in s.cache.signals.replies)
         assert (s.cache.layers[0].score_context().own is None) == (weight == 0)
     assert kept[4.0] > kept[0.0]
-
-
-def test_a_session_saved_before_the_own_token_bonus_continues_as_it_ran() -> None:
-    """Today's `nexus-agent` adds own_weight=1; a session saved before the option existed (no own_weight in its
-    saved options) keeps the same per-token state and continues without the bonus, exactly as it ran."""
-    model, cache = _prefilled("nexus-agent")
-    assert cache.config.own_weight == 1.0 and cache.policy.reads_own
-    tensors, meta = export_state(cache)
-    meta["config"].pop("own_weight")
-    before = restore_cache(model, tensors, meta)
-    assert before.config.own_weight == 0.0 and not before.policy.reads_own
-    assert restore_cache(model, *export_state(cache)).config.own_weight == 1.0

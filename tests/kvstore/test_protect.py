@@ -34,7 +34,7 @@ def held_positions(s: Session) -> list[set[int]]:
 def test_the_protected_opening_survives_every_eviction(policy: str) -> None:
     s = session(policy=policy, protect="system+task")
     agent_turns(s)
-    ((start, end),) = s.cache.protected
+    ((start, end),) = s.cache.signals.protected
     assert start == 0 and end > 100  # the system prompt and the task, rendered
     assert s.cache.stats()["tokens_evicted"] > 0  # eviction did happen
     for held in held_positions(s):
@@ -45,7 +45,7 @@ def test_the_protected_opening_survives_every_eviction(policy: str) -> None:
 def test_without_protection_the_opening_is_evicted() -> None:
     s = session(protect="none")
     agent_turns(s)
-    assert s.cache.protected == []
+    assert s.cache.signals.protected == []
     opening = len(s.renderer.encode_messages(s.messages[:2], first=True))
     assert any(not set(range(opening)) <= held for held in held_positions(s))
 
@@ -53,7 +53,7 @@ def test_without_protection_the_opening_is_evicted() -> None:
 def test_system_only_protects_the_system_prompt() -> None:
     s = session(protect="system")
     agent_turns(s, turns=1)
-    ((start, end),) = s.cache.protected
+    ((start, end),) = s.cache.signals.protected
     assert (start, end) == (0, len(s.renderer.encode_messages(s.messages[:1], first=True)))
 
 
@@ -61,7 +61,7 @@ def test_a_budget_that_cannot_hold_the_opening_is_refused_with_a_clear_message()
     s = session(budget=96, protect="system+task")
     with pytest.raises(KVStoreError, match="cannot hold the protected opening.*--protect none"):
         s.append([{"role": "system", "content": words(100, "sys")}, {"role": "user", "content": words(60, "t")}])
-    assert s.tokens == [] and s.cache.protected == []  # nothing half-appended
+    assert s.tokens == [] and s.cache.signals.protected == []  # nothing half-appended
 
 
 def test_a_density_budget_too_small_for_the_opening_fails_at_the_first_prefill() -> None:
@@ -74,13 +74,13 @@ def test_a_density_budget_too_small_for_the_opening_fails_at_the_first_prefill()
 def test_re_prefill_and_save_load_keep_the_protection(tmp_path) -> None:
     s = session(protocol="re-prefill", protect="system+task")
     agent_turns(s, turns=3)
-    spans = list(s.cache.protected)
+    spans = list(s.cache.signals.protected)
     assert spans and all(set(range(*spans[0])) <= held for held in held_positions(s))
     s.save(tmp_path / "s.session")
     back = Session.load(tmp_path / "s.session", tiny_chat_model("qwen3", 4096), qwen_tokenizer())
-    assert back.cache.protected == spans
+    assert back.cache.signals.protected == spans
 
 
 def test_unknown_protect_value_is_refused() -> None:
-    with pytest.raises(KVStoreError, match="unknown protect"):
+    with pytest.raises(KVStoreError, match="--protect 'everything': use one of system\\+task, system, none"):
         SessionConfig(protect="everything")

@@ -10,7 +10,7 @@ import kvstore
 from kvstore.errors import KVStoreError
 
 
-@pytest.mark.parametrize("policy", ["nexus-agent-mean", "nexus-agent", "snapkv"])
+@pytest.mark.parametrize("policy", ["nexus", "nexus-agent", "snapkv"])  # blocks, and tokens
 def test_the_most_recent_share_of_the_budget_is_always_held(policy: str) -> None:
     model = tiny_chat_model("qwen3", 4096)
     cache = kvstore.make_cache(model, policy, budget=256, block=16, recent_share=0.5)
@@ -27,7 +27,7 @@ def test_the_most_recent_share_of_the_budget_is_always_held(policy: str) -> None
 
 def test_recent_share_never_leaves_too_small_a_budget_and_is_checked() -> None:
     model = tiny_chat_model("qwen3", 4096)
-    cache = kvstore.make_cache(model, "nexus-agent-mean", budget=64, block=16, recent_share=0.9)
+    cache = kvstore.make_cache(model, "nexus", budget=64, block=16, recent_share=0.9)
     assert cache.policy.recent_tokens(64) == 2 * 16  # 4 blocks: sink + tail + 2 recent, not 3
     with pytest.raises(KVStoreError, match="recent_share"):
         kvstore.make_cache(model, "nexus-agent", budget=64, recent_share=1.0)

@@ -77,8 +77,8 @@ def test_every_knob_is_an_option():
         chunk_size=128,
         selector="topk",
     )
-    cfg = cache.config
-    assert (cfg.block, cfg.window, cfg.walk_steps, cfg.lam, cfg.n, cfg.recent_blocks, cfg.selector) == (
+    cfg, own = cache.config, cache.config.settings
+    assert (cfg.block, own.window, own.walk_steps, own.lam, own.n, cfg.recent_blocks, own.selector) == (
         16,
         8,
         2,
@@ -87,5 +87,11 @@ def test_every_knob_is_an_option():
         2,
         "topk",
     )
-    assert kvstore.make_cache(tiny_model(), "nexus-topk", budget=256).config.selector == "topk"
-    assert kvstore.make_cache(tiny_model(), "direct-reservoir", budget=256).config.lam == 0.0
+
+
+def test_an_option_the_policy_does_not_declare_is_refused_by_name():
+    with pytest.raises(KVStoreError, match="unknown cache option.*lam for policy 'h2o'; its options: h2o_normalize"):
+        kvstore.make_cache(tiny_model(), "h2o", budget=256, lam=0.5)
+    cfg = kvstore.make_cache(tiny_model(), "ada-snapkv", budget=256, ada_floor=0.5, window=8).config
+    assert (cfg.settings.floor, cfg.settings.scorer.window) == (0.5, 8)  # the wrapper's and its scorer's options
+    assert kvstore.CacheConfig.from_options(**cfg.to_dict()) == cfg  # flat options, both ways

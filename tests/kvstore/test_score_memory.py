@@ -1,5 +1,5 @@
-"""Nexus variants of this project: the score remembered over eviction steps (`score_memory`), and per-kv-head
-scoring (`nexus-head`)."""
+"""The Nexus score remembered over eviction steps (`score_memory`, this project's option), on the Nexus score of
+the current window with top-K and half of the budget recent (the configuration of the first default memory)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ import kvstore
 from kvstore.errors import KVStoreError
 from kvstore.session import Session, SessionConfig
 
+WINDOW = {"selector": "topk", "recent_share": 0.5}  # `nexus` as the first default memory ran it
 
-def _prefilled(policy: str, tokens: int = 700, chunk: int = 100, **options):
+
+def _prefilled(tokens: int = 700, chunk: int = 100, **options):
     model = tiny_chat_model("qwen3", 4096)
-    cache = kvstore.make_cache(model, policy, budget=192, block=16, **options)
+    cache = kvstore.make_cache(model, "nexus", budget=192, block=16, **(WINDOW | options))
     ids = torch.randint(0, 1000, (1, tokens), generator=torch.Generator().manual_seed(0))
     kvstore.prefill(model, cache, ids, chunk_size=chunk)
     return model, cache
@@ -24,11 +26,11 @@ def _prefilled(policy: str, tokens: int = 700, chunk: int = 100, **options):
 
 @pytest.mark.parametrize("memory", ["mean", "max"])
 def test_the_first_step_scores_like_the_paper_and_later_steps_remember(memory: str) -> None:
-    _, plain = _prefilled("nexus-agent-window", tokens=300, chunk=300)  # one eviction step: nothing to remember yet
-    _, remembering = _prefilled("nexus-agent-window", tokens=300, chunk=300, score_memory=memory)
+    _, plain = _prefilled(tokens=300, chunk=300)  # one eviction step: nothing to remember yet
+    _, remembering = _prefilled(tokens=300, chunk=300, score_memory=memory)
     for a, b in zip(plain.layers, remembering.layers, strict=True):
         assert torch.equal(a.positions, b.positions)
-    _, remembering = _prefilled("nexus-agent-window", score_memory=memory)
+    _, remembering = _prefilled(score_memory=memory)
     layer = remembering.layers[1]
     steps = layer.state["nexus_steps"][0, 0]
     assert steps.max() >= 2 and bool((steps[-20:] == 1).all())  # old tokens scored in several steps, the newest once
@@ -36,7 +38,7 @@ def test_the_first_step_scores_like_the_paper_and_later_steps_remember(memory: s
 
 
 def test_a_dry_run_plan_leaves_the_remembered_scores_alone() -> None:
-    _, cache = _prefilled("nexus-agent-window", score_memory="mean")
+    _, cache = _prefilled(score_memory="mean")
     layer = cache.layers[0]
     before = {k: v.clone() for k, v in layer.state.items()}
     layer.plan(128)  # a benchmark dry run
@@ -44,8 +46,8 @@ def test_a_dry_run_plan_leaves_the_remembered_scores_alone() -> None:
 
 
 def test_remembering_changes_what_is_kept_and_the_budget_still_holds() -> None:
-    _, plain = _prefilled("nexus-agent-window")
-    _, remembering = _prefilled("nexus-agent-window", score_memory="max")
+    _, plain = _prefilled()
+    _, remembering = _prefilled(score_memory="max")
     assert any(not torch.equal(a.positions, b.positions) for a, b in zip(plain.layers, remembering.layers, strict=True))
     assert all(layer.held() <= 192 for layer in remembering.layers)
 
@@ -65,20 +67,6 @@ def test_remembered_scores_survive_save_and_load(tmp_path: Path) -> None:
         assert s.generate(8).token_ids == restored.generate(8).token_ids
 
 
-def test_per_head_nexus_keeps_different_tokens_per_kv_head() -> None:
-    _, cache = _prefilled("nexus-head")
-    positions = cache.layers[1].positions[0]  # [Hkv, T]
-    assert any(not torch.equal(positions[0], positions[h]) for h in range(1, positions.shape[0]))
-
-
 def test_an_unknown_score_memory_is_refused() -> None:
     with pytest.raises(KVStoreError, match="score_memory"):
-        kvstore.CacheConfig(score_memory="ema")
-
-
-def test_per_head_nexus_remembers_each_heads_own_scores() -> None:
-    _, cache = _prefilled("nexus-head", score_memory="mean")
-    layer = cache.layers[1]
-    score = layer.state["nexus_score"][0]  # [Hkv, T]
-    assert layer.state["nexus_steps"][0].max() >= 2 and all(layer.held() <= 192 for layer in cache.layers)
-    assert any(not torch.equal(score[0], score[h]) for h in range(1, score.shape[0]))
+        kvstore.CacheConfig.from_options("nexus", score_memory="ema")

@@ -204,7 +204,7 @@ def test_prefill_steps_yield_between_chunks_and_leave_what_prefill_leaves() -> N
     assert stats.prefill_tokens == len(stepped.tokens) and stepped.turns[-1] is stats
     for a, b in zip(whole.cache.layers, stepped.cache.layers, strict=True):
         assert torch.equal(a.positions, b.positions) and torch.equal(a.keys, b.keys)
-    assert torch.equal(whole._logits, stepped._logits)
+    assert torch.equal(whole.logits, stepped.logits)
 
     # left unfinished (a server's calibration cut short), the cache starts over from the history
     left = session(**options)
@@ -236,7 +236,7 @@ def test_teacher_force_steps_yield_between_chunks_and_return_what_teacher_force_
             stepped_logits, stepped_ids = done.value
             break
         pauses += 1
-        assert stepped.cache.reply_from is not None  # mid-reply: its queries count as the agent's
+        assert stepped.cache.signals.reply_from is not None  # mid-reply: its queries count as the agent's
     assert pauses == -(-len(ids) // 64) - 1 >= 1  # one pause between each two chunks of the reply
     assert stepped_ids == ids and torch.equal(stepped_logits, logits)
-    assert stepped.cache.reply_from is None and stepped.cache.replies == whole.cache.replies
+    assert stepped.cache.signals.reply_from is None and stepped.cache.signals.replies == whole.cache.signals.replies

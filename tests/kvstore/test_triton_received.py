@@ -94,7 +94,7 @@ def _held(policy: str, use_triton: bool | None) -> list[torch.Tensor]:
 
     model = tiny_model("qwen3", impl="sdpa", vocab_size=300, max_positions=4096)
     cache = kvstore.make_cache(model, policy, 0.25, seed=3, use_triton=use_triton, block=16)
-    cache.reply_from = 400  # the last 300 tokens are the agent's reply (nexus-agent's reply term)
+    cache.signals.reply_from = 400  # the last 300 tokens are the agent's reply (nexus-agent's reply term)
     ids = torch.randint(0, 300, (1, 700), generator=torch.Generator().manual_seed(1))
     kvstore.prefill(model, cache, ids, chunk_size=100)
     assert cache.stats()["eviction_steps"] > 0

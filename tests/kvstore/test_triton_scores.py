@@ -154,12 +154,17 @@ def test_auto_falls_back_to_torch_when_the_kernel_cannot_launch():
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+# the per-kv-head Nexus score alone (nexus-agent's other terms off): its kernel path is the per-head one
+PER_HEAD = {"acc_weight": 0.0, "reply_weight": 0.0, "own_weight": 0.0, "opening_nexus": True}
+
+
 def _held_positions(use_triton: bool | None, policy: str = "nexus") -> list[torch.Tensor]:
     import kvstore
     from kvstore.tiny import tiny_model
 
     model = tiny_model("qwen3", impl="sdpa", vocab_size=300, max_positions=4096)
-    cache = kvstore.make_cache(model, policy, 0.25, seed=3, use_triton=use_triton)
+    options = PER_HEAD if policy == "nexus-agent" else {}
+    cache = kvstore.make_cache(model, policy, 0.25, seed=3, use_triton=use_triton, **options)
     ids = torch.randint(0, 300, (1, 700), generator=torch.Generator().manual_seed(1))
     kvstore.prefill(model, cache, ids, chunk_size=128)
     assert cache.stats()["eviction_steps"] > 0
@@ -167,17 +172,17 @@ def _held_positions(use_triton: bool | None, policy: str = "nexus") -> list[torc
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", ["nexus", "nexus-head"])
+@pytest.mark.parametrize("policy", ["nexus", "nexus-agent"])
 def test_cache_evicts_the_same_blocks_through_the_kernel(ts, monkeypatch, policy):
     """The nexus cache (one score per layer) and the per-kv-head one run through the fused kernel keep exactly the
-    blocks the torch path keeps, and the kernel did run."""
+    tokens the torch path keeps, and the kernel did run."""
     monkeypatch.setenv("NEXUS_FORCE_TRITON", "1")
     assert kernels.use_triton(torch.device("cpu"))
     calls = []
     kernel = ts.triton_window_block_scores
     monkeypatch.setattr(ts, "triton_window_block_scores", lambda *a: calls.append(a[4:]) or kernel(*a))
     fused = _held_positions(None, policy)
-    assert calls and all(per_kv == (policy == "nexus-head",) for per_kv in calls)
+    assert calls and all(per_kv == (policy == "nexus-agent",) for per_kv in calls)
     n = len(calls)
     reference = _held_positions(False, policy)
     assert len(calls) == n  # use_triton=False: the torch path only

@@ -6,21 +6,21 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import torch
-from sessionlib import qwen_tokenizer, tiny_chat_model
+from sessionlib import qwen_tokenizer, serve_config, tiny_chat_model
 
 from server.app import Server
-from server.config import ServeConfig
 
 
 @pytest.fixture
 def make_server(tmp_path) -> Iterator[Callable[..., Server]]:
-    """Start servers with ServeConfig overrides (port 0, parking under tmp_path); all closed at the end."""
+    """Start servers with ServeConfig overrides, its memory settings' too (port 0, parking under tmp_path); all
+    closed at the end."""
     torch.set_num_threads(1)
     started: list[Server] = []
 
     def start(**overrides) -> Server:
         options = {"port": 0, "model": "tiny-qwen3", "budget": 128, "park_dir": tmp_path / "park"} | overrides
-        server = Server(tiny_chat_model(), qwen_tokenizer(), ServeConfig(**options)).start()
+        server = Server(tiny_chat_model(), qwen_tokenizer(), serve_config(**options)).start()
         started.append(server)
         return server
 

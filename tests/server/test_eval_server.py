@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.backends import server_settings
-from pipeline.config import RunConfig, RunError
+from pipeline.config import RunConfig, RunError, run_memory
 from pipeline.eval_files import claim_out_dir
 
 TASKS = ("nexus-demo__semver-lite-1", "nexus-demo__iniconf-1")
@@ -48,7 +48,8 @@ def test_eval_workers_share_one_server(make_server, tmp_path: Path) -> None:
     run = json.loads((out / "run.json").read_text())  # a resume must find the server running the same settings
     assert run["server"] == {"id": "tiny-qwen3", "model": "tiny-qwen3", "policy": "nexus-agent", "budget": 128,
                              "protocol": "true-eviction"}  # fmt: skip
-    cfg = RunConfig(server=server.url, policy="snapkv", budget=64, max_steps=2, temperature=0, max_new_tokens=16)
+    memory = run_memory(policy="snapkv", budget=64)
+    cfg = RunConfig(server=server.url, memory=memory, max_steps=2, temperature=0, max_new_tokens=16)
     claim_out_dir(out, cfg, server_settings(server.url))  # the same server: resumable
     with pytest.raises(RunError, match="holds a run with other settings"):
         claim_out_dir(out, cfg, {**server_settings(server.url), "policy": "snapkv"})

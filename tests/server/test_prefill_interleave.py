@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from sessionlib import qwen_tokenizer, tiny_chat_model, words
+from sessionlib import qwen_tokenizer, serve_config, tiny_chat_model, words
 
 from kvstore.chat import ChatRenderer
+from kvstore.defaults import DEFAULT_POLICY
 from kvstore.session import Session, SessionConfig
 from server import api
 from server.app import Server
-from server.config import ServeConfig
 
 CHUNK = 64
 
@@ -28,8 +28,8 @@ def opening(n: int, tag: str) -> list[dict[str, str]]:
 def run_pair(interleave: bool, tmp_path) -> dict:
     """A decoding, then B (a long prompt) arrives; the scheduler is stepped until both are done."""
     torch.set_num_threads(1)
-    config = ServeConfig(port=0, model="tiny-qwen3", budget=96, chunk_size=CHUNK, interleave_prefill=interleave,
-                         park_dir=tmp_path / f"park-{interleave}")  # fmt: skip
+    config = serve_config(port=0, model="tiny-qwen3", budget=96, chunk_size=CHUNK, interleave_prefill=interleave,
+                          park_dir=tmp_path / f"park-{interleave}")  # fmt: skip
     server = Server(tiny_chat_model(), qwen_tokenizer(), config)
     sched = server.scheduler
 
@@ -97,7 +97,7 @@ def test_interleaving_changes_no_token_and_no_eviction(both) -> None:
     alone = Session(
         tiny_chat_model(),
         qwen_tokenizer(),
-        SessionConfig(model="tiny-qwen3", policy=ServeConfig.policy, budget=96, chunk_size=CHUNK),
+        SessionConfig(model="tiny-qwen3", policy=DEFAULT_POLICY, budget=96, chunk_size=CHUNK),
     )
     alone.append(opening(900, "b"))
     reply = alone.generate(20, temperature=0.0)

@@ -1,6 +1,6 @@
 """`solve --server` (and `chat --server`, tests/cli/test_chat_server.py) teach the server a memory profile: a run
 whose server session found none sends its conversation and its task's statement to POST /v1/nexus/profiles when it
-ends (pipeline.learning.learn_served), and the server's later sessions of that agent match it."""
+ends (pipeline.profiles.learn.learn_served), and the server's later sessions of that agent match it."""
 
 from __future__ import annotations
 

@@ -14,12 +14,11 @@ import openai
 import pytest
 import torch
 from profilelib import conversation, save_tiny_profile
-from sessionlib import qwen_tokenizer, tiny_chat_model, words
+from sessionlib import qwen_tokenizer, serve_config, tiny_chat_model, words
 
 from kvstore.errors import KVStoreError
 from kvstore.profile import MemoryProfile
 from server.app import Server
-from server.config import ServeConfig
 
 
 def test_every_matching_session_of_the_server_uses_the_profile(make_server, tmp_path: Path) -> None:
@@ -47,7 +46,7 @@ def test_a_missing_or_corrupt_profile_stops_the_server(tmp_path: Path, content: 
     if content is not None:
         path.write_bytes(content)
     with pytest.raises(KVStoreError, match="profile"):
-        Server(tiny_chat_model(), qwen_tokenizer(), ServeConfig(port=0, model="tiny-qwen3", profile=path))
+        Server(tiny_chat_model(), qwen_tokenizer(), serve_config(port=0, model="tiny-qwen3", profile=path))
 
 
 def _post_profiles(server: Server, body: object, route: str = "/nexus/profiles") -> tuple[int, dict]:

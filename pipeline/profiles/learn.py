@@ -15,7 +15,7 @@ meanwhile).
 
 Under --server the server learns instead (`learn_served`): the conversation and its statement go to its POST
 /v1/nexus/profiles (server/profiles.py), which calibrates on the server's model and saves the profile where its
-sessions read them.
+sessions read them. `learn_after` is the one call solve and chat make when a conversation ends.
 """
 
 from __future__ import annotations
@@ -24,20 +24,43 @@ import re
 import shutil
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 
-from pipeline.config import RunConfig
-from pipeline.home import profile_store
+from pipeline.profiles.store import profile_store
 
 KEEP = 8  # conversations kept per model in the pool
 POOL = "pool"
 
 
-def should_learn(cfg: RunConfig, profile_status: str | None) -> bool:
-    """Whether this finished run's conversation may teach the store: a local run of the default memory with
-    learning on, whose session found no profile for its opening."""
-    return cfg.learns and not (profile_status or "").startswith("matched")
+def learn_after(
+    trajectory: Path, statement: str | None, say: Callable[[str], None],
+    waiting: Callable[[str], AbstractContextManager] = nullcontext, *, session=None, server: str | None = None,
+    noun: str = "run", key: str | None = None, skippable: bool = False,
+) -> str | None:  # fmt: skip
+    """What the conversation of a finished `solve` run, or of a chat being left, teaches its agent's memory profile:
+    with `server`, the server learns (`learn_served`); else, when `session` (the model in this process) found no
+    profile for its opening, the store does (`learn_from_run`). `statement`: the task's text in the opening (the
+    issue, the chat's first request); `waiting(text)`: shown while it works (a console status); `key`, `noun`: as in
+    `learn_from_run`; `skippable`: Ctrl-C skips learning (a chat being left) instead of stopping the program. One
+    line for people, or None; a file that cannot be read is a line too: the conversation's results are kept."""
+    if server is not None:
+        with waiting("the server learns this agent's memory profile… (Ctrl-C stops waiting)"):
+            return learn_served(server, trajectory, statement, noun)
+    if session is None or session.has_profile:
+        return None
+    model, tokenizer = session.model, session.tokenizer
+    try:
+        with waiting("learning this agent's memory profile…" + (" (Ctrl-C skips it)" if skippable else "")):
+            return learn_from_run(session.config.model, model, tokenizer, trajectory, say, key, noun, statement)
+    except KeyboardInterrupt:
+        if not skippable:
+            raise
+        return "memory profile: learning skipped (Ctrl-C); the next chat or solve run of this agent learns one"
+    except OSError as e:  # the conversation's results are written already; learning is a bonus
+        kept = "the session is kept" if noun == "chat" else "its results are kept"
+        return f"memory profile: could not learn from this {noun} ({e.strerror or e}); {kept}"
 
 
 def learn_from_run(

@@ -58,7 +58,8 @@ def stages(
         calibrate(cfg, out, [t for t in tasks if t.instance_id in warm], profile, say)
     elif cfg.server and rest:  # resumed: the server may have been restarted, or its profiles replaced, since
         install_served(cfg.server, profile, say)
-    learned = cfg if cfg.server else replace(cfg, profile=profile)  # a server reads its profile directory
+    # a server reads its profile directory, where it saved the profile
+    learned = cfg if cfg.server else replace(cfg, memory=replace(cfg.memory, profile=profile))
     yield first + [(learned, t) for t in rest]
 
 
@@ -74,8 +75,8 @@ def calibrate_warmup(cfg: RunConfig, out: Path, warm: list[Task], dest: Path, sa
     conversations = _warmup_conversations(out, warm, dest, say)
     variants = statement_variants(conversations[0].messages, _statement(warm, conversations)) if conversations else []
     set_threads(cfg.threads, 1)
-    model, tokenizer, _ = load_model(cfg.model, device=cfg.device)
-    meta = {"model": cfg.model, "warmup": [t.instance_id for t in warm]}
+    model, tokenizer, _ = load_model(cfg.memory.model, device=cfg.memory.device)
+    meta = {"model": cfg.memory.model, "warmup": [t.instance_id for t in warm]}
     try:
         profile = calibrate_recorded(model, tokenizer, conversations, say, meta=meta, variants=variants)
     except KVStoreError as e:

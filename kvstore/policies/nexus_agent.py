@@ -1,0 +1,124 @@
+"""The default memory `nexus-agent`: per kv head and per token, the accumulated attention, the remembered Nexus
+score, the attention from the agent's own replies and a bonus for the agent's own tokens (docs/algorithm.md; the
+measurements in docs/memory.md)."""
+
+from dataclasses import dataclass
+
+import torch
+
+from kvstore.errors import KVStoreError
+from kvstore.policies.base import ScoreContext, head_token_attention, mean_received
+from kvstore.policies.nexus import NexusHeadPolicy, NexusSettings
+from kvstore.scoring import block_spread
+
+
+@dataclass
+class NexusAgentSettings(NexusSettings):
+    acc_weight: float = 1.0  # weight of the accumulated attention next to the Nexus score (weight 1)
+    reply_weight: float = 1.0  # weight of the attention from the agent's own replies (0: not kept)
+    own_weight: float = 0.0  # a bonus to every token the agent's own replies wrote (0: not kept)
+    opening_nexus: bool = True  # the Nexus term before the first reply even without a profile (False: off)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if min(self.acc_weight, self.reply_weight, self.own_weight) < 0:
+            raise KVStoreError(
+                "acc_weight, reply_weight and own_weight must be >= 0, got "
+                f"{self.acc_weight}, {self.reply_weight}, {self.own_weight}"
+            )
+
+
+class NexusAgentPolicy(NexusHeadPolicy):
+    """This project's hybrid (docs/memory.md, measured with `bench replay`): per kv head and per token, the score is
+    `acc_weight` x the attention the token received from every query since it arrived, divided by the queries that
+    could attend (H2O's normalised accumulated attention), plus its block's per-kv-head Nexus score (remembered over
+    the eviction steps when `score_memory` is set), plus `reply_weight` x the attention it received from the agent's
+    own replies only, divided by the reply queries that could attend; each term scaled to mean 1 over the held
+    tokens. With `own_weight` > 0, every token the agent's replies wrote gets `own_weight` on top (the cache's
+    reply spans say which: no per-token state of its own).
+
+    With `opening_nexus=False` (the default memory) and no memory profile, the Nexus term is left out until the
+    first reply query has been seen: the opening is then ranked by its accumulated attention alone.
+
+    The reply term needs to know which queries are the agent's: the session marks the reply it runs (generated or
+    teacher-forced) with `SessionSignals.reply_from` and earlier ones with `SessionSignals.replies` (a re-prefill runs
+    them again, anywhere inside a prefill chunk); a cache nobody marks keeps the term at 0.
+
+    With a memory profile (ctx.prior, kvstore.profile) the accumulated attention of the opening's fixed template
+    tokens is replaced by the profile's weights, rescaled to the same mean over the held template tokens: what the
+    agent's replies attended there in calibration conversations, instead of what the opening's own queries attended.
+
+    Why three terms: on recorded agent conversations the accumulated attention keeps what the long opening (system
+    prompt and task, compressed chunk by chunk before any reply) needs, where the window-scored Nexus score loses it;
+    the Nexus score, scored at the end of each new message, keeps what the later replies need better than H2O; and
+    what earlier replies attended predicts what the next reply attends better than what tool output and user text
+    attended, which is most of the queries. Before any reply, the Nexus window (the last queries of a 512-token
+    chunk in the middle of the task text) ranks the opening worse than all of its queries do, unless a profile
+    ranks the fixed text. Costs H2O's extra attention pass over every new query
+    (docs/benchmarks.md, overhead)."""
+
+    name = "nexus-agent"
+    granularity = "token"
+    per_head = True
+    uses_profile = True  # ctx.prior replaces the template tokens' accumulated attention
+    settings_type = NexusAgentSettings
+
+    def __init__(self, config, settings=None) -> None:
+        super().__init__(config, settings)
+        replies = ("reply_acc", "reply_seen") if self.settings.reply_weight > 0 else ()
+        self.token_state = ("acc",) + replies + tuple(self.token_state)
+        self.reads_own = self.settings.own_weight > 0
+
+    def observe(self, ctx: ScoreContext, new_queries: torch.Tensor) -> None:
+        received = head_token_attention(ctx, new_queries)
+        ctx.state["acc"] += received
+        mask = ctx.reply_queries  # which new queries (at positions [seen - q, seen)) are the agent's reply's
+        if "reply_acc" not in ctx.state or mask is None:
+            return
+        q, m = new_queries.shape[-2], int(mask.sum())
+        if m == 0:
+            return
+        seen = ctx.state["reply_seen"]  # per held token: the reply queries that could attend it
+        if bool(mask[q - m :].all()):  # a suffix: the reply running now (or a whole reply's forward)
+            ctx.state["reply_acc"] += received if m == q else head_token_attention(ctx, new_queries[..., q - m :, :])
+            seen += m  # every held token could be attended by all m, except the m newest (causal)
+            if m > 1:  # the new tokens are the last slots, in order: the i-th newest but one saw i fewer
+                seen[..., -m:] -= torch.arange(m, device=seen.device, dtype=seen.dtype)
+            return
+        # earlier replies inside a chunk (a re-prefill runs the whole history again): only their queries count
+        ctx.state["reply_acc"] += head_token_attention(ctx, new_queries, weights=mask.float())
+        at = torch.arange(ctx.seen - q, ctx.seen)[mask].to(ctx.positions.device)  # the reply queries' positions
+        seen += (len(at) - torch.searchsorted(at, ctx.positions.contiguous())).to(seen)
+
+    def score(self, ctx: ScoreContext) -> torch.Tensor:
+        acc = mean_received(ctx.state["acc"], ctx)  # [B, Hkv, T]
+        if ctx.prior is not None:
+            acc = with_prior(acc, ctx.prior)
+        nexus = block_spread(super().score(ctx), self.config.block, acc.shape[-1])  # [B, Hkv, N_k] -> [B, Hkv, T]
+        score = self.settings.acc_weight * _unit_mean(acc) + self._nexus_on(ctx, acc.dtype) * _unit_mean(nexus)
+        if "reply_acc" in ctx.state:
+            reply = ctx.state["reply_acc"] / ctx.state["reply_seen"].clamp_min(1)
+            score = score + self.settings.reply_weight * _unit_mean(reply)
+        if ctx.own is not None:
+            score = score + self.settings.own_weight * ctx.own.to(score.dtype)
+        return score
+
+    def _nexus_on(self, ctx: ScoreContext, dtype: torch.dtype) -> torch.Tensor | float:
+        """The Nexus term's weight: 1, or with `opening_nexus=False` 0 for each row ranking an opening without a
+        memory profile before any reply query has been seen ([B, 1, 1]). Its remembered score counts either way."""
+        if self.settings.opening_nexus or ctx.prior is not None or "reply_seen" not in ctx.state:
+            return 1.0
+        return (ctx.state["reply_seen"].flatten(1).amax(1) > 0).to(dtype)[:, None, None]
+
+
+def with_prior(acc: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
+    """acc with its template tokens (prior > 0) scored by the prior instead, scaled so that both have the same sum
+    over the held template tokens of each head: the ranking inside the template is the profile's, the weight of the
+    template against the other tokens stays what the observed attention says."""
+    template = prior > 0
+    scale = (acc * template).sum(-1, keepdim=True) / (prior * template).sum(-1, keepdim=True).clamp_min(1e-30)
+    return torch.where(template, prior * scale, acc)
+
+
+def _unit_mean(s: torch.Tensor) -> torch.Tensor:
+    return s / s.mean(-1, keepdim=True).clamp_min(torch.finfo(s.dtype).tiny)

@@ -1,0 +1,133 @@
+"""An eval batch below the command line: pick the tasks, check once what every task needs, claim the --out folder,
+skip the finished tasks, run the rest (process pool or Ray; with --warmup in two stages) and keep predictions.jsonl
+and summary.json current after every task. `nexus-agent eval` (cli/eval_cmd.py) only shows it.
+
+batch = plan_eval(cfg, Path("runs/batch"))   # RunError before any work when it cannot run
+summary = run_eval(batch)                    # summary.json's content
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline import eval_files as ef
+from pipeline.config import RunConfig, RunError
+from tasks.schema import Task
+
+EXECUTORS = ("local", "ray")
+
+
+@dataclass
+class EvalBatch:
+    """The tasks of one eval run and where it runs them."""
+
+    cfg: RunConfig  # the settings of every task
+    out: Path  # the run folder (eval_files: one folder per task, predictions, summary)
+    tasks: list[Task]  # every selected task, in order
+    todo: list[Task]  # those not finished yet
+    executor: str = "local"  # "local" (process pool) or "ray"
+    ray_address: str | None = None  # Ray cluster address (None: a local Ray)
+    summary: dict[str, Any] | None = None  # summary.json as last written (also when the run was interrupted)
+
+
+def plan_eval(
+    cfg: RunConfig, out: Path, instances: str | None = None, slice_: str | None = None, executor: str = "local",
+    ray_address: str | None = None, retry_errors: bool = False,
+) -> EvalBatch:  # fmt: skip
+    """The batch of `--instances a,b` or `--slice a:b` of the source (default: all), its unfinished tasks (with
+    `retry_errors` also those that ended in an error); raises what every task would hit (no sandbox, no model, no
+    recordings, a budget below the protected opening, --out holding another run) before any work."""
+    from pipeline.profiles.warmup import check
+    from swe_env.sandbox.owners import sweep
+    from tasks import load_tasks
+
+    if executor not in EXECUTORS:
+        raise RunError(f"unknown --executor {executor!r}; use local or ray")
+    tasks = ef.select(load_tasks(cfg.dataset), instances, slice_)
+    if not tasks:
+        raise RunError("no tasks selected")
+    _preflight(cfg, tasks)
+    check(cfg, out, tasks)
+    sweep()  # what a batch killed earlier left behind (temp folders, containers)
+    ef.claim_out_dir(out, cfg, _served(cfg))
+    todo = [t for t in tasks if not _finished(ef.read_report(out, t.instance_id), retry_errors)]
+    return EvalBatch(cfg, out, tasks, todo, executor, ray_address)
+
+
+def run_eval(
+    batch: EvalBatch,
+    on_event: Callable[[dict[str, Any]], None] = lambda _event: None,
+    on_report: Callable[[dict[str, Any]], None] = lambda _report: None,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Run the batch's unfinished tasks; the summary. `on_event`: the workers' progress events; `on_report`: each
+    finished task's report; `say`: lines for people (the warm-up's calibration). Interrupted (Ctrl-C), the files
+    still describe exactly the finished tasks (`batch.summary`), and the same batch resumes the rest."""
+    from pipeline.executors import Job
+    from pipeline.profiles.warmup import stages
+
+    cfg, out, start = batch.cfg, batch.out, time.monotonic()
+    try:
+        for stage in stages(cfg, out, batch.tasks, batch.todo, say):  # --warmup: calibrating between two stages
+            jobs = [Job(t, c, ef.task_dir(out, t.instance_id)) for c, t in stage]
+            for _job, report in _execute(jobs, cfg.workers, batch.executor, batch.ray_address, on_event):
+                on_report(report)
+                ef.write_outputs(out, batch.tasks, time.monotonic() - start)
+    finally:  # Ctrl-C included: the files describe exactly the finished tasks
+        batch.summary = ef.write_outputs(out, batch.tasks, time.monotonic() - start)
+    return batch.summary
+
+
+def _finished(report: dict | None, retry_errors: bool) -> bool:
+    return report is not None and not (retry_errors and report.get("status") == "error")
+
+
+def _execute(jobs, workers: int, executor: str, ray_address: str | None, on_event) -> Iterator:
+    if not jobs:
+        return iter(())
+    if executor == "ray":
+        from pipeline.executors.ray_exec import run_ray
+
+        return run_ray(jobs, ray_address, workers, on_event)
+    from pipeline.executors.local import run_local
+
+    return run_local(jobs, workers, on_event)
+
+
+def _preflight(cfg: RunConfig, tasks: list[Task]) -> None:
+    """The errors every task would hit (no sandbox, no model, no recordings, a budget below the protected opening),
+    raised once before any work."""
+    import shutil
+
+    from swe_env.sandbox.base import SandboxError
+
+    if cfg.sandbox == "docker":
+        from swe_env.dockerd import connect
+
+        connect(timeout=10).close()
+    elif cfg.sandbox == "bwrap" and shutil.which("bwrap") is None:
+        from swe_env.sandbox.bwrap import INSTALL_HINT
+
+        raise SandboxError(INSTALL_HINT)
+    if cfg.replay_dir is not None:
+        if not cfg.replay_dir.is_dir():
+            raise FileNotFoundError(f"--replay-dir {cfg.replay_dir} is not a directory")
+    else:
+        from pipeline.backends import check_model_available, check_policy, check_protected_opening, served_model
+
+        if cfg.server:
+            served_model(cfg.server)
+        else:
+            check_policy(cfg)
+            check_model_available(cfg.memory.model)
+            check_protected_opening(cfg, [t.problem_statement for t in tasks])
+
+
+def _served(cfg: RunConfig) -> dict | None:
+    from pipeline.backends import server_settings
+
+    return server_settings(cfg.server) if cfg.server else None

@@ -1,0 +1,35 @@
+"""Retired and experimental policy variants, kept to compare with (docs/memory.md tells their story): importing
+this module registers them in kvstore's registry through its public hook, `register_policy`, as kvpress keeps its
+evaluation registry outside the library. `nexus-agent bench replay --specs` imports it when a spec names a policy
+the product does not register and this folder is there.
+
+    import research.policies  # then e.g. kvstore.make_cache(model, "nexus-agent-reply", budget=0.25)
+"""
+
+from __future__ import annotations
+
+from kvstore.policies import register_policy
+from kvstore.policies.h2o import H2OPolicy
+from kvstore.policies.nexus import NexusHeadPolicy, NexusPolicy
+from kvstore.policies.nexus_agent import NexusAgentPolicy
+
+_TOPK_HALF_RECENT = {"selector": "topk", "recent_share": 0.5}  # what every earlier default memory shared
+
+# name -> (policy class, option defaults that name implies)
+VARIANTS = {
+    "h2o-unnormalized": (H2OPolicy, {"h2o_normalize": False}),  # the H2O paper's raw accumulated attention
+    "nexus-topk": (NexusPolicy, {"selector": "topk"}),  # ablation: Nexus score, deterministic top-K
+    "direct-reservoir": (NexusPolicy, {"lam": 0.0}),  # ablation: direct score only (lambda = 0), reservoir
+    "nexus-head": (NexusHeadPolicy, {"selector": "topk"}),  # variant: the Nexus score per kv head, top-K
+    # the earlier default memories, oldest first: the current window's Nexus score only, top-K, half of the budget
+    # recent; then each block's Nexus score averaged over every eviction step it was held in
+    "nexus-agent-window": (NexusPolicy, _TOPK_HALF_RECENT),
+    "nexus-agent-mean": (NexusPolicy, _TOPK_HALF_RECENT | {"score_memory": "mean"}),
+    # then accumulated attention + that score (the first two terms of nexus-agent's score)
+    "nexus-agent-acc": (NexusAgentPolicy, _TOPK_HALF_RECENT | {"score_memory": "mean", "reply_weight": 0.0}),
+    # then the three attention terms, without the bonus for the agent's own tokens
+    "nexus-agent-reply": (NexusAgentPolicy, _TOPK_HALF_RECENT | {"score_memory": "mean", "opening_nexus": False}),
+}
+
+for _name, (_cls, _defaults) in VARIANTS.items():
+    register_policy(_name, _cls, **_defaults)

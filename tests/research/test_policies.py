@@ -1,0 +1,91 @@
+"""research/policies.py: the retired and experimental variants register through kvstore's public hook, each one
+keeps exactly what its configuration of a product policy keeps, and `bench replay` reaches them on its own."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from sessionlib import tiny_chat_model
+
+import kvstore
+import research.policies
+from kvstore.errors import KVStoreError
+from kvstore.policies import POLICIES, register_policy
+from kvstore.policies.nexus import NexusPolicy
+
+ROOT = Path(__file__).resolve().parents[2]
+# each variant as a product policy with options (nexus-head has no product twin: its tests are below)
+AS_PRODUCT = {
+    "h2o-unnormalized": ("h2o", {"h2o_normalize": False}),
+    "nexus-topk": ("nexus", {"selector": "topk"}),
+    "direct-reservoir": ("nexus", {"lam": 0.0}),
+    "nexus-agent-window": ("nexus", {"selector": "topk", "recent_share": 0.5}),
+    "nexus-agent-mean": ("nexus", {"selector": "topk", "recent_share": 0.5, "score_memory": "mean"}),
+    "nexus-agent-acc": ("nexus-agent", {"reply_weight": 0.0, "own_weight": 0.0, "opening_nexus": True}),
+    "nexus-agent-reply": ("nexus-agent", {"own_weight": 0.0}),
+}
+
+
+def _prefilled(policy: str, **options) -> kvstore.EvictingCache:
+    model = tiny_chat_model("qwen3", 4096)
+    cache = kvstore.make_cache(model, policy, budget=192, block=16, seed=1, **options)
+    ids = torch.randint(0, 1000, (1, 700), generator=torch.Generator().manual_seed(0))
+    kvstore.prefill(model, cache, ids, chunk_size=100)
+    return cache
+
+
+def test_every_variant_is_registered() -> None:
+    assert set(research.policies.VARIANTS) == set(AS_PRODUCT) | {"nexus-head"}
+    for name, (cls, options) in research.policies.VARIANTS.items():
+        assert POLICIES[name] == (cls, options)
+
+
+@pytest.mark.parametrize("variant", AS_PRODUCT)
+def test_a_variant_keeps_what_its_product_configuration_keeps(variant: str) -> None:
+    policy, options = AS_PRODUCT[variant]
+    ours, theirs = _prefilled(variant), _prefilled(policy, **options)
+    assert ours.config.to_dict() | {"policy": policy} == theirs.config.to_dict() and ours.stats()["tokens_evicted"]
+    for a, b in zip(ours.layers, theirs.layers, strict=True):
+        assert torch.equal(a.positions, b.positions)
+
+
+def test_per_head_nexus_keeps_different_tokens_per_kv_head() -> None:
+    positions = _prefilled("nexus-head").layers[1].positions[0]  # [Hkv, T]
+    assert any(not torch.equal(positions[0], positions[h]) for h in range(1, positions.shape[0]))
+
+
+def test_per_head_nexus_remembers_each_heads_own_scores() -> None:
+    cache = _prefilled("nexus-head", score_memory="mean")
+    layer = cache.layers[1]
+    score = layer.state["nexus_score"][0]  # [Hkv, T]
+    assert layer.state["nexus_steps"][0].max() >= 2 and all(layer.held() <= 192 for layer in cache.layers)
+    assert any(not torch.equal(score[0], score[h]) for h in range(1, score.shape[0]))
+
+
+def test_the_hook_refuses_a_taken_name_and_a_bad_option() -> None:
+    with pytest.raises(KVStoreError, match="'nexus' is already registered"):
+        register_policy("nexus", NexusPolicy, selector="topk")
+    with pytest.raises(KVStoreError, match="unknown cache option.*h2o_normalize for policy 'nexus-x'"):
+        register_policy("nexus-x", NexusPolicy, h2o_normalize=False)
+    assert "nexus-x" not in POLICIES
+
+
+def test_the_research_entry_point_registers_the_variants_the_product_refuses(tmp_path: Path) -> None:
+    """`python research/nexus_agent.py` is `nexus-agent` with the variants registered; the product alone (which
+    never imports research/) answers such a spec with the one clear unknown-policy error."""
+    entry = Path(__file__).resolve().parents[2] / "research" / "nexus_agent.py"
+    alone = "from benchmarks.replay import parse_spec\nparse_spec('nexus-agent-reply@protect=system')\n"
+    res = subprocess.run([sys.executable, "-c", alone], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert res.returncode != 0 and "unknown policy 'nexus-agent-reply'" in res.stderr
+    loaded = (
+        f"import runpy\nrunpy.run_path({str(entry)!r}, run_name='loaded')\n"
+        "from benchmarks.replay import parse_spec\nprint(parse_spec('nexus-agent-reply@protect=system').policy)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", loaded], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout.strip() == "nexus-agent-reply", res.stderr[-2000:]
+    res = subprocess.run([sys.executable, str(entry), "bench", "replay", "--help"], capture_output=True, text=True)
+    assert res.returncode == 0 and "--specs" in res.stdout
