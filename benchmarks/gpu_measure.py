@@ -117,7 +117,7 @@ def new_cache(model: torch.nn.Module, policy: str, cfg: GpuBenchConfig) -> Any:
         from transformers import DynamicCache
 
         return DynamicCache(config=model.config)
-    from kvstore.config import parse_policy_spec
+    from kvstore.cache.config import parse_policy_spec
 
     name, options = parse_policy_spec(policy)  # e.g. nexus-agent@observe_batch=1
     return kvstore.make_cache(model, name, None if name == "full" else cfg.density, seed=cfg.seed, **options)
@@ -221,8 +221,8 @@ def _measure(fn, args: tuple, reps: int, device: str) -> tuple[float, float | No
 @torch.inference_mode()
 def kernel_rows(cfg: GpuBenchConfig, use_triton: bool) -> list[dict[str, Any]]:
     """Time the torch scoring path and (when `use_triton`) the fused kernel at each T, Qwen shapes of `cfg`."""
+    from kvstore.cache.scoring import window_block_scores
     from kvstore.kernels import triton_window_block_scores
-    from kvstore.scoring import window_block_scores
 
     hq, hkv, d = cfg.shapes["num_attention_heads"], cfg.shapes["num_key_value_heads"], cfg.shapes["head_dim"]
     dtype, gen = getattr(torch, cfg.dtype), torch.Generator().manual_seed(cfg.seed)

@@ -23,7 +23,7 @@ from kvstore.errors import KVStoreError
 def make_config(quick: bool = False, **overrides: Any) -> GpuBenchConfig:
     """The full device config (or the `quick` CPU one) with the options that were given (None = default); every
     policy spec is checked here, so a misspelt one fails before the model is built, not minutes into a device run."""
-    from kvstore.config import parse_policy_spec
+    from kvstore.cache.config import parse_policy_spec
 
     cfg = GpuBenchConfig.quick() if quick else GpuBenchConfig()
     cfg = replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
@@ -65,7 +65,7 @@ def environment(cfg: GpuBenchConfig, attn: str, layers: int) -> dict[str, Any]:
 def run_bench(cfg: GpuBenchConfig) -> dict[str, Any]:
     """Build the model, run every policy, time the scoring kernel; returns the JSON-able result."""
     from kvstore.kernels import use_triton
-    from kvstore.models import pick_attention
+    from kvstore.models.registry import pick_attention
 
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
         raise KVStoreError("no CUDA GPU here: run `nexus-agent bench gpu --quick` for the CPU check of the machinery")

@@ -164,7 +164,7 @@ COLUMNS = [
 def _random_model(shape: str, layers: int, device: str, positions: int) -> tuple[torch.nn.Module, str]:
     """The random-weight model the contexts are measured on, and its label in the table."""
     from benchmarks.gpu_measure import SHAPES, random_qwen3
-    from kvstore.models import pick_attention
+    from kvstore.models.registry import pick_attention
 
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise typer.BadParameter("no CUDA GPU here; use --device cpu", param_hint="--device")
@@ -226,7 +226,7 @@ def overhead(
             measure(random_model, label, ctx, repeats, names, rows, save, **options)
         del random_model
     if model:
-        from kvstore.models import load_model
+        from kvstore.models.registry import load_model
 
         real, _, _info = load_model(model)
         limit = real.config.max_position_embeddings

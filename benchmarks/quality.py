@@ -17,7 +17,7 @@ from benchmarks.quality_report import density_table, plot, summarize, with_avera
 from benchmarks.quality_run import QUERY_AWARE, RunSpec, run_item
 from benchmarks.quality_tasks import TASKS, make_item
 from kvstore import POLICIES, CacheConfig
-from kvstore.config import SHARED, declared, own_options
+from kvstore.cache.config import SHARED, declared, own_options
 from kvstore.defaults import DEFAULT_MODEL
 from kvstore.errors import KVStoreError
 from kvstore.policies import is_stochastic
@@ -170,7 +170,7 @@ def quality(
     cfg = QualityConfig(**(base.__dict__ | {k: v for k, v in overrides.items() if v is not None}))
     _parse(cfg)
     torch.set_num_threads(cfg.threads)
-    from kvstore.models import load_model
+    from kvstore.models.registry import load_model
 
     mdl, tok, info = load_model(cfg.model)
     console.print(f"{info.name} ({info.dtype}, {cfg.threads} thread(s)): {len(cfg.specs())} runs per item")

@@ -16,7 +16,7 @@ import torch
 
 import kvstore
 from benchmarks.quality_tasks import Item
-from kvstore.chat import ChatRenderer
+from kvstore.session.render import ChatRenderer
 
 
 @dataclass

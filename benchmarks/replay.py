@@ -27,13 +27,13 @@ from benchmarks.replay_oracle import HORIZONS, ReplyAttention, oracle_session, p
 from benchmarks.replay_report import curves, plot, run_label, summarize, summary_table, target_rows, target_table
 from benchmarks.replay_run import Spec, budget_tokens, compare, reference, session_for
 from kvstore import POLICIES
-from kvstore.chat import ChatRenderer
-from kvstore.config import parse_policy_spec
+from kvstore.cache.config import parse_policy_spec
 from kvstore.defaults import DEFAULT_POLICY, DEFAULT_PROTOCOL, parse_budget
 from kvstore.errors import KVStoreError
 from kvstore.policies import uses_profile
-from kvstore.session_config import PROTOCOLS
-from kvstore.teacher import plan
+from kvstore.session.config import PROTOCOLS
+from kvstore.session.render import ChatRenderer
+from kvstore.session.teacher import plan
 from pipeline.conversations import Conversation, conversation_files, conversation_name, load_conversation
 
 # one conversation, its first ~3k tokens (the shared traces' openings are 2.1-4.2k tokens), three specs, one budget
@@ -196,7 +196,8 @@ def learn_first(
 
 
 def first_statement_variants(traces: list[Path]) -> list[list[dict]]:
-    """The first conversation's opening with its task statement replaced (kvstore.calibrate.statement_variants),
+    """The first conversation's opening with its task statement replaced
+    (kvstore.profiles.calibrate.statement_variants),
     what `--learn 1` calibrates one conversation with; a KVStoreError when its statement is not marked."""
     from pipeline.conversations import marked_variants, unmarked
 
@@ -210,7 +211,7 @@ def first_statement_variants(traces: list[Path]) -> list[list[dict]]:
 def _calibrate_to(
     path: Path, sources: list[Path], model, tokenizer, max_tokens: int | None, what: str, meta: dict, variants=()
 ):
-    """A profile calibrated on the conversations `sources` (and `variants`, kvstore.calibrate), saved at `path`
+    """A profile calibrated on the conversations `sources` (and `variants`, kvstore.profiles.calibrate), saved at `path`
     (saying so for `what`); the profile."""
     from pipeline.conversations import calibrate_recorded
 
@@ -304,7 +305,7 @@ def replay_cmd(
     table_out: Annotated[Path | None, typer.Option("--table", help="write the summary table as text")] = None,
 ) -> None:
     """Replay recorded agent conversations under each memory and budget; fidelity to the full cache."""
-    from kvstore.models import load_model
+    from kvstore.models.registry import load_model
 
     torch.set_num_threads(threads)
     files = conversation_files(traces) if traces else default_traces()
@@ -334,7 +335,7 @@ def replay_cmd(
     if learn == 1:
         first_statement_variants(files)  # before the model loads
     if profile is not None:
-        from kvstore.profile import MemoryProfile
+        from kvstore.profiles.profile import MemoryProfile
 
         MemoryProfile.load(profile)  # a missing or corrupt file fails here, before any replay
     if cross_fit_folds is not None:

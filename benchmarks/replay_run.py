@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kvstore import Session, SessionConfig
-from kvstore.teacher import Plan, replay
+from kvstore.session.teacher import Plan, replay
 
 
 @dataclass(frozen=True)

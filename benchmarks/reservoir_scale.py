@@ -16,15 +16,15 @@ import typer
 
 from benchmarks.common import console, table, write_json
 from benchmarks.replay_data import default_traces
-from kvstore.scoring import nexus_weights, window_block_scores
-from kvstore.selection import select
+from kvstore.cache.scoring import nexus_weights, window_block_scores
+from kvstore.cache.selection import select
 from pipeline.conversations import load_conversation
 
 
 def real_weights(model, tokenizer, messages: list[dict], tokens: int, block: int = 32) -> list[torch.Tensor]:
     """Nexus weights [N_k] of every layer after the first `tokens` tokens of a conversation (full cache)."""
     import kvstore
-    from kvstore.chat import ChatRenderer
+    from kvstore.session.render import ChatRenderer
 
     ids = ChatRenderer(tokenizer).encode_messages(messages, first=True)[:tokens]
     cache = kvstore.make_cache(model, policy="nexus", budget=None)  # never evicts; keeps Nexus's window of queries
@@ -60,7 +60,7 @@ def reservoir_cmd(
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
 ) -> None:
     """Reservoir kept set vs top-K at the real weight scale, and rescaled."""
-    from kvstore.models import load_model
+    from kvstore.models.registry import load_model
 
     traces = default_traces()
     if not traces:

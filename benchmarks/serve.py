@@ -88,7 +88,7 @@ def phase(server, convs: list[Conversation], plan: ServePlan) -> dict[str, Any]:
 
 def fit(model, tokenizer, name: str, policy: str, budget, convs: list[Conversation], plan: ServePlan) -> dict:
     """Open sessions one by one under the KV cap until one must be parked; how many were resident then."""
-    from kvstore.session_config import MemorySettings
+    from kvstore.session.config import MemorySettings
     from server.app import Server
     from server.config import ServeConfig
 
@@ -113,7 +113,7 @@ def fit(model, tokenizer, name: str, policy: str, budget, convs: list[Conversati
 
 def run_bench(model, tokenizer, name: str, plan: ServePlan, stall: StallPlan | None = None) -> dict[str, Any]:
     """The whole benchmark on a loaded model; a JSON-able result (`stall`: also the newcomer-stall measurement)."""
-    from kvstore.session_config import MemorySettings
+    from kvstore.session.config import MemorySettings
     from server.app import Server
     from server.config import ServeConfig
 
@@ -195,7 +195,7 @@ def serve_bench(
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON here.")] = None,
 ) -> None:
     """N concurrent agent sessions on one server: batched vs one at a time, TTFT, sessions that fit a KV cap."""
-    from kvstore.models import load_model
+    from kvstore.models.registry import load_model
     from pipeline.backends import set_threads
 
     stall = StallPlan(newcomer_tokens=stall_tokens, chunk=prefill_chunk) if stall_tokens else None

@@ -41,7 +41,7 @@ def measure_stall(model, tokenizer, name: str, plan: StallPlan, prompt_tokens: i
 
 
 def _one(model, tokenizer, name: str, plan: StallPlan, interleave: bool, actives, newcomer) -> dict[str, Any]:
-    from kvstore.session_config import MemorySettings
+    from kvstore.session.config import MemorySettings
     from server.app import Server
     from server.config import ServeConfig
 

@@ -48,7 +48,7 @@ def load(name: str, max_positions: int = 8192):
     if name == "tiny":
         model = tiny_qwen3(max_positions=max_positions, layers=4)
         return model, model.config.vocab_size
-    from kvstore.models import load_model
+    from kvstore.models.registry import load_model
 
     model, tok, _ = load_model(name)
     return model, len(tok)

@@ -18,7 +18,7 @@ import typer
 
 from benchmarks.common import console, table, write_json
 from kvstore.defaults import DEFAULT_MODEL, parse_budget
-from kvstore.session import Session, SessionConfig
+from kvstore.session.session import Session, SessionConfig
 
 RUNS = {  # run name -> (policy, protocol)
     "true-eviction": ("nexus", "true-eviction"),
@@ -177,7 +177,7 @@ def turns_cmd(
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON here.")] = None,
 ) -> None:
     """Simulated agent session: per-turn prefill and cache size under true eviction, re-prefill and full cache."""
-    from kvstore.models import load_model
+    from kvstore.models.registry import load_model
 
     nexus_budget = parse_budget(budget)
     plan = TurnsPlan(

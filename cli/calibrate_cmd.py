@@ -1,4 +1,5 @@
-"""`nexus-agent calibrate`: a memory profile from recorded agent conversations (kvstore.profile, docs/memory.md)."""
+"""`nexus-agent calibrate`: a memory profile from recorded agent conversations (kvstore.profiles.profile,
+docs/memory.md)."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def calibrate_cmd(
     from rich.console import Console
 
     from kvstore.errors import KVStoreError
-    from kvstore.models import load_model
+    from kvstore.models.registry import load_model
     from pipeline.conversations import (
         calibrate_recorded,
         conversation_files,
@@ -68,7 +69,7 @@ def calibrate_cmd(
     m, tok, _ = load_model(model, dtype=dtype)
     profile = calibrate_recorded(m, tok, conversations, console.print, max_tokens, {"model": model}, variants)
     if out is None:
-        from kvstore.profile import store_name
+        from kvstore.profiles.profile import store_name
         from pipeline.profiles.store import profile_store
 
         out = profile_store() / store_name(profile)

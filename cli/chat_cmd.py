@@ -90,7 +90,7 @@ def _learn(console: Console, folder: Path, name: str, saved: cs.ChatState, sessi
 
 
 def _start(folder: Path, repo: Path | None, given: dict[str, Any], seed: int, learn: bool):
-    from kvstore.session import Session, SessionConfig
+    from kvstore.session.session import Session, SessionConfig
     from pipeline.chat_local import LocalConversation
 
     repo = cs.new_chat_repo(folder, repo)
@@ -105,7 +105,7 @@ def _start(folder: Path, repo: Path | None, given: dict[str, Any], seed: int, le
 
 
 def _resume(folder: Path, repo: Path | None, given: dict[str, Any]):
-    from kvstore.session import Session, SessionConfig
+    from kvstore.session.session import Session, SessionConfig
     from pipeline.chat_local import LocalConversation
 
     state = cs.ChatState.load(folder)

@@ -134,7 +134,7 @@ class Chat:
             sys.stdout.flush()
 
     def _on_step(self, rec: dict[str, Any]) -> None:
-        from kvstore.session import TurnStats
+        from kvstore.session.session import TurnStats
 
         self._end_stream()
         self.state.unseen = "" if rec["submitted"] else rec["observation"]

@@ -1,5 +1,5 @@
 """The options of solve, eval, chat and serve, defined once: each maps onto a `RunConfig` field, or a field of its
-`memory` (kvstore.session_config.MemorySettings), and takes its default from there.
+`memory` (kvstore.session.config.MemorySettings), and takes its default from there.
 
 `@run_options("model", "policy", ...)` adds the named options to a command and hands the command one `RunConfig`
 (argument `cfg`) built from them; adding a knob to the CLI is one `RunConfig` (or `MemorySettings`) field plus one
@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kvstore.session_config import MemorySettings
+from kvstore.session.config import MemorySettings
 from pipeline.config import RunConfig, run_memory
 
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}

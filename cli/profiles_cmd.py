@@ -20,7 +20,7 @@ def profiles_cmd(
     session given the store would stop on it: remove it)."""
     from kvstore.defaults import PROFILE_SUFFIX
     from kvstore.errors import KVStoreError
-    from kvstore.profile import MemoryProfile
+    from kvstore.profiles.profile import MemoryProfile
     from pipeline.profiles.store import profile_store
 
     where = folder if folder is not None else profile_store()

@@ -60,7 +60,7 @@ def serve_cmd(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every HTTP request."),
 ) -> None:
     """Serve one model to many agent sessions at /v1/chat/completions (see docs/server.md)."""
-    from kvstore.session_config import MemorySettings
+    from kvstore.session.config import MemorySettings
     from pipeline.backends import set_threads
     from pipeline.profiles.store import SERVE, resolve_profile
     from server.app import Server

@@ -76,7 +76,7 @@ def print_summary(
     console: Console, report: dict[str, Any], out: Path | None = None, lacks_profile: bool = False
 ) -> None:
     """The verdict, the episode, per-turn cache stats and totals."""
-    from kvstore.session import TurnStats
+    from kvstore.session.session import TurnStats
 
     status = report["status"]
     style = STATUS_STYLE.get(status, "white")

@@ -1,7 +1,11 @@
 """kvstore: the evicting KV cache (Nexus Sampling and baselines) and the persistent session built on it.
 
 The public API is re-exported here and imported on first use (PEP 562), so `import kvstore.errors` or
-`import kvstore.models` does not pull in torch and transformers.
+`import kvstore.defaults` does not pull in torch and transformers.
+
+Parts: `cache/` (the evicting cache, its settings and one eviction step), `policies/` (one file per policy, with its
+settings), `kernels/` (Triton), `session/` (the persistent session: turns, rendering, saving), `profiles/` (memory
+profiles and their calibration), `models/` (the registry, GGUF parts, tiny test models).
 """
 
 from __future__ import annotations
@@ -10,23 +14,23 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    "EvictingCache": "kvstore.cache",
-    "make_cache": "kvstore.cache",
-    "CacheConfig": "kvstore.config",
+    "EvictingCache": "kvstore.cache.evicting",
+    "make_cache": "kvstore.cache.evicting",
+    "CacheConfig": "kvstore.cache.config",
     "KVStoreError": "kvstore.errors",
     "DEFAULT_MODEL": "kvstore.defaults",
-    "ModelInfo": "kvstore.models",
-    "load_model": "kvstore.models",
+    "ModelInfo": "kvstore.models.registry",
+    "load_model": "kvstore.models.registry",
     "POLICIES": "kvstore.policies",
-    "cache_kwarg": "kvstore.forwarding",
-    "forward": "kvstore.forwarding",
-    "prefill": "kvstore.forwarding",
-    "Reply": "kvstore.turn_stats",
-    "Session": "kvstore.session",
-    "SessionConfig": "kvstore.session_config",
-    "TurnStats": "kvstore.turn_stats",
-    "export_state": "kvstore.state",
-    "restore_cache": "kvstore.state",
+    "cache_kwarg": "kvstore.cache.forwarding",
+    "forward": "kvstore.cache.forwarding",
+    "prefill": "kvstore.cache.forwarding",
+    "Reply": "kvstore.session.turn_stats",
+    "Session": "kvstore.session.session",
+    "SessionConfig": "kvstore.session.config",
+    "TurnStats": "kvstore.session.turn_stats",
+    "export_state": "kvstore.cache.snapshot",
+    "restore_cache": "kvstore.cache.snapshot",
 }
 __all__ = [
     "CacheConfig",
@@ -49,17 +53,17 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from kvstore.cache import EvictingCache, make_cache
-    from kvstore.config import CacheConfig
+    from kvstore.cache.config import CacheConfig
+    from kvstore.cache.evicting import EvictingCache, make_cache
+    from kvstore.cache.forwarding import cache_kwarg, forward, prefill
+    from kvstore.cache.snapshot import export_state, restore_cache
     from kvstore.defaults import DEFAULT_MODEL
     from kvstore.errors import KVStoreError
-    from kvstore.forwarding import cache_kwarg, forward, prefill
-    from kvstore.models import ModelInfo, load_model
+    from kvstore.models.registry import ModelInfo, load_model
     from kvstore.policies import POLICIES
-    from kvstore.session import Session
-    from kvstore.session_config import SessionConfig
-    from kvstore.state import export_state, restore_cache
-    from kvstore.turn_stats import Reply, TurnStats
+    from kvstore.session.config import SessionConfig
+    from kvstore.session.session import Session
+    from kvstore.session.turn_stats import Reply, TurnStats
 
 
 def __getattr__(name: str) -> Any:

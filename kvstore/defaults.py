@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from kvstore.errors import KVStoreError
 
-DEFAULT_MODEL = "smollm2-135m"  # the offline default model (a GGUF inside a PyPI package; see kvstore.models)
+DEFAULT_MODEL = "smollm2-135m"  # the offline default model (a GGUF inside a PyPI package; see kvstore.models.registry)
 DEFAULT_POLICY = "nexus-agent"  # eviction policy of a new cache or session: the measured default (docs/memory.md)
 DEFAULT_PROTECT = "none"  # what of the opening a session never evicts: "system+task", "system", "none" (docs/memory.md)
 PROTECT_MODES = ("system+task", "system", "none")  # the values of MemorySettings.protect / --protect
 DEFAULT_PROTOCOL = "true-eviction"  # one persistent cache per session ("re-prefill": a new cache each turn)
 DEFAULT_DENSITY = 0.2  # budget of `make_cache` when none is given: the paper's 20% (80% of the tokens evicted)
 DEFAULT_SESSION_BUDGET = 2048  # tokens per layer of an agent session (solve, eval, chat)
-PROFILE_SUFFIX = ".pt"  # memory-profile files: what a profile directory (the store) holds (kvstore.profile)
+PROFILE_SUFFIX = ".pt"  # memory-profile files: what a profile directory (the store) holds (kvstore.profiles.profile)
 
 _NO_BUDGET = ("none", "full")
 

@@ -10,8 +10,8 @@ T = TypeVar("T")
 
 
 def run_steps(steps: Generator[Any, None, T]) -> T:
-    """Run a step generator (kvstore.forwarding.prefill_steps, kvstore.teacher.replay_steps,
-    kvstore.calibrate.calibration_steps, ...) to its end; what it returns."""
+    """Run a step generator (kvstore.cache.forwarding.prefill_steps, kvstore.session.teacher.replay_steps,
+    kvstore.profiles.calibrate.calibration_steps, ...) to its end; what it returns."""
     while True:
         try:
             next(steps)

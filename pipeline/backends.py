@@ -132,7 +132,7 @@ def run_label(cfg: RunConfig) -> str:
 
 def new_session(cfg: RunConfig):
     """A fresh kvstore Session on the (once per process) loaded model."""
-    from kvstore.session import Session
+    from kvstore.session.session import Session
 
     config = session_config(cfg)
     set_threads(cfg.threads, cfg.workers)
@@ -158,7 +158,7 @@ def set_threads(threads: int | None, workers: int = 1) -> int:
 
 
 def session_config(cfg: RunConfig):
-    from kvstore.session_config import SessionConfig
+    from kvstore.session.config import SessionConfig
 
     return SessionConfig.of(cfg.memory)
 
@@ -167,7 +167,7 @@ def load_once(name: str, device: str | None = None) -> tuple[Any, Any]:
     """(model, tokenizer) for `name`, loaded on the first call in this process."""
     key = (name, device)
     if key not in _LOADED:
-        from kvstore.models import load_model
+        from kvstore.models.registry import load_model
 
         model, tokenizer, _ = load_model(name, device=device)
         _LOADED[key] = (model, tokenizer)
@@ -192,7 +192,7 @@ def replay_file(folder: Path, instance_id: str) -> Path:
 def check_model_available(name: str) -> None:
     """Fail fast (KVStoreError) when the model cannot be loaded offline, before any worker starts."""
     from kvstore.errors import KVStoreError
-    from kvstore.models import DEFAULT_MODEL, hub_offline, resolve
+    from kvstore.models.registry import DEFAULT_MODEL, hub_offline, resolve
 
     source = resolve(name)
     if isinstance(source, Path) or not hub_offline():
@@ -227,8 +227,8 @@ def check_protected_opening(cfg: RunConfig, issues: list[str]) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from agent.prompts import initial_messages
-    from kvstore.models import resolve
-    from kvstore.session import Session
+    from kvstore.models.registry import resolve
+    from kvstore.session.session import Session
 
     source = resolve(cfg.memory.model)
     local = isinstance(source, Path)

@@ -39,7 +39,7 @@ class LocalConversation:
 
     def rollback(self) -> None:
         """A turn cut mid-step: go back to the session saved after its last complete step."""
-        from kvstore.session import Session, SessionConfig
+        from kvstore.session.session import Session, SessionConfig
 
         path, s = self.folder / SESSION_FILE, self.session
         if path.exists():

@@ -185,7 +185,7 @@ class ServedConversation:
         return f"the server's session {sid} {why}: {what}, and the next request prefills the saved conversation once"
 
     def stats_lines(self) -> list[str]:
-        from kvstore.session import TurnStats
+        from kvstore.session.session import TurnStats
 
         lines = [s.summary() if (s := TurnStats.from_dict(t)) else f"turn: {t}" for t in self.record.turns]
         return [*lines, f"{len(self.record.turns)} turns, {self.history_tokens} tokens in the history (server)"]

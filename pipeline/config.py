@@ -12,7 +12,7 @@ from typing import Any
 
 from agent.errors import AgentError
 from kvstore.defaults import DEFAULT_POLICY
-from kvstore.session_config import MemorySettings
+from kvstore.session.config import MemorySettings
 from pipeline.profiles.store import AUTO_PROFILE, CLIENT, LOCAL, resolve_profile
 
 DEFAULT_TASK = "nexus-demo__pagekit-1"  # the built-in task `nexus-agent solve` runs with no argument

@@ -101,9 +101,10 @@ def task_statement(conversation: Conversation) -> str | None:
 
 
 def marked_variants(conversation: Conversation) -> list[list[dict]]:
-    """The conversation's opening with its marked task statement replaced (kvstore.calibrate.statement_variants):
+    """The conversation's opening with its marked task statement replaced
+    (kvstore.profiles.calibrate.statement_variants):
     what calibrating this one conversation alone needs; [] when its statement is not marked."""
-    from kvstore.calibrate import statement_variants
+    from kvstore.profiles.calibrate import statement_variants
 
     return statement_variants(conversation.messages, task_statement(conversation))
 
@@ -122,12 +123,12 @@ def calibrate_recorded(
     meta: dict | None = None,
     variants: list[list[dict]] = (),
 ):
-    """kvstore.calibrate over recorded conversations, saying of each whether it was calibrated or left out (no
+    """kvstore.profiles.calibrate over recorded conversations, saying of each whether it was calibrated or left out (no
     opening and reply inside the replayed tokens); the profile's meta names them as its sources. `variants`: as
-    kvstore.calibrate takes them (openings that mark the task's text, for a single conversation)."""
+    kvstore.profiles.calibrate takes them (openings that mark the task's text, for a single conversation)."""
     import torch
 
-    from kvstore.calibrate import calibrate
+    from kvstore.profiles.calibrate import calibrate
 
     def progress(done: int, total: int, used: bool) -> None:
         name = conversations[done - 1].name

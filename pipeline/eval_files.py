@@ -104,11 +104,11 @@ def claim_out_dir(out: Path, cfg: RunConfig, served: dict[str, Any] | None = Non
 
 def _fingerprint(path: Path | None, model: str) -> tuple[dict[str, str] | None, set[str]]:
     """The digests of the profiles at `path` that fit the run's model (all of them while its config is not on this
-    machine yet), and the names of the others (kvstore.profile.fingerprint)."""
+    machine yet), and the names of the others (kvstore.profiles.profile.fingerprint)."""
     if path is None:
         return None, set()
-    from kvstore.models import architecture_of  # torch: only for a run with profiles
-    from kvstore.profile import fingerprint
+    from kvstore.models.registry import architecture_of  # torch: only for a run with profiles
+    from kvstore.profiles.profile import fingerprint
 
     return fingerprint(path, architecture_of(model))
 

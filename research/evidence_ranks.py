@@ -15,8 +15,8 @@ import torch
 import kvstore
 from benchmarks.quality_run import _renderer, evidence_spans
 from benchmarks.quality_tasks import make_item
-from kvstore.models import load_model
-from kvstore.scoring import nexus_weights, window_block_scores
+from kvstore.cache.scoring import nexus_weights, window_block_scores
+from kvstore.models.registry import load_model
 
 BLOCK = 32
 

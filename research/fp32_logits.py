@@ -11,7 +11,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-import kvstore.models as models
+import kvstore.models.registry as models
 
 
 class F32Head(torch.nn.Module):
@@ -34,7 +34,7 @@ def load_model(*a, **k):
 
 
 models.load_model = load_model
-import cli.app  # noqa: E402  (every caller imports load_model from kvstore.models when it runs)
+import cli.app  # noqa: E402  (every caller imports load_model from kvstore.models.registry when it runs)
 
 sys.argv = ["nexus-agent"] + sys.argv[1:]
 cli.app.main()

@@ -17,9 +17,9 @@ import collections
 import json
 from pathlib import Path
 
-from kvstore.chat import ChatRenderer
-from kvstore.models import resolve
-from kvstore.teacher import plan
+from kvstore.models.registry import resolve
+from kvstore.session.render import ChatRenderer
+from kvstore.session.teacher import plan
 from pipeline.conversations import conversation_files, load_conversation
 
 SOURCES = ("task", "reply", "tool")

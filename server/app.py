@@ -39,7 +39,7 @@ class Server:
     @classmethod
     def load(cls, config: ServeConfig, verbose: bool = False) -> Server:
         """Load `config.memory.model` through kvstore's registry and build the server on it."""
-        from kvstore.models import load_model
+        from kvstore.models.registry import load_model
 
         tls = tls_context(config)  # a bad certificate is one line of error before the model loads
         model, tokenizer, _ = load_model(config.memory.model, device=config.memory.device, dtype=config.dtype)

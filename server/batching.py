@@ -3,7 +3,7 @@
 Each loop: take new requests; when no newcomer is prefilling, admit the first waiting request (park idle sessions
 if its KV peak does not fit under the memory cap, else it keeps waiting, and a request that can never fit is
 refused); run ONE prefill chunk (chunk_size tokens) of the newcomer; then one decode step for all decoding sessions
-in one batched forward (kvstore.batch), each session evicting on its own. So a long newcomer's prefill is spread
+in one batched forward (kvstore.session.batch), each session evicting on its own. So a long newcomer's prefill is spread
 over many loops, each followed by a decode step of the others, instead of stalling them for its whole length
 (`interleave_prefill=False`: the whole prefill at admission, as before). The chunks are those of a solo prefill,
 so every session's cache and tokens are the same either way. Other work on the model (a served calibration:
@@ -58,15 +58,15 @@ class Scheduler(threading.Thread):
 
     def __init__(self, model, tokenizer, config: ServeConfig, registry: Registry, metrics: Metrics) -> None:
         super().__init__(name="nexus-scheduler", daemon=True)
-        from kvstore.session import Session, SessionConfig
+        from kvstore.session.session import Session, SessionConfig
 
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.registry, self.metrics = registry, metrics
         self.session_config = SessionConfig.of(config.memory, chunk_size=config.chunk_size, dtype=config.dtype)
         profile = config.memory.profile
         if profile is not None:  # a missing, corrupt or foreign profile stops the server before it listens
-            from kvstore.cache import model_identity
-            from kvstore.profile import load_profiles
+            from kvstore.cache.evicting import model_identity
+            from kvstore.profiles.profile import load_profiles
 
             load_profiles(profile, model_identity(model))
         self.reference = Session(model, tokenizer, self.session_config)  # renders and sizes turns, never runs
@@ -209,8 +209,8 @@ class Scheduler(threading.Thread):
 
     # --- turns ------------------------------------------------------------------------------------------------------
     def _start(self, job: Job) -> None:
-        from kvstore.session import Session
-        from kvstore.stepwise import ReplyInProgress
+        from kvstore.session.reply import ReplyInProgress
+        from kvstore.session.session import Session
 
         entry = job.entry
         job.started = time.monotonic()
@@ -262,7 +262,7 @@ class Scheduler(threading.Thread):
 
     def _step(self) -> None:
         """One decode step of every active reply: batched where the caches allow, else one by one."""
-        from kvstore.batch import batched_decode, can_batch
+        from kvstore.session.batch import batched_decode, can_batch
 
         t0 = time.perf_counter()
         rows = [j for j in self.active if j.reply.next_input is not None and not j.cancelled]

@@ -9,7 +9,7 @@ from typing import Any
 
 from kvstore.defaults import PROFILE_SUFFIX
 from kvstore.errors import KVStoreError
-from kvstore.session_config import MemorySettings
+from kvstore.session.config import MemorySettings
 
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20}
 _UNITS |= {"g": 2**30, "gb": 2**30, "gib": 2**30}

@@ -1,6 +1,6 @@
 """Parking an idle session's cache off the device (to host memory or a session file) and bringing it back.
 
-Disk parking writes the whole session with kvstore's save (kvstore.persist) and loads it back exactly; host
+Disk parking writes the whole session with kvstore's save (kvstore.session.persist) and loads it back exactly; host
 parking keeps the cache's exported tensors in CPU memory (kvstore.export_state / restore_cache). Either way the
 restored session continues as if it had never left (same tokens, same cache, same sampling generator).
 """
@@ -31,7 +31,7 @@ def park(entry: Entry, mode: str, folder: Path) -> None:
 def restore(entry: Entry, model, tokenizer, config) -> None:
     """Bring a parked session back onto the model's device."""
     import kvstore
-    from kvstore.session import Session
+    from kvstore.session.session import Session
 
     if isinstance(entry.parked, Path):
         session = Session.load(entry.parked, model=model, tokenizer=tokenizer, config=config)

@@ -5,9 +5,10 @@ every new session's profile from it, so a profile written there is used by every
 This endpoint writes one, in either of two ways:
 
 - {"conversations": [[message, ...], ...], "max_tokens": N, "sources": [name, ...], "statement": text}: calibrate on
-  the served model (kvstore.calibrate, teacher-forced on a full cache) from at least two finished conversations of
+  the served model (kvstore.profiles.calibrate, teacher-forced on a full cache) from at least two finished
+  conversations of
   the agent, or from one whose first user message holds the task's `statement` (the issue, a chat's first request),
-  which marks the task's text in its opening as a local `solve` learns (kvstore.calibrate.statement_variants).
+  which marks the task's text in its opening as a local `solve` learns (kvstore.profiles.calibrate.statement_variants).
   With "if_missing": true nothing is calibrated when the directory holds a profile that the first conversation's
   opening carries already (a client that learns from its finished session: another may have taught it meanwhile);
   the answer then describes that profile, with "kept": true.
@@ -16,7 +17,8 @@ This endpoint writes one, in either of two ways:
   for that full cache, which stays set aside until the calibration ends, else HTTP 503;
 - {"profile": "<base64 of a profile file>"}: install a profile calibrated elsewhere for this model.
 
-The profile is saved under its store name (kvstore.profile.store_name: the model and a digest of the template), so
+The profile is saved under its store name (kvstore.profiles.profile.store_name: the model and a digest of the
+template), so
 it replaces an earlier one of the same agent and model. The answer describes it and, for a calibration, carries
 the file (base64) so that the client can keep it (`eval --server --warmup` does, to install it again on resume).
 """
@@ -95,7 +97,7 @@ def parse(body: object) -> tuple[str, Any]:
 
 
 def _variants(messages: list[dict[str, str]], statement: str) -> list[list[dict[str, str]]]:
-    from kvstore.calibrate import statement_variants
+    from kvstore.profiles.calibrate import statement_variants
 
     variants = statement_variants(messages, statement)
     if not variants:
@@ -112,7 +114,7 @@ def calibrate(
     """Calibrate from the request's conversations on the served model and save the profile. A generator for
     Scheduler.call: one step per replayed message, so the sessions keep decoding in between; it returns the answer.
     `make_room(tokens)` first: the calibration holds a full cache of its longest conversation beside the sessions."""
-    from kvstore.calibrate import calibration_plans, calibration_steps, max_positions
+    from kvstore.profiles.calibrate import calibration_plans, calibration_steps, max_positions
 
     conversations, max_tokens, sources = request.conversations, request.max_tokens, request.sources
     folder = profile_dir(config)
@@ -145,8 +147,8 @@ def calibrate(
 
 def install(model, config: ServeConfig, data: bytes) -> dict[str, Any]:
     """Check a profile file sent by a client against the served model and save it; the answer."""
-    from kvstore.cache import model_identity
-    from kvstore.profile import MemoryProfile
+    from kvstore.cache.evicting import model_identity
+    from kvstore.profiles.profile import MemoryProfile
 
     folder = profile_dir(config)
     try:
@@ -159,8 +161,8 @@ def install(model, config: ServeConfig, data: bytes) -> dict[str, Any]:
 
 def _fitting(model, folder: Path, plan) -> dict[str, Any] | None:
     """The answer for the directory's profile that this plan's opening carries, or None."""
-    from kvstore.cache import model_identity
-    from kvstore.profile import best_fit, load_profiles
+    from kvstore.cache.evicting import model_identity
+    from kvstore.profiles.profile import best_fit, load_profiles
 
     try:
         profiles = load_profiles(folder, model_identity(model))
@@ -171,7 +173,7 @@ def _fitting(model, folder: Path, plan) -> dict[str, Any] | None:
 
 
 def _save(profile, folder: Path) -> dict[str, Any]:
-    from kvstore.profile import store_name
+    from kvstore.profiles.profile import store_name
 
     name = store_name(profile)
     profile.save(folder / name)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sessionlib import qwen_tokenizer, tiny_chat_model, words
 
-from kvstore.calibrate import calibrate
+from kvstore.profiles.calibrate import calibrate
 
 SYSTEM = "You are a coding agent. " + words(200, "rule")
 AFTER = words(120, "step")  # the standing instructions after the task, the same in every conversation

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from kvstore.tiny import tiny_config, tiny_model
+from kvstore.models.tiny import tiny_config, tiny_model
 
 
 def qwen_tokenizer_dir() -> Path | None:
@@ -56,7 +56,7 @@ def serve_config(**options):
     to its `memory`, the others are the server's own."""
     from dataclasses import fields
 
-    from kvstore.session_config import MemorySettings
+    from kvstore.session.config import MemorySettings
     from server.config import ServeConfig
 
     names = {f.name for f in fields(MemorySettings)}

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from agent.errors import LimitsExceeded
 from agent.protocols import Message, ModelReply, Sampling
 from kvstore.defaults import describe_memory
-from kvstore.session import Session, SessionConfig
+from kvstore.session.session import Session, SessionConfig
 
 
 class LocalModel:

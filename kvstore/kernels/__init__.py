@@ -17,7 +17,7 @@ from functools import cache
 
 import torch
 
-from kvstore.scoring import kv_head_block_scores, window_block_scores
+from kvstore.cache.scoring import kv_head_block_scores, window_block_scores
 
 __all__ = [
     "kv_head_block_scores_auto",
@@ -106,7 +106,7 @@ def window_block_scores_auto(
 def kv_head_block_scores_auto(
     q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: float | None = None
 ) -> torch.Tensor:
-    """S-hat per kv head [Hkv, W, N_k] (`kvstore.scoring.kv_head_block_scores`): Triton when `use_triton`, else
+    """S-hat per kv head [Hkv, W, N_k] (`kvstore.cache.scoring.kv_head_block_scores`): Triton when `use_triton`, else
     torch (whose [Hq, W, T] fp32 probabilities the kernel never writes)."""
     out = _triton_or_none(triton_window_block_scores, keys, q_win, keys, block, scale, True)
     return out if out is not None else kv_head_block_scores(q_win, keys, block, scale)

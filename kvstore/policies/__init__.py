@@ -48,7 +48,7 @@ def register_policy(name: str, cls: type[Policy], **option_defaults: Any) -> Non
     """Register `cls` under `name` with the option defaults that name implies (flat options, as `make_cache`
     takes them); checked now, so a bad option fails here. Research variants register themselves this way
     (research/policies.py); a name already registered for another entry is refused."""
-    from kvstore.config import CacheConfig
+    from kvstore.cache.config import CacheConfig
 
     if POLICIES.get(name, (cls, option_defaults)) != (cls, option_defaults):
         raise KVStoreError(f"policy {name!r} is already registered")
@@ -71,7 +71,7 @@ def policy_defaults(name: str) -> dict[str, Any]:
 
 def is_stochastic(name: str, **options: Any) -> bool:
     """Whether this policy (with these options) selects by random draws, so a result depends on the seed."""
-    from kvstore.config import CacheConfig
+    from kvstore.cache.config import CacheConfig
 
     return build_policy(CacheConfig.from_options(name, **(policy_defaults(name) | options))).stochastic
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from kvstore.config import named, nested, take_settings
+from kvstore.cache.config import named, nested, take_settings
 from kvstore.errors import KVStoreError
 from kvstore.policies.base import Policy, ScoreContext
 

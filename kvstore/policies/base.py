@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from kvstore.config import take_settings
+from kvstore.cache.config import take_settings
+from kvstore.cache.selection import select
 from kvstore.kernels import received_triton
-from kvstore.selection import select
 
 if TYPE_CHECKING:
-    from kvstore.config import CacheConfig
+    from kvstore.cache.config import CacheConfig
 
 
 @dataclass(kw_only=True)

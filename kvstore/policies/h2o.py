@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvstore.config import named
+from kvstore.cache.config import named
 from kvstore.policies.base import Policy, ScoreContext, head_token_attention, mean_received
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvstore.config import named
+from kvstore.cache.config import named
 from kvstore.errors import KVStoreError
 from kvstore.policies.base import Policy, ScoreContext, attention_received, per_kv_head
 

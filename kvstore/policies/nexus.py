@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 import torch
 
+from kvstore.cache.scoring import block_spread, block_sum, kv_head_block_scores, nexus_weights, window_block_scores
+from kvstore.cache.selection import select
 from kvstore.errors import KVStoreError
 from kvstore.kernels import kv_head_block_scores_auto, window_block_scores_auto
 from kvstore.policies.base import Policy, ScoreContext
-from kvstore.scoring import block_spread, block_sum, kv_head_block_scores, nexus_weights, window_block_scores
-from kvstore.selection import select
 
 
 @dataclass

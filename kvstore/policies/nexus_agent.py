@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import torch
 
+from kvstore.cache.scoring import block_spread
 from kvstore.errors import KVStoreError
 from kvstore.policies.base import ScoreContext, head_token_attention, mean_received
 from kvstore.policies.nexus import NexusHeadPolicy, NexusSettings
-from kvstore.scoring import block_spread
 
 
 @dataclass
@@ -44,7 +44,8 @@ class NexusAgentPolicy(NexusHeadPolicy):
     teacher-forced) with `SessionSignals.reply_from` and earlier ones with `SessionSignals.replies` (a re-prefill runs
     them again, anywhere inside a prefill chunk); a cache nobody marks keeps the term at 0.
 
-    With a memory profile (ctx.prior, kvstore.profile) the accumulated attention of the opening's fixed template
+    With a memory profile (ctx.prior, kvstore.profiles.profile) the accumulated attention of the opening's fixed
+    template
     tokens is replaced by the profile's weights, rescaled to the same mean over the held template tokens: what the
     agent's replies attended there in calibration conversations, instead of what the opening's own queries attended.
 

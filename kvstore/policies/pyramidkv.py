@@ -10,7 +10,7 @@ Defaults and their sources (the authors' code, Zefan-Cai/PyramidKV pyramidkv_uti
 
 from dataclasses import dataclass
 
-from kvstore.config import named
+from kvstore.cache.config import named
 from kvstore.errors import KVStoreError
 from kvstore.policies.snapkv import SnapKVPolicy, SnapKVSettings
 

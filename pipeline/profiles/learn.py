@@ -1,6 +1,7 @@
 """The memory learns its agent: a `solve` run or a `chat` session of the default memory that found no memory
 profile for its opening teaches the store one when it ends (a chat when the user leaves it). Its conversation is
-calibrated (kvstore.calibrate, with the process's own model) with the task's statement (the issue, the chat's first
+calibrated (kvstore.profiles.calibrate, with the process's own model) with the task's statement (the issue, the
+chat's first
 request) marking the part of the opening that is the task's, so the profile covers the rest: the system prompt and
 the task message's fixed text. Every later session of that agent and model then uses it (--memory-profile auto, the
 default). In `bench replay` a profile of one conversation kept 95% of what one of two gained, and one of two did as
@@ -75,8 +76,8 @@ def learn_from_run(
     conversation to learn from)."""
     from filelock import FileLock
 
-    from kvstore.calibrate import statement_variants
     from kvstore.errors import KVStoreError
+    from kvstore.profiles.calibrate import statement_variants
     from pipeline.conversations import load_conversation
 
     try:
@@ -131,9 +132,9 @@ def learn_served(server: str, trajectory: Path, statement: str | None, noun: str
     model (unless a profile for this opening arrived meanwhile) and saves the profile where its sessions read them.
     One line for people, or None when there is nothing to learn. Ctrl-C while the server calibrates stops waiting
     (the server may still save the profile)."""
-    from kvstore.calibrate import statement_variants
     from kvstore.defaults import DEFAULT_POLICY
     from kvstore.errors import KVStoreError
+    from kvstore.profiles.calibrate import statement_variants
     from pipeline.backends import post_profiles, server_settings
     from pipeline.config import RunError
     from pipeline.conversations import load_conversation
@@ -179,9 +180,10 @@ def _served_match(trajectory: Path) -> bool:
 
 
 def _learn_into_store(model_name: str, model, tokenizer, conversations, say, variants=()) -> str:
-    """Calibrate a profile from `conversations` (and `variants`, kvstore.calibrate) with the model and save it into
+    """Calibrate a profile from `conversations` (and `variants`, kvstore.profiles.calibrate) with the model and save
+    it into
     the store; one line for people (KVStoreError when the conversations cannot make one)."""
-    from kvstore.profile import store_name
+    from kvstore.profiles.profile import store_name
     from pipeline.conversations import calibrate_recorded
 
     meta = {"model": model_name, "learned": [c.name for c in conversations]}
@@ -213,11 +215,11 @@ def _same_agent(path: Path, messages: list[dict[str, str]]):
 def _stored_profile(model, tokenizer, messages: list[dict[str, str]]) -> str | None:
     """The store's profile that this conversation's opening carries, as "matched N of M template tokens (file)";
     None when there is none (or the store cannot be read: learning then goes on, and calibrate replaces a file)."""
-    from kvstore.cache import model_identity
-    from kvstore.calibrate import opening
-    from kvstore.chat import ChatRenderer
+    from kvstore.cache.evicting import model_identity
     from kvstore.errors import KVStoreError
-    from kvstore.profile import best_match, load_profiles
+    from kvstore.profiles.calibrate import opening
+    from kvstore.profiles.profile import best_match, load_profiles
+    from kvstore.session.render import ChatRenderer
 
     store, first = profile_store(), opening(messages)
     if first is None or not store.is_dir():

@@ -22,7 +22,8 @@ def profile_store() -> Path:
 
 
 def resolve_profile(value: str | Path | None, mode: str = LOCAL) -> Path | None:
-    """--memory-profile's value as the file or directory of profiles sessions read (kvstore.profile.load_profiles:
+    """--memory-profile's value as the file or directory of profiles sessions read
+    (kvstore.profiles.profile.load_profiles:
     each session takes the profile whose template its opening carries, if any), checked readable.
 
     "none" or None: none. "auto": the profile store; for a run (LOCAL) only while it holds a profile; for a CLIENT
@@ -45,7 +46,7 @@ def resolve_profile(value: str | Path | None, mode: str = LOCAL) -> Path | None:
         path = Path(value).expanduser()
     if not path.exists():
         raise RunError(f"--memory-profile {value}: no such file or directory (make one with: nexus-agent calibrate)")
-    from kvstore.profile import check_readable
+    from kvstore.profiles.profile import check_readable
 
     check_readable(path)  # a corrupt profile stops the run here, not in every task
     return path.resolve()

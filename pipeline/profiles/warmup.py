@@ -1,8 +1,9 @@
 """`eval --warmup N`: a batch learns its own memory profile.
 
 The first N selected tasks run without a profile; once they have finished, their conversations are calibrated
-(kvstore.calibrate) into `<out>/memory-profile.pt`, and every other task's session uses it. With N = 1 the task's
-issue marks the task's text in its opening (kvstore.calibrate.statement_variants), as `solve` learns. In `bench
+(kvstore.profiles.calibrate) into `<out>/memory-profile.pt`, and every other task's session uses it. With N = 1 the
+task's
+issue marks the task's text in its opening (kvstore.profiles.calibrate.statement_variants), as `solve` learns. In `bench
 replay` a profile calibrated on one conversation did as well as one calibrated on two, and two as well as twelve
 (docs/memory.md), so a batch pays for its profile with a task or two run on the plain default memory.
 
@@ -66,9 +67,9 @@ def stages(
 def calibrate_warmup(cfg: RunConfig, out: Path, warm: list[Task], dest: Path, say: Callable[[str], None]) -> None:
     """Calibrate a profile from the warm-up tasks' conversations in this process, into `dest` (written at once, so
     an interrupted calibration leaves nothing and is redone on resume)."""
-    from kvstore.calibrate import statement_variants
     from kvstore.errors import KVStoreError
-    from kvstore.models import load_model
+    from kvstore.models.registry import load_model
+    from kvstore.profiles.calibrate import statement_variants
     from pipeline.backends import set_threads
     from pipeline.conversations import calibrate_recorded
 
@@ -93,7 +94,7 @@ def calibrate_served(cfg: RunConfig, out: Path, warm: list[Task], dest: Path, sa
     it where its sessions read profiles (POST /v1/nexus/profiles); a copy, with the warm-up tasks, goes to `dest`."""
     import base64
 
-    from kvstore.profile import MemoryProfile
+    from kvstore.profiles.profile import MemoryProfile
 
     conversations = _warmup_conversations(out, warm, dest, say)
     statement = _statement(warm, conversations)
@@ -145,7 +146,7 @@ def check_server(server: str) -> None:
 def _statement(warm: list[Task], conversations: list) -> str | None:
     """With one warm-up task, its issue: it marks the task's text in the task's opening, so that its one conversation
     can make a profile (as `solve` learns). RunError when the issue is not in the opening."""
-    from kvstore.calibrate import statement_variants
+    from kvstore.profiles.calibrate import statement_variants
 
     if len(warm) != 1 or not conversations:
         return None
@@ -180,7 +181,7 @@ def _calibrated_on(profile: Path) -> list[str]:
     if not profile.is_file():
         return []
     from kvstore.errors import KVStoreError
-    from kvstore.profile import MemoryProfile
+    from kvstore.profiles.profile import MemoryProfile
 
     try:
         return [str(i) for i in MemoryProfile.load(profile).meta.get("warmup", [])]

@@ -7,7 +7,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from rankpol import RankedPolicy, RecordingPolicy
 
-import kvstore.cache as kc
+import kvstore.cache.evicting as kc
 import kvstore.policies as P
 
 VARIANT = {"selector": "topk", "recent_share": 0.5, "score_memory": "mean", "opening_nexus": False}
@@ -29,8 +29,8 @@ def full_reference(model, tok, path, record_cls, max_tokens: int = 5120):
     """One conversation replayed on the full cache with its replies' attention recorded: (conversation, plan,
     reference, record)."""
     from benchmarks.replay_run import Spec, reference, session_for
-    from kvstore.chat import ChatRenderer
-    from kvstore.teacher import plan
+    from kvstore.session.render import ChatRenderer
+    from kvstore.session.teacher import plan
     from pipeline.conversations import load_conversation
 
     conv = load_conversation(Path(path))

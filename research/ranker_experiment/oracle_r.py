@@ -10,7 +10,7 @@ import torch
 from benchmarks.replay_oracle import OracleSession, ReplyAttention
 from benchmarks.replay_run import budget_tokens, compare
 from kvstore import SessionConfig
-from kvstore.models import load_model
+from kvstore.models.registry import load_model
 
 torch.set_num_threads(1)
 out, budget = sys.argv[1], float(sys.argv[2])

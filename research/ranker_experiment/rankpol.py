@@ -10,10 +10,10 @@ from pathlib import Path
 
 import torch
 
-from kvstore.eviction import layout_for
+from kvstore.cache.eviction import layout_for
+from kvstore.cache.scoring import block_spread
 from kvstore.policies.base import mean_received
 from kvstore.policies.nexus import NexusAccPolicy, NexusPolicy, _unit_mean, with_prior
-from kvstore.scoring import block_spread
 
 NAMES = ["a", "n", "r", "log_a", "log_n", "log_r", "log_age", "tmpl", "task", "reply", "one"]
 F = len(NAMES)

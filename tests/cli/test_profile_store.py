@@ -77,7 +77,7 @@ def test_the_first_solve_of_an_agent_learns_its_profile(tmp_path: Path, tiny_mod
     assert "learning a memory profile for this agent from this run's conversation" in said
     assert f"-> {learned}" in said and "later sessions of this agent use it" in said
     assert "nexus-agent calibrate" not in said and not list(store.rglob("*.jsonl"))  # nothing waits in the pool
-    from kvstore.profile import MemoryProfile
+    from kvstore.profiles.profile import MemoryProfile
 
     profile = MemoryProfile.load(learned)
     assert profile.meta["learned"] == ["first"] and profile.conversations == 1
@@ -124,7 +124,7 @@ def _tiny_run(tmp_path: Path, monkeypatch):
 
 
 def test_an_eval_folder_does_not_resume_after_its_profiles_changed(tmp_path: Path, monkeypatch) -> None:
-    from kvstore.profile import MemoryProfile
+    from kvstore.profiles.profile import MemoryProfile
     from pipeline.config import RunError
     from pipeline.eval_files import RUN_FILE, claim_out_dir
 
@@ -155,7 +155,7 @@ def test_an_eval_folder_does_not_resume_after_its_profiles_changed(tmp_path: Pat
 def test_other_models_profiles_do_not_stop_a_resume(tmp_path: Path, monkeypatch) -> None:
     """A store serves several models; a run's sessions skip the others' profiles, so calibrating, recalibrating or
     removing one of those while a batch is paused does not block resuming it."""
-    from kvstore.profile import MemoryProfile
+    from kvstore.profiles.profile import MemoryProfile
     from pipeline.config import RunError
     from pipeline.eval_files import RUN_FILE, claim_out_dir
 
@@ -191,7 +191,7 @@ def test_a_models_architecture_is_read_without_loading_it(tmp_path: Path, monkey
     from sessionlib import save_tiny_chat_model
 
     from kvstore.defaults import DEFAULT_MODEL
-    from kvstore.models import architecture_of
+    from kvstore.models.registry import architecture_of
 
     monkeypatch.setenv("NEXUS_AGENT_CACHE", str(tmp_path / "cache"))  # the default GGUF not converted here
     found = architecture_of(str(save_tiny_chat_model(tmp_path / "tiny")))
@@ -242,7 +242,7 @@ def test_chats_learn_their_agents_profile_when_left(tmp_path: Path, tiny_model_d
     said = chat("one")
     (learned,) = store.glob("*.pt")
     assert "learning a memory profile for this agent from this chat's conversation" in said and f"-> {learned}" in said
-    from kvstore.profile import MemoryProfile
+    from kvstore.profiles.profile import MemoryProfile
 
     assert MemoryProfile.load(learned).meta["learned"] == ["one"] and not list(store.rglob("*.jsonl"))
 
@@ -257,7 +257,7 @@ def test_chats_learn_their_agents_profile_when_left(tmp_path: Path, tiny_model_d
 def test_without_its_statement_a_conversation_waits_in_the_pool_for_another(
     tmp_path: Path, tiny_model_dir: Path, monkeypatch
 ) -> None:
-    from kvstore.models import load_model
+    from kvstore.models.registry import load_model
     from pipeline.profiles.learn import POOL, learn_from_run
 
     monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))
@@ -276,7 +276,7 @@ def test_without_its_statement_a_conversation_waits_in_the_pool_for_another(
 
 
 def test_calibrate_learns_from_one_conversation_whose_task_is_marked(tmp_path: Path, tiny_model_dir: Path) -> None:
-    from kvstore.profile import MemoryProfile
+    from kvstore.profiles.profile import MemoryProfile
 
     env, gold = cli_env(tmp_path / "home"), GOLD_DIR / "nexus-demo__csvkit-lite-1.gold.jsonl"
     res = nexus("calibrate", str(gold), "--model", str(tiny_model_dir), "--max-tokens", "2600", "--out",

@@ -11,7 +11,7 @@ from transformers import AttentionInterface
 from benchmarks.replay import ReplayConfig, parse_spec, run
 from benchmarks.replay_bound import LABEL, query_top_b, top_b_mask
 from kvstore.errors import KVStoreError
-from kvstore.tiny import tiny_model
+from kvstore.models.tiny import tiny_model
 
 
 def test_each_row_keeps_its_own_best_past_keys_and_every_new_key_up_to_itself() -> None:

@@ -17,10 +17,10 @@ from benchmarks.replay_oracle import HORIZONS, OraclePolicy, ReplyAttention, par
 from benchmarks.replay_run import reference
 from cli.app import app
 from kvstore import CacheConfig, Session, SessionConfig
-from kvstore.chat import ChatRenderer
+from kvstore.models.tiny import tiny_model
 from kvstore.policies.base import ScoreContext
-from kvstore.teacher import plan
-from kvstore.tiny import tiny_model
+from kvstore.session.render import ChatRenderer
+from kvstore.session.teacher import plan
 from pipeline.conversations import load_conversation
 
 TRAJECTORY = GOLD_DIR / "nexus-demo__invoicer-1.gold.jsonl"

@@ -7,8 +7,8 @@ import re
 import pytest
 from sessionlib import qwen_tokenizer
 
-from kvstore.chat import ChatRenderer
 from kvstore.errors import KVStoreError
+from kvstore.session.render import ChatRenderer
 
 THINK = re.compile(r"<think>.*?</think>\n\n", re.S)
 SYSTEM = {"role": "system", "content": "You are a coding agent. Call one function per turn."}
@@ -136,7 +136,7 @@ def test_a_tokenizer_without_chat_template_is_refused() -> None:
 def test_default_model_template() -> None:
     from transformers import AutoTokenizer
 
-    from kvstore.models import DEFAULT_MODEL, resolve
+    from kvstore.models.registry import DEFAULT_MODEL, resolve
 
     smol = ChatRenderer(AutoTokenizer.from_pretrained(resolve(DEFAULT_MODEL)))
     h = History(smol)

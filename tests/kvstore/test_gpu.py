@@ -38,8 +38,8 @@ DTYPE_CASES = [(torch.bfloat16, *c) for c in CASES] + [(dt, *CASES[0]) for dt in
 
 @pytest.mark.parametrize(("dtype", "hq", "hkv", "w", "d", "t", "block"), DTYPE_CASES)
 def test_kernel_matches_reference(dtype, hq, hkv, w, d, t, block):
+    from kvstore.cache.scoring import window_block_scores
     from kvstore.kernels.triton_scores import INTERPRETED, triton_window_block_scores
-    from kvstore.scoring import window_block_scores
 
     assert not INTERPRETED, "unset TRITON_INTERPRET to test the compiled kernel"
     q, k = _inputs(hq, hkv, w, d, t, dtype)
@@ -52,8 +52,8 @@ def test_kernel_matches_reference(dtype, hq, hkv, w, d, t, block):
 @pytest.mark.parametrize(("hq", "hkv", "w", "d", "t", "block"), CASES[:2] + CASES[-2:])
 def test_per_kv_head_kernel_matches_reference(hq, hkv, w, d, t, block):
     """One score per kv head (the default memory's Nexus term), bf16, Qwen3-8B / -32B heads and small shapes."""
+    from kvstore.cache.scoring import kv_head_block_scores
     from kvstore.kernels.triton_scores import triton_window_block_scores
-    from kvstore.scoring import kv_head_block_scores
 
     q, k = _inputs(hq, hkv, w, d, t, torch.bfloat16)
     got = triton_window_block_scores(q, k, block, per_kv=True)
@@ -107,7 +107,7 @@ def test_auto_uses_triton_on_cuda():
 
 
 def _tiny_model(attn: str):
-    from kvstore.tiny import tiny_model
+    from kvstore.models.tiny import tiny_model
 
     shapes = dict(hidden_size=256, heads=8, head_dim=32, vocab_size=1000)
     return tiny_model("qwen3", attn, dtype=torch.bfloat16, device="cuda", **shapes)

@@ -1,4 +1,5 @@
-"""Memory profiles (kvstore.profile, kvstore.calibrate): the attention replies gave the fixed text of an agent's
+"""Memory profiles (kvstore.profiles.profile, kvstore.profiles.calibrate): the attention replies gave the fixed text
+of an agent's
 opening, calibrated on the full cache of a tiny random Qwen3 (real tokenizer) and used by the default memory."""
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from profilelib import SYSTEM, conversation, save_tiny_profile
 from sessionlib import qwen_tokenizer, tiny_chat_model, words
 
 from kvstore import Session, SessionConfig
-from kvstore.cache import model_identity
-from kvstore.calibrate import calibrate
+from kvstore.cache.evicting import model_identity
 from kvstore.errors import KVStoreError
 from kvstore.policies.nexus_agent import with_prior
-from kvstore.profile import MemoryProfile, common_template
+from kvstore.profiles.calibrate import calibrate
+from kvstore.profiles.profile import MemoryProfile, common_template
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +116,7 @@ def test_calibration_needs_two_conversations() -> None:
 def test_one_conversation_calibrates_when_variants_mark_its_task(profile_file: Path) -> None:
     """A single conversation with openings of other tasks beside it (never replayed) finds the template the three
     conversations of `profile_file` share, from its own replies alone."""
-    from kvstore.calibrate import statement_variants
+    from kvstore.profiles.calibrate import statement_variants
 
     task = words(40, "alpha")
     one = conversation(task)
@@ -145,7 +146,7 @@ def test_a_profile_file_is_read_once_while_it_stays_the_same(profile_file: Path,
 
 
 def test_a_profile_directory_gives_each_opening_the_profile_that_fits_it(profile_file: Path, tmp_path: Path) -> None:
-    from kvstore.profile import best_match, load_profiles, store_name
+    from kvstore.profiles.profile import best_match, load_profiles, store_name
 
     model, tok = tiny_chat_model(), qwen_tokenizer()
     mine = MemoryProfile.load(profile_file)

@@ -13,7 +13,7 @@ import torch
 from sessionlib import qwen_tokenizer, tiny_chat_model
 
 from kvstore.errors import KVStoreError
-from kvstore.models import (
+from kvstore.models.registry import (
     DEFAULT_MODEL,
     GGUFSource,
     config_hash,
@@ -74,7 +74,7 @@ def test_missing_gguf_package_says_what_to_install() -> None:
 LOAD_DEFAULT = """
 import time, torch
 t = time.perf_counter()
-from kvstore.models import load_model
+from kvstore.models.registry import load_model
 model, tok, info = load_model("smollm2-135m")
 print(info.source, round(time.perf_counter() - t, 1))
 """

@@ -10,10 +10,10 @@ from sessionlib import qwen_tokenizer, tiny_chat_model, words
 
 import kvstore
 from kvstore import Session, SessionConfig
+from kvstore.cache.forwarding import chunk_end
+from kvstore.cache.snapshot import export_state, restore_cache
 from kvstore.errors import KVStoreError
-from kvstore.forwarding import chunk_end
-from kvstore.state import export_state, restore_cache
-from kvstore.stepwise import ReplyInProgress
+from kvstore.session.reply import ReplyInProgress
 
 
 def _prefilled(policy: str, budget: int = 192, **options):

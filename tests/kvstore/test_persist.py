@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 from sessionlib import qwen_tokenizer, tiny_chat_model, words
 
 from kvstore.errors import KVStoreError
-from kvstore.session import Session, SessionConfig
+from kvstore.session.session import Session, SessionConfig
 
 CONFIG = {"policy": "nexus", "budget": 96, "cache_options": {"block": 16}}
 HERE = Path(__file__).resolve().parent
@@ -119,7 +119,7 @@ def test_saving_again_replaces_the_file_and_leaves_no_temporaries(tmp_path: Path
 SAVE_FOREVER = """
 import sys
 from sessionlib import qwen_tokenizer, tiny_chat_model, words
-from kvstore.session import Session, SessionConfig
+from kvstore.session.session import Session, SessionConfig
 s = Session(tiny_chat_model(), qwen_tokenizer(), SessionConfig(policy="full"))
 s.append([{"role": "user", "content": words(2000)}])
 s.prefill()

@@ -7,7 +7,7 @@ import pytest
 from sessionlib import qwen_tokenizer, tiny_chat_model, words
 
 from kvstore.errors import KVStoreError
-from kvstore.session import Session, SessionConfig
+from kvstore.session.session import Session, SessionConfig
 
 BLOCK = 16
 BUDGET = 480  # holds the ~230-token opening beside H2O's recent half of the budget

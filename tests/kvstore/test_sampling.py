@@ -7,7 +7,7 @@ import torch
 from sessionlib import qwen_tokenizer
 
 from kvstore.errors import KVStoreError
-from kvstore.sampling import TextStream, check_sampling, next_token, nucleus
+from kvstore.session.sampling import TextStream, check_sampling, next_token, nucleus
 
 
 def draws(logits: torch.Tensor, n: int, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0) -> torch.Tensor:

@@ -11,7 +11,7 @@ from sessionlib import qwen_tokenizer, tiny_chat_model, words
 
 import kvstore
 from kvstore.errors import KVStoreError
-from kvstore.session import Session, SessionConfig
+from kvstore.session.session import Session, SessionConfig
 
 WINDOW = {"selector": "topk", "recent_share": 0.5}  # `nexus` as the first default memory ran it
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from kvstore import scoring
+from kvstore.cache import scoring
 
 
 def test_window_attention_is_causal_and_head_shared_over_gqa():

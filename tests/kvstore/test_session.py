@@ -6,7 +6,7 @@ import pytest
 from sessionlib import qwen_tokenizer, tiny_chat_model, words
 
 from kvstore.errors import KVStoreError
-from kvstore.session import Reply, Session, SessionConfig, TurnStats
+from kvstore.session.session import Reply, Session, SessionConfig, TurnStats
 
 BLOCK = 16
 EVICTING = {"policy": "nexus", "budget": 96, "cache_options": {"block": BLOCK}}

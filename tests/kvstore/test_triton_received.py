@@ -90,7 +90,7 @@ def test_bad_shapes_are_refused(tr):
 
 def _held(policy: str, use_triton: bool | None) -> list[torch.Tensor]:
     import kvstore
-    from kvstore.tiny import tiny_model
+    from kvstore.models.tiny import tiny_model
 
     model = tiny_model("qwen3", impl="sdpa", vocab_size=300, max_positions=4096)
     cache = kvstore.make_cache(model, policy, 0.25, seed=3, use_triton=use_triton, block=16)

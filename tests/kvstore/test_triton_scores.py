@@ -14,7 +14,7 @@ os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton", reason="triton is not installed (pip install triton --no-deps, or the 'gpu' extra)")
 
 from kvstore import kernels  # noqa: E402
-from kvstore.scoring import kv_head_block_scores, window_block_scores  # noqa: E402
+from kvstore.cache.scoring import kv_head_block_scores, window_block_scores  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +124,7 @@ import os, warnings
 import torch
 import kvstore.kernels.triton_scores as ts  # compiled mode, and this machine has no GPU driver
 from kvstore import kernels
-from kvstore.scoring import window_block_scores
+from kvstore.cache.scoring import window_block_scores
 assert not ts.INTERPRETED
 os.environ.update(TRITON_INTERPRET="1", NEXUS_FORCE_TRITON="1")  # too late for the kernels: they stay compiled
 q, k = torch.randn(4, 16, 16), torch.randn(2, 100, 16)
@@ -160,7 +160,7 @@ PER_HEAD = {"acc_weight": 0.0, "reply_weight": 0.0, "own_weight": 0.0, "opening_
 
 def _held_positions(use_triton: bool | None, policy: str = "nexus") -> list[torch.Tensor]:
     import kvstore
-    from kvstore.tiny import tiny_model
+    from kvstore.models.tiny import tiny_model
 
     model = tiny_model("qwen3", impl="sdpa", vocab_size=300, max_positions=4096)
     options = PER_HEAD if policy == "nexus-agent" else {}

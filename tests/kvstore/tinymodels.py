@@ -1,10 +1,10 @@
-"""Tiny random-weight models of the supported architectures (kvstore.tiny) over a 128-token vocabulary."""
+"""Tiny random-weight models of the supported architectures (kvstore.models.tiny) over a 128-token vocabulary."""
 
 from __future__ import annotations
 
 import torch
 
-from kvstore.tiny import tiny_model as _tiny_model
+from kvstore.models.tiny import tiny_model as _tiny_model
 
 VOCAB = 128
 

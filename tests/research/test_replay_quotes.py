@@ -6,7 +6,7 @@ from __future__ import annotations
 from replay_quotes import quoted_share, reply_quotes
 from sessionlib import qwen_tokenizer
 
-from kvstore.chat import ChatRenderer
+from kvstore.session.render import ChatRenderer
 
 SCRIPT = "\n".join(f"value_{i} = compute_thing({i}, name='item {i}')" for i in range(12))
 

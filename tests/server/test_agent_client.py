@@ -10,7 +10,7 @@ from agent.backends.openai_compat import OpenAICompatConfig, OpenAICompatModel
 from agent.environment import SandboxEnvironment
 from agent.loop import Agent, AgentConfig
 from agent.prompts import initial_messages
-from kvstore.session import Session, SessionConfig
+from kvstore.session.session import Session, SessionConfig
 from swe_env.sandbox.factory import open_sandbox
 from tasks import get_task
 

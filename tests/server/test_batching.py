@@ -9,9 +9,9 @@ import pytest
 import torch
 from sessionlib import qwen_tokenizer, tiny_chat_model, words
 
-from kvstore.batch import batched_decode
-from kvstore.session import Session, SessionConfig
-from kvstore.stepwise import ReplyInProgress
+from kvstore.session.batch import batched_decode
+from kvstore.session.reply import ReplyInProgress
+from kvstore.session.session import Session, SessionConfig
 
 LENGTHS = (40, 130, 260, 420)  # prompts of different lengths: the caches are ragged from the start
 CONFIG = SessionConfig(model="tiny", policy="nexus", budget=96, chunk_size=64, cache_options={"block": 16})

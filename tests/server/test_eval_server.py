@@ -65,7 +65,7 @@ def _eval(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("n", [1, 2])
 def test_eval_warmup_on_a_server_learns_the_profile_there(make_server, tmp_path: Path, n: int) -> None:
-    from kvstore.profile import MemoryProfile
+    from kvstore.profiles.profile import MemoryProfile
 
     ids = [*TASKS, "nexus-demo__csvkit-lite-1"]
     base = ["eval", "--instances", ",".join(ids), "--sandbox", "local", "--max-steps", "1", "--max-new-tokens", "4"]

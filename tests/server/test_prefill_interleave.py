@@ -12,9 +12,9 @@ import pytest
 import torch
 from sessionlib import qwen_tokenizer, serve_config, tiny_chat_model, words
 
-from kvstore.chat import ChatRenderer
 from kvstore.defaults import DEFAULT_POLICY
-from kvstore.session import Session, SessionConfig
+from kvstore.session.render import ChatRenderer
+from kvstore.session.session import Session, SessionConfig
 from server import api
 from server.app import Server
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kvstore.profile import MemoryProfile
+from kvstore.profiles.profile import MemoryProfile
 
 TASKS = ("nexus-demo__semver-lite-1", "nexus-demo__iniconf-1", "nexus-demo__csvkit-lite-1")
 

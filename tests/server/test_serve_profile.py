@@ -17,7 +17,7 @@ from profilelib import conversation, save_tiny_profile
 from sessionlib import qwen_tokenizer, serve_config, tiny_chat_model, words
 
 from kvstore.errors import KVStoreError
-from kvstore.profile import MemoryProfile
+from kvstore.profiles.profile import MemoryProfile
 from server.app import Server
 
 
@@ -95,7 +95,7 @@ def test_the_server_calibrates_a_profile_that_its_later_sessions_use(make_server
 
 
 def test_one_conversation_and_its_statement_make_the_profile_a_local_run_learns(make_server, tmp_path: Path) -> None:
-    from kvstore.calibrate import calibrate, statement_variants
+    from kvstore.profiles.calibrate import calibrate, statement_variants
 
     store = tmp_path / "profiles"
     store.mkdir()
@@ -166,8 +166,8 @@ def test_the_profiles_endpoint_refuses_what_it_cannot_use(make_server, tmp_path:
 
 
 def test_a_calibration_makes_room_under_the_memory_cap_or_is_refused(make_server, tmp_path: Path) -> None:
-    from kvstore.chat import ChatRenderer
-    from kvstore.teacher import plan
+    from kvstore.session.render import ChatRenderer
+    from kvstore.session.teacher import plan
 
     store = tmp_path / "profiles"
     store.mkdir()

@@ -108,7 +108,8 @@ class CacheConfig:
 
     @classmethod
     def from_saved(cls, data: dict[str, Any]) -> CacheConfig:
-        """The config `to_dict` wrote into a saved session (kvstore.state). Options of other policies (a session
+        """The config `to_dict` wrote into a saved session (kvstore.cache.snapshot). Options of other policies (a
+        session
         saved when every option was a field here holds them all) are not this policy's and are left out; one of
         this policy's missing, or a removed option set, means an older version saved it: refused in one line."""
         policy = data.get("policy", DEFAULT_POLICY)

@@ -16,8 +16,8 @@ import torch
 from transformers.cache_utils import Cache
 
 import kvstore
-from kvstore import capture
-from kvstore.cache import EvictingCache
+from kvstore.cache import capture
+from kvstore.cache.evicting import EvictingCache
 from kvstore.errors import KVStoreError
 
 

@@ -4,7 +4,8 @@ to its end (`run()`), an outside driver (e.g. a server batching many sessions) s
 Its steps: `prefill()` runs the pending tokens and picks the first token (or `begin_prefill()`, then
 `prefill_chunk()` until it returns True: one chunk at a time, for a driver that interleaves a newcomer's prefill with
 other sessions' decode steps); while `next_input` is not None the driver runs that token through the model (alone
-with `step_alone()`, or in a batch with kvstore.batch.batched_decode) and hands the logits to `advance()`; `finish()`
+with `step_alone()`, or in a batch with kvstore.session.batch.batched_decode) and hands the logits to `advance()`;
+`finish()`
 closes the turn, or `abort()` gives it up.
 """
 
@@ -17,8 +18,8 @@ import torch
 
 import kvstore
 from kvstore.errors import KVStoreError
-from kvstore.sampling import TextStream, next_token
-from kvstore.session import OpenTurn, Reply, Session
+from kvstore.session.sampling import TextStream, next_token
+from kvstore.session.session import OpenTurn, Reply, Session
 
 
 class ReplyInProgress:
@@ -81,7 +82,7 @@ class ReplyInProgress:
 
     def prefill_chunk(self) -> bool:
         """Run the next chunk of the pending tokens; True once all have run and the first reply token is chosen.
-        The generation prompt's tokens run one at a time (kvstore.forwarding.chunk_end), all in the call that ran
+        The generation prompt's tokens run one at a time (kvstore.cache.forwarding.chunk_end), all in the call that ran
         the message's last chunk, so that a driver's loop counts chunks of the message only."""
         s = self.session
         with self._guard():

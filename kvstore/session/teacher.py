@@ -1,5 +1,5 @@
 """Driving a Session through a recorded conversation, teacher-forced: what `bench replay` and the calibration of a
-memory profile (kvstore.calibrate) share.
+memory profile (kvstore.profiles.calibrate) share.
 
 The opening (system prompt + first user message) is prefilled, every following non-assistant message is prefilled
 on its own (the cache evicts as it goes) and every assistant message runs as one teacher-forced forward (its logits
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvstore.chat import ChatRenderer
+from kvstore.session.render import ChatRenderer
 from kvstore.steps import run_steps
 
 

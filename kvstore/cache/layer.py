@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from kvstore import capture
+from kvstore.cache import capture
+from kvstore.cache.eviction import plan_eviction
+from kvstore.cache.stats import LayerStats
 from kvstore.errors import KVStoreError
-from kvstore.eviction import plan_eviction
 from kvstore.policies.base import ScoreContext
-from kvstore.stats import LayerStats
 
 if TYPE_CHECKING:
-    from kvstore.cache import EvictingCache
+    from kvstore.cache.evicting import EvictingCache
 
 
 class EvictingLayer(DynamicLayer):
@@ -68,7 +68,7 @@ class EvictingLayer(DynamicLayer):
     def crop(self, tokens_to_remove: int) -> None:
         raise KVStoreError("an evicting cache cannot be cropped (evicted tokens are gone for good)")
 
-    # --- called by the attention wrapper (kvstore.capture) ----------------------------------------------------
+    # --- called by the attention wrapper (kvstore.cache.capture) ----------------------------------------------------
     def head_mask(self, mask: torch.Tensor | None, query: torch.Tensor, impl: str) -> torch.Tensor | None:
         """Add the per-head mask of padded slots (head-masking policies) to the attention mask."""
         if self.valid is None or bool(self.valid.all()):
@@ -156,7 +156,7 @@ class EvictingLayer(DynamicLayer):
 
     def plan(self, budget_tokens: int | None = None):
         """Score and select down to `budget_tokens` (default: this layer's budget) without changing anything: the
-        eviction plan (kvstore.eviction.Plan), or None when nothing needs to go. Also what benchmarks time."""
+        eviction plan (kvstore.cache.eviction.Plan), or None when nothing needs to go. Also what benchmarks time."""
         cache = self.owner
         self.flush_observations()
         budget = cache.layer_budget_tokens(self.layer_idx) if budget_tokens is None else budget_tokens

@@ -1,5 +1,7 @@
-"""Calibrating a memory profile (kvstore.profile): each recorded conversation is replayed teacher-forced on the full
-cache (kvstore.teacher), and the attention every reply token's queries give each opening token is summed per layer
+"""Calibrating a memory profile (kvstore.profiles.profile): each recorded conversation is replayed teacher-forced on
+the full
+cache (kvstore.session.teacher), and the attention every reply token's queries give each opening token is summed per
+layer
 and kv head. The fixed opening text is what every conversation's opening shares (the longest common token prefix
 and suffix); its weights are each conversation's, scaled to mean 1 per layer and head, averaged."""
 
@@ -9,14 +11,14 @@ from collections.abc import Callable, Generator
 
 import torch
 
-from kvstore.cache import ARCHITECTURE_KEYS, model_identity
-from kvstore.chat import ChatRenderer
+from kvstore.cache.evicting import ARCHITECTURE_KEYS, model_identity
 from kvstore.errors import KVStoreError
 from kvstore.policies.base import head_token_attention
-from kvstore.profile import MemoryProfile, common_template
-from kvstore.session import Session, SessionConfig
+from kvstore.profiles.profile import MemoryProfile, common_template
+from kvstore.session.render import ChatRenderer
+from kvstore.session.session import Session, SessionConfig
+from kvstore.session.teacher import Plan, plan, replay_steps
 from kvstore.steps import run_steps
-from kvstore.teacher import Plan, plan, replay_steps
 
 
 class _ReplyAttention:
@@ -116,7 +118,7 @@ def max_positions(model, max_tokens: int | None) -> int:
 
 
 def calibration_plans(tokenizer, conversations: list[list[dict]], limit: int) -> list[Plan | None]:
-    """What a calibration replays of each conversation (kvstore.teacher.plan; None: left out)."""
+    """What a calibration replays of each conversation (kvstore.session.teacher.plan; None: left out)."""
     renderer = ChatRenderer(tokenizer)
     return [plan(messages, renderer, limit) for messages in conversations]
 

@@ -3,7 +3,7 @@
 An agent opens every session with the same text around the task: its system prompt (tools, call format, rules)
 before the task statement and its standing instructions after it. A profile holds, per layer and kv head, the
 attention the agent's replies gave each token of that fixed prefix and suffix, measured on the full cache over
-recorded conversations (`nexus-agent calibrate`, kvstore.calibrate). A session whose opening starts with the
+recorded conversations (`nexus-agent calibrate`, kvstore.profiles.calibrate). A session whose opening starts with the
 profile's prefix tokens and ends with its suffix tokens hands those weights to its cache (EvictingCache.set_prior);
 the default memory then ranks those tokens by what replies needed instead of by what the opening's own queries
 attended (docs/memory.md, "Memory profiles")."""
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from kvstore.cache import ARCHITECTURE_KEYS
+from kvstore.cache.evicting import ARCHITECTURE_KEYS
 from kvstore.defaults import PROFILE_SUFFIX
 from kvstore.errors import KVStoreError
 
@@ -36,7 +36,7 @@ class MemoryProfile:
     suffix: list[int]  # token ids every calibration opening ends with
     prefix_weight: torch.Tensor  # [L, Hkv, len(prefix)]
     suffix_weight: torch.Tensor  # [L, Hkv, len(suffix)]
-    identity: dict[str, Any]  # the model's architecture (kvstore.cache.model_identity keys)
+    identity: dict[str, Any]  # the model's architecture (kvstore.cache.evicting.model_identity keys)
     conversations: int  # how many conversations the weights average
     meta: dict[str, Any] = field(default_factory=dict)  # model name, max tokens, sources: for people
 
@@ -78,7 +78,8 @@ class MemoryProfile:
 
     @classmethod
     def load_for(cls, path: str | Path, identity: dict[str, Any]) -> MemoryProfile:
-        """`load`, then `check_model` against the model's identity (kvstore.cache.model_identity). The file is read
+        """`load`, then `check_model` against the model's identity (kvstore.cache.evicting.model_identity). The file
+        is read
         once while it stays the same (a server opens many sessions with one profile); a changed file is read again."""
         profile = _load_cached(Path(path))
         profile.check_model(identity)

@@ -25,7 +25,7 @@ def span_mask(positions: torch.Tensor, spans) -> torch.Tensor:
 
 @dataclass(eq=False)
 class SessionSignals:
-    """The session's side of a cache (kvstore.session sets it; kvstore.state saves it)."""
+    """The session's side of a cache (kvstore.session.session sets it; kvstore.cache.snapshot saves it)."""
 
     shape: tuple[int, int]  # (layers, kv heads) of the cache: what a profile's weights must match
     device: str = "cpu"  # where the cache's tensors live (the profile's weights are moved there)
@@ -46,7 +46,8 @@ class SessionSignals:
 
     # --- memory profile -------------------------------------------------------------------------------------------
     def set_prior(self, weights: torch.Tensor) -> None:
-        """Weights [L, Hkv, P] for the tokens at positions [0, P) (kvstore.profile.MemoryProfile.prior_for): what a
+        """Weights [L, Hkv, P] for the tokens at positions [0, P) (kvstore.profiles.profile.MemoryProfile.prior_for):
+        what a
         memory profile says replies need of the opening; policies that use it see it as ScoreContext.prior."""
         if weights.dim() != 3 or tuple(weights.shape[:2]) != self.shape:
             raise KVStoreError(

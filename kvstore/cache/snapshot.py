@@ -6,11 +6,11 @@ from typing import Any
 
 import torch
 
-from kvstore.cache import ARCHITECTURE_KEYS, EvictingCache, model_identity
-from kvstore.capture import install
-from kvstore.config import CacheConfig, saved_by_older_version
+from kvstore.cache.capture import install
+from kvstore.cache.config import CacheConfig, saved_by_older_version
+from kvstore.cache.evicting import ARCHITECTURE_KEYS, EvictingCache, model_identity
+from kvstore.cache.stats import LayerStats
 from kvstore.errors import KVStoreError
-from kvstore.stats import LayerStats
 
 STATE_VERSION = 1
 _META = ("config", "identity", "budget_tokens", "protected", "replies", "layers")  # what export_state writes

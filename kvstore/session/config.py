@@ -69,7 +69,7 @@ class SessionConfig(MemorySettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if isinstance(self.profile, Path):  # saved as text (kvstore.persist, chat.json)
+        if isinstance(self.profile, Path):  # saved as text (kvstore.session.persist, chat.json)
             self.profile = str(self.profile)
         if self.chunk_size < 1:
             raise KVStoreError(f"chunk_size must be >= 1, got {self.chunk_size}")

@@ -1,6 +1,7 @@
 """A persistent chat session over one evicting KV cache: append messages, generate replies, save and restore.
 
-The session keeps the whole conversation as one token sequence (append-only, see kvstore.chat) and a cache that
+The session keeps the whole conversation as one token sequence (append-only, see kvstore.session.render) and a cache
+that
 has seen a prefix of it. Two protocols differ only in what the cache holds, never in the tokens:
 
 - ``true-eviction``: one cache for the session's life; each turn prefills only the tokens it has not seen.
@@ -17,13 +18,13 @@ from typing import NamedTuple
 import torch
 
 import kvstore
-from kvstore.chat import ChatRenderer
+from kvstore.cache.forwarding import chunk_end, prefill_steps
 from kvstore.errors import KVStoreError
-from kvstore.forwarding import chunk_end, prefill_steps
-from kvstore.sampling import check_sampling
-from kvstore.session_config import SessionConfig
+from kvstore.session.config import SessionConfig
+from kvstore.session.render import ChatRenderer
+from kvstore.session.sampling import check_sampling
+from kvstore.session.turn_stats import Reply, TurnStats
 from kvstore.steps import run_steps
-from kvstore.turn_stats import Reply, TurnStats
 
 
 class OpenTurn(NamedTuple):
@@ -57,8 +58,8 @@ class Session:
 
     @classmethod
     def open(cls, config: SessionConfig) -> Session:
-        """A new session on the model `config.model`, loaded through the registry (kvstore.models)."""
-        from kvstore.models import load_model
+        """A new session on the model `config.model`, loaded through the registry (kvstore.models.registry)."""
+        from kvstore.models.registry import load_model
 
         model, tokenizer, _ = load_model(config.model, device=config.device, dtype=config.dtype)
         return cls(model, tokenizer, config)
@@ -111,7 +112,7 @@ class Session:
                 self.cache.signals.add_reply(start + a, start + b)
         self.messages.extend(dict(m) for m in messages)
         if profiles is not None:  # the opening is complete: its template tokens get the best profile's weights
-            from kvstore.profile import best_match
+            from kvstore.profiles.profile import best_match
 
             first_user = next(i for i, m in enumerate(self.messages) if m["role"] == "user")
             opening = self.renderer.encode_messages(self.messages[: first_user + 1], first=True)
@@ -120,14 +121,15 @@ class Session:
                 self.cache.signals.set_prior(prior)
 
     def _profiles_for(self, messages: list[dict]):
-        """The memory profiles (kvstore.profile.load_profiles: a file, or a directory of them) when these messages
+        """The memory profiles (kvstore.profiles.profile.load_profiles: a file, or a directory of them) when these
+        messages
         complete the opening (system prompt + first user message) before the cache has seen it, else None; a
         missing or corrupt file, or a profile file of another model, raises."""
         done = any(m["role"] == "user" for m in self.messages)
         if self.config.profile is None or done or self.prefilled or not any(m["role"] == "user" for m in messages):
             return None
-        from kvstore.cache import model_identity
-        from kvstore.profile import load_profiles
+        from kvstore.cache.evicting import model_identity
+        from kvstore.profiles.profile import load_profiles
 
         return load_profiles(self.config.profile, model_identity(self.model))
 
@@ -238,13 +240,13 @@ class Session:
         on_token: Callable[[str], None] | None = None,
     ) -> Reply:
         """Prefill what is pending plus the generation prompt, then decode a reply: a step-wise reply
-        (kvstore.stepwise.ReplyInProgress) run to its end.
+        (kvstore.session.reply.ReplyInProgress) run to its end.
 
         The raw reply tokens stay in the history (and the cache) as generated; the template's end-of-turn tokens
         follow them, so the history stays a valid conversation. Decoding stops at an end-of-turn token, a stop
         string, `max_new_tokens`, or the model's last position.
         """
-        from kvstore.stepwise import ReplyInProgress
+        from kvstore.session.reply import ReplyInProgress
 
         reply = ReplyInProgress(
             self, max_new_tokens, temperature=temperature, top_p=top_p, stop=stop, on_token=on_token
@@ -286,7 +288,7 @@ class Session:
 
     def forward_chunk(self, size: int) -> None:
         """Run the next chunk of the pending tokens (at most `size`; a reply's generation prompt one token at a time,
-        kvstore.forwarding.chunk_end) through the model and keep the logits after it."""
+        kvstore.cache.forwarding.chunk_end) through the model and keep the logits after it."""
         end = self.prefilled + chunk_end(0, len(self.tokens) - self.prefilled, size, self.pending_prompt())
         ids = torch.tensor([self.tokens[self.prefilled : end]], device=self.device)  # [1, chunk]
         self.logits = kvstore.forward(self.model, self.cache, ids)[0, -1]  # [V]
@@ -315,7 +317,7 @@ class Session:
 
     def pending_prompt(self) -> tuple[int, int] | None:
         """[start, end) of the generation prompt of the reply begun by `begin_reply` among the pending tokens (the
-        prefill runs it apart: kvstore.forwarding.chunk_end), or None (no reply begun, or its prompt has run)."""
+        prefill runs it apart: kvstore.cache.forwarding.chunk_end), or None (no reply begun, or its prompt has run)."""
         if self._prompt is None or self._prompt[1] <= self.prefilled:
             return None
         return self._prompt[0] - self.prefilled, self._prompt[1] - self.prefilled
@@ -345,15 +347,15 @@ class Session:
 
     # --- persistence ----------------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
-        """Write the whole session to one file, atomically (see kvstore.persist)."""
-        from kvstore.persist import save_session
+        """Write the whole session to one file, atomically (see kvstore.session.persist)."""
+        from kvstore.session.persist import save_session
 
         save_session(self, Path(path))
 
     @classmethod
     def load(cls, path: str | Path, model=None, tokenizer=None, config: SessionConfig | None = None) -> Session:
         """Restore a saved session; with `config`, refuse a file saved under another model or cache config."""
-        from kvstore.persist import load_session
+        from kvstore.session.persist import load_session
 
         return load_session(cls, Path(path), model=model, tokenizer=tokenizer, expect=config)
 
