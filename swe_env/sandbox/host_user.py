@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swe_env.sandbox.base import SandboxError
+from swe_env.sandbox.limits import scan
 
 DEDICATED_NAME = "nexus-sandbox"
 DEDICATED_ID = 60999  # the uid/gid used when no nexus-sandbox account exists (scripts/install.sh makes one)
@@ -74,16 +75,8 @@ def sandbox_user(repo: Path | None = None) -> HostUser:
 def walk(root: Path):
     """Every entry under root (root included), never following a symlink."""
     yield root
-    stack = [root]
-    while stack:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            yield Path(entry.path)
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(Path(entry.path))
+    for entry in scan(root):
+        yield Path(entry.path)
 
 
 def hand_over(root: Path, to: HostUser, only_from: HostUser | None = None) -> None:

@@ -52,6 +52,23 @@ class StepLimits:
         return "".join(f"ulimit {p} || exit 126; " for p in parts)
 
 
+def scan(*roots: Path):
+    """Every entry (os.DirEntry) below `roots`, never following a symlink; an unreadable folder is skipped."""
+    stack = [str(r) for r in roots if r.exists()]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            yield entry
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+            except OSError:
+                continue
+
+
 @dataclass(frozen=True)
 class DiskUsage:
     """Space and entries under some folders."""
@@ -63,20 +80,12 @@ class DiskUsage:
     def of(cls, *roots: Path) -> DiskUsage:
         """Allocated bytes and entries under `roots` (symlinks not followed; a file linked twice counts twice)."""
         size = count = 0
-        stack = [str(r) for r in roots if r.exists()]
-        while stack:
+        for entry in scan(*roots):
             try:
-                entries = list(os.scandir(stack.pop()))
+                size += entry.stat(follow_symlinks=False).st_blocks * 512
+                count += 1
             except OSError:
                 continue
-            for entry in entries:
-                try:
-                    size += entry.stat(follow_symlinks=False).st_blocks * 512
-                    count += 1
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-                except OSError:
-                    continue
         return cls(size, count)
 
 
