@@ -69,7 +69,15 @@ def test_the_oracles_score_held_tokens_by_the_replies_still_to_come() -> None:
 
     def score(horizon: str, seen: int) -> list:
         policy = OraclePolicy(CacheConfig(policy="h2o", budget=4), record, horizon)
-        ctx = ScoreContext(torch.zeros(1, 2, 3, 4), torch.zeros(1, 4, 1, 4), positions, {}, None, 0, seen=seen)
+        ctx = ScoreContext(
+            keys=torch.zeros(1, 2, 3, 4),
+            queries=torch.zeros(1, 4, 1, 4),
+            positions=positions,
+            state={},
+            scaling=None,
+            layer_idx=0,
+            seen=seen,
+        )
         return policy.score(ctx).tolist()
 
     reply1, reply2 = [[[0, 3, 7], [11, 12, 18]]], [[[0, -3, -7], [-21, -22, -28]]]
