@@ -19,8 +19,10 @@ def parse_call(text: str, tools: dict[str, ToolSpec] = TOOLS) -> ToolCall:
     """The single tool call in `text`, checked against `tools`.
 
     Tolerates whitespace around names and between parameters, values spanning lines, and a missing
-    `</function>` at the very end (the stop string may have cut it). Values are stripped of surrounding
-    whitespace. Text after the call is ignored unless it holds a second call.
+    `</function>` at the very end (the stop string may have cut it). A value is stripped of surrounding
+    whitespace, except a text whose whitespace matters (`Param.exact`: a file's text, a str_replace's old and new
+    text), which loses only the newline the call format puts after its opening tag and before its closing tag.
+    Text after the call is ignored unless it holds a second call.
     """
     start = _OPEN.search(text)
     if start is None:
@@ -69,9 +71,16 @@ def _params(text: str, pos: int, spec: ToolSpec) -> tuple[dict[str, str], int]:
             raise FormatError(_bad(f"{spec.name} has no parameter '{key}'; its parameters are: {allowed}"))
         if key in params:
             raise FormatError(_bad(f"parameter '{key}' is given twice"))
-        params[key] = text[m.end() : end.start()].strip()
+        params[key] = _value(text[m.end() : end.start()], spec.param(key).exact)
         pos = end.end()
     return params, pos
+
+
+def _value(raw: str, exact: bool) -> str:
+    if not exact:
+        return raw.strip()
+    raw = raw[2:] if raw.startswith("\r\n") else raw[1:] if raw.startswith("\n") else raw
+    return raw[:-2] if raw.endswith("\r\n") else raw[:-1] if raw.endswith("\n") else raw
 
 
 def _skip_space(text: str, pos: int) -> int:

@@ -17,6 +17,7 @@ class Param:
     description: str
     required: bool = False
     choices: tuple[str, ...] = ()  # allowed values; empty = any string
+    exact: bool = False  # text whose whitespace matters: only the newline the call format puts at each end is removed
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,9 @@ FILE_EDITOR = ToolSpec(
             ("view", "create", "str_replace", "insert", "undo_edit"),
         ),
         Param("path", "absolute path of the file or directory", True),
-        Param("file_text", "content of the new file (create)"),
-        Param("old_str", "the exact text to replace (str_replace)"),
-        Param("new_str", "the replacement (str_replace) or the text to add (insert)"),
+        Param("file_text", "content of the new file (create)", exact=True),
+        Param("old_str", "the exact text to replace (str_replace)", exact=True),
+        Param("new_str", "the replacement (str_replace) or the text to add (insert)", exact=True),
         Param("insert_line", "line number after which `new_str` goes (insert)"),
         Param("view_range", "lines to show, e.g. [10, 40]; -1 as the end means to the end of the file (view)"),
         Param("concise", "true to fold long function bodies in a Python file view (view)"),

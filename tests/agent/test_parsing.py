@@ -23,8 +23,8 @@ def test_whitespace_variants_and_multiline_values() -> None:
     )
     call = parse_call(text)
     assert call.params["command"] == "str_replace"
-    assert call.params["old_str"] == "def f():\n        return 1"  # stripped like R2E-Gym
-    assert call.params["new_str"] == "def f():\n        return 2"
+    assert call.params["old_str"] == "    def f():\n        return 1"  # only the call format's newlines go
+    assert call.params["new_str"] == "    def f():\n        return 2"
 
 
 def test_missing_closing_function_tag_is_tolerated() -> None:
@@ -80,3 +80,42 @@ def test_defects_are_format_errors(text: str, expect: str) -> None:
         parse_call(text)
     assert expect in str(err.value)
     assert str(err.value).startswith("ERROR: your reply could not be run")
+
+
+def test_edit_texts_keep_their_indentation_and_blank_lines() -> None:
+    """A str_replace whose texts start indented or end with blank lines runs as written: only the newline the call
+    format puts after `<parameter=...>` and before `</parameter>` is removed (CRLF too); other values are stripped."""
+    old, new = "    return x\n", "    if x:\n        return x\n\n\n"
+    text = (
+        "<function=file_editor>\n<parameter=command> str_replace </parameter>\n<parameter=path> /testbed/a.py\n"
+        f"</parameter>\n<parameter=old_str>\n{old}\n</parameter>\n<parameter=new_str>\r\n{new}\r\n</parameter>\n"
+        "</function>"
+    )
+    call = parse_call(text)
+    assert call.params == {"command": "str_replace", "path": "/testbed/a.py", "old_str": old, "new_str": new}
+    inline = parse_call("<function=file_editor><parameter=command>create</parameter><parameter=path>/testbed/b"
+                        "</parameter><parameter=file_text>  x = 1</parameter></function>")  # fmt: skip
+    assert inline.params["file_text"] == "  x = 1"
+
+
+def test_an_edit_through_the_real_tool_keeps_the_indentation(tmp_path) -> None:
+    """End to end with the file_editor program: the replaced lines keep their leading spaces and blank lines."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import swe_env.tools as tools
+
+    target = tmp_path / "a.py"
+    target.write_text("def f(x):\n    return x\n")
+    reply = (
+        f"<function=file_editor>\n<parameter=command>str_replace</parameter>\n<parameter=path>{target}</parameter>\n"
+        "<parameter=old_str>\n    return x\n</parameter>\n<parameter=new_str>\n    if x:\n        return x\n\n"
+        "</parameter>\n</function>"
+    )
+    params = parse_call(reply).params
+    program = Path(tools.__file__).parent / "file_editor.py"
+    argv = [sys.executable, str(program), *(f"--{k}={v}" for k, v in params.items())]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert target.read_text() == "def f(x):\n    if x:\n        return x\n\n"
