@@ -138,7 +138,8 @@ def test_bench_replay_compares_each_memory_with_the_full_cache(tmp_path: Path) -
     model = save_tiny_chat_model(tmp_path / "model")
     out, png, txt = tmp_path / "replay.json", tmp_path / "replay.png", tmp_path / "replay.txt"
     args = ["bench", "replay", str(TRAJECTORY), "--model", str(model), "--dtype", "fp32", "--max-tokens", "2600"]
-    args += ["--specs", "full;full@protocol=re-prefill;streaming;nexus-topk@protect=system", "--budgets", "0.5,160"]
+    specs = "full;full@protocol=re-prefill;streaming;nexus@selector=topk,protect=system"
+    args += ["--specs", specs, "--budgets", "0.5,160"]
     args += ["--json", str(out), "--plot", str(png), "--table", str(txt)]
     result = CliRunner().invoke(app, args, env=os.environ | {"NEXUS_SHARED_DATA": str(tmp_path)})
     assert result.exit_code == 0, result.output
@@ -155,8 +156,8 @@ def test_bench_replay_compares_each_memory_with_the_full_cache(tmp_path: Path) -
     assert sum(t["kl"] for t in runs[("streaming", 0.5)]["turns"]) > 0
     # 160 tokens cannot hold the protected system prompt: that run fails with the reason, the others go on
     (failed,) = data["failed"]
-    assert failed["spec"] == "nexus-topk@protect=system" and "protect" in failed["error"]
-    specs = {"full", "full@protocol=re-prefill", "streaming", "nexus-topk@protect=system"}
+    assert failed["spec"] == "nexus@selector=topk,protect=system" and "protect" in failed["error"]
+    specs = {"full", "full@protocol=re-prefill", "streaming", "nexus@selector=topk,protect=system"}
     assert {row["spec"] for row in data["summary"]} == specs
     assert png.stat().st_size > 10_000 and "mean KL" in txt.read_text()
     assert "bench replay: model in float32," in txt.read_text()  # the dtype moves top-1: the table names it
