@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import shlex
 import shutil
 import stat
 import subprocess
@@ -166,7 +167,7 @@ class MountStage:
         for n, src in enumerate(sources):
             target = stage_dir / str(n)
             target.mkdir() if Path(src).is_dir() else target.touch()
-            mounts.append(f"mount --rbind -- {_q(src)} {_q(str(target))}")
+            mounts.append(f"mount --rbind -- {shlex.quote(src)} {shlex.quote(str(target))}")
             self.staged[src] = str(target)
         script = " && ".join([*mounts, "echo ready", "read _"])
         proc = subprocess.Popen(
@@ -204,9 +205,3 @@ class MountStage:
         if self.stage_dir is not None:  # empty mount points on the host (the mounts lived in the namespace)
             shutil.rmtree(self.stage_dir, ignore_errors=True)
             self.stage_dir = None
-
-
-def _q(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
