@@ -17,6 +17,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
+from kvstore.cache import decode_attention
 from kvstore.errors import KVStoreError
 
 PREFIX = "nexus_"
@@ -66,7 +67,10 @@ def _make_wrapper(impl: str):
         attention_mask = _align_mask(attention_mask, key.shape[-2])
         if layer is not None:
             attention_mask = layer.head_mask(attention_mask, query, impl)
-        out = _base_function(impl, module)(module, query, key, value, attention_mask, **kwargs)
+        fn = _base_function(impl, module)
+        if layer is not None and impl == "sdpa" and decode_attention.applies(query, attention_mask):
+            fn = decode_attention.decode_attention  # a CPU decode step: faster than torch's sdpa for one query
+        out = fn(module, query, key, value, attention_mask, **kwargs)
         if layer is not None:
             layer.after_attention(query, scaling=kwargs.get("scaling"))
         return out

@@ -12,6 +12,10 @@ from kvstore.errors import KVStoreError
 
 # options earlier versions had, with the value that meant "off": a saved session that set one cannot continue
 _REMOVED = {"renorm_candidates": False, "pyramid_spread": None}
+# options that change how, not what, the cache computes: a session saved before one existed takes its default
+_NEUTRAL = {"engine": "static"}
+# options added later, with the value that means what a session saved before them did
+_ADDED = {"density_grows": False}
 
 
 def named(option: str, default: Any) -> Any:
@@ -54,6 +58,8 @@ class CacheConfig:
     budget: int | float | None = (
         None  # int: tokens per layer; float in (0, 1]: density of the prompt; None: never evict
     )
+    density_grows: bool = False  # a density budget follows the conversation (density x tokens seen, at each prefill)
+    # instead of being fixed by the first prompt (serve's sessions)
     block: int = 32  # b: tokens per key block (eviction granularity of block policies, and the decode slack)
     sink: int | None = None  # attention-sink tokens always kept; None: the policy's default (docs/baselines.md)
     recent: int | float | None = None  # token policies: recent tokens always kept (float: share of the layer budget)
@@ -65,6 +71,7 @@ class CacheConfig:
     score_chunk: int = 1 << 24  # attention statistics: at most this many fp32 probabilities live at once
     chunk_size: int = 512  # prefill chunk (tokens) for kvstore.prefill()
     use_triton: bool | None = None  # fused Triton kernels: None = on CUDA when installed; False = torch paths
+    engine: str = "static"  # KV storage: "static" buffers written in place, "eager" concatenating (cache/buffers.py)
     seed: int = 0  # seed of the cache's torch.Generator (reservoir draws)
     settings: Any = None  # the policy's own settings (its dataclass, e.g. NexusSettings); None: its defaults
 
@@ -80,6 +87,8 @@ class CacheConfig:
                 raise KVStoreError(f"budget density must be in (0, 1], got {b}")
             if isinstance(b, int) and b <= 0:
                 raise KVStoreError(f"budget must be a positive number of tokens, got {b}")
+        if self.engine not in ("static", "eager"):
+            raise KVStoreError(f"engine must be 'static' or 'eager', got {self.engine!r}")
         for name in ("block", "chunk_size", "score_chunk", "observe_batch"):
             if getattr(self, name) < 1:
                 raise KVStoreError(f"option {name} must be >= 1, got {getattr(self, name)}")
@@ -113,6 +122,7 @@ class CacheConfig:
         saved when every option was a field here holds them all) are not this policy's and are left out; one of
         this policy's missing, or a removed option set, means an older version saved it: refused in one line."""
         policy = data.get("policy", DEFAULT_POLICY)
+        data = _NEUTRAL | _ADDED | data  # options that do not change results: a session saved before them continues
         wanted = [*SHARED, *own_options(policy)]
         if any(name not in data for name in wanted) or any(data.get(k, v) != v for k, v in _REMOVED.items()):
             raise saved_by_older_version(f"policy {policy!r} with other options")

@@ -47,10 +47,39 @@ class EvictingCache(Cache):
     # --- budget ---------------------------------------------------------------------------------------------------
     def resolve_budget(self, prompt_tokens: int) -> None:
         """Called by prefill() with the tokens seen once the prompt is in: fixes a density budget
-        (round(d * prompt_tokens) tokens per layer) the first time; no-op for token budgets."""
+        (round(d * prompt_tokens) tokens per layer, never below `least_budget`) the first time, or at every prefill
+        with `density_grows`; no-op for token budgets."""
         self.prefill_end = prompt_tokens
-        if self.budget_tokens is None and self.policy.evicts and isinstance(self.config.budget, float):
-            self._set_budget(max(1, round(self.config.budget * prompt_tokens)))
+        density = self.config.budget
+        if not self.policy.evicts or not isinstance(density, float):
+            return
+        if self.budget_tokens is None or self.config.density_grows:
+            tokens = self.density_budget(prompt_tokens)
+            if tokens != self.budget_tokens:
+                self._set_budget(tokens)
+
+    def density_budget(self, tokens: int) -> int:
+        """The tokens per layer a density budget gives a conversation of `tokens` tokens: d x tokens, but never
+        less than the policy must keep (`least_budget`), so a short prompt is held whole instead of refused."""
+        return max(round(self.config.budget * tokens), self.least_budget())
+
+    def least_budget(self) -> int:
+        """The smallest budget whose every layer holds the policy's forced set (sink, recent tokens, a block's
+        tail) and the protected spans."""
+        protected = sum(end - start for start, end in self.signals.protected)
+
+        def holds(n: int) -> bool:  # the forced set grows slower than the budget: false below some n, true above
+            per_layer = self.policy.layer_budgets(n, len(self.layers))
+            return all(self.policy.forced_max(b) + protected <= b for b in per_layer)
+
+        high = 1
+        while not holds(high):
+            high *= 2
+        low = high // 2  # holds(low) is false (or low is 0)
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (low, mid) if holds(mid) else (mid, high)
+        return high
 
     def _set_budget(self, tokens: int) -> None:
         per_layer = self.policy.layer_budgets(tokens, len(self.layers))
@@ -77,6 +106,13 @@ class EvictingCache(Cache):
     def decode_slack(self) -> int:
         slack = self.config.decode_slack
         return self.config.block if slack is None else slack
+
+    def decode_limit(self, layer_idx: int) -> int | None:
+        """The most tokens a layer holds while decoding (its budget + decode slack + 1: the step past it evicts), or
+        None where decoding never evicts (no budget yet, full, prefill-only): what its storage preallocates."""
+        if self._layer_budgets is None or self.config.budget is None or self.policy.prefill_only:
+            return None
+        return self._layer_budgets[layer_idx] + self.decode_slack() + 1 if self.policy.evicts else None
 
     def should_evict(self, layer: EvictingLayer) -> bool:
         """Multi-token forwards are brought back to the budget exactly; decode steps once past budget + slack.

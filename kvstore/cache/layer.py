@@ -9,6 +9,7 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 from kvstore.cache import capture
+from kvstore.cache.buffers import make_store
 from kvstore.cache.eviction import plan_eviction
 from kvstore.cache.stats import LayerStats
 from kvstore.errors import KVStoreError
@@ -22,34 +23,57 @@ class EvictingLayer(DynamicLayer):
     """keys/values: [B, Hkv, T_held, D]; positions: [B, Hkv, T_held] original token positions (never re-rotated)."""
 
     def __init__(self, layer_idx: int, owner: EvictingCache) -> None:
+        self.store = make_store(owner.config.engine)  # keys, values, positions, valid, state.* (kvstore.cache.buffers)
         super().__init__()
         self.layer_idx = layer_idx
         self.owner = owner
         self.seen = 0  # tokens seen (new tokens continue at this position)
-        self.positions: torch.Tensor | None = None
-        self.valid: torch.Tensor | None = None  # [B, Hkv, T] bool, head-masking policies only
-        self.state: dict[str, torch.Tensor] = {}
         self.window_q: torch.Tensor | None = None  # [B, Hq, <=W, D]
         self.query: torch.Tensor | None = None  # [B, Hq, q, D] the current attention call's queries (for observers)
         self.pending_q: list[torch.Tensor] = []  # [B, Hq, q, D] each: queries of the last positions not yet observed
         self.last_q_len = 0
         self.stats = LayerStats()
 
+    # --- the held tokens: views of the store (kvstore.cache.buffers), [B, Hkv, T_held, ...] ----------------------
+    keys = property(lambda self: self.store.get("keys"), lambda self, t: self.store.set("keys", t))
+    values = property(lambda self: self.store.get("values"), lambda self, t: self.store.set("values", t))
+    positions = property(lambda self: self.store.get("positions"), lambda self, t: self.store.set("positions", t))
+    valid = property(  # [B, Hkv, T] bool, head-masking policies only (None otherwise)
+        lambda self: self.store.get("valid"), lambda self, t: self.store.set("valid", t)
+    )
+
+    @property
+    def state(self) -> dict[str, torch.Tensor]:
+        """The policy's per-token state, each [B, Hkv, T] (views: a policy updates them in place)."""
+        return {name[len("state.") :]: self.store.get(name) for name in self.store.names("state.")}
+
+    @state.setter
+    def state(self, tensors: dict[str, torch.Tensor]) -> None:
+        for name in self.store.names("state."):
+            self.store.set(name, None)
+        for name, t in tensors.items():
+            self.store.set(f"state.{name}", t)
+
     # --- transformers Cache API -------------------------------------------------------------------------------
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.device = key_states.device
+        self.is_initialized = True
+
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Append the new keys/values [B, Hkv, q, D] with their positions and fresh per-token state; the held
+        keys/values (the new ones included) for attention."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         bsz, hkv, q, _ = key_states.shape
-        self.keys = torch.cat([self.keys, key_states], dim=-2)
-        self.values = torch.cat([self.values, value_states], dim=-2)
-        pos = torch.arange(self.seen, self.seen + q, device=key_states.device).expand(bsz, hkv, q)
-        self.positions = pos.clone() if self.positions is None else torch.cat([self.positions, pos], dim=-1)
+        dev = key_states.device
+        fresh = {"keys": key_states, "values": value_states}
+        fresh["positions"] = torch.arange(self.seen, self.seen + q, device=dev).expand(bsz, hkv, q)
         for name in self.owner.policy.token_state:
-            fresh = torch.zeros(bsz, hkv, q, device=key_states.device)
-            self.state[name] = torch.cat([self.state[name], fresh], -1) if name in self.state else fresh
+            fresh[f"state.{name}"] = torch.zeros(bsz, hkv, q, device=dev)
         if self.owner.policy.masks_heads:
-            fresh = torch.ones(bsz, hkv, q, dtype=torch.bool, device=key_states.device)
-            self.valid = fresh if self.valid is None else torch.cat([self.valid, fresh], dim=-1)
+            fresh["valid"] = torch.ones(bsz, hkv, q, dtype=torch.bool, device=dev)
+        self.store.limit = self.owner.decode_limit(self.layer_idx)
+        self.store.append(fresh)
         self.seen += q
         self.last_q_len = q
         capture.hand_over(self.layer_idx, self)
@@ -59,7 +83,7 @@ class EvictingLayer(DynamicLayer):
         return self.seen
 
     def held(self) -> int:
-        return 0 if self.keys is None or not self.is_initialized else self.keys.shape[-2]
+        return len(self.store) if self.is_initialized else 0
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         held = self.held()
@@ -186,12 +210,8 @@ class EvictingLayer(DynamicLayer):
         gone = self.positions[0, 0][dropped]
         if self.owner.policy.granularity == "block":
             gone = gone[:: self.owner.config.block]
-        idx = keep[..., None].expand(-1, -1, -1, self.keys.shape[-1])
-        self.keys = self.keys.gather(2, idx)
-        self.values = self.values.gather(2, idx)
-        self.positions = self.positions.gather(2, keep)
-        self.state = {k: v.gather(2, keep) for k, v in self.state.items()}
-        if self.valid is not None:
+        self.store.keep(keep)  # keys, values, positions, state (and valid, replaced next) in one place
+        if valid is not None:
             self.valid = valid
         self.stats.record(self.seen, gone, before - self.effective_held())
 
@@ -210,6 +230,11 @@ class EvictingLayer(DynamicLayer):
         return [self.held()] * self.keys.shape[1]
 
     def nbytes(self) -> int:
-        if not self.is_initialized:
+        """Bytes of the held keys and values."""
+        if not self.is_initialized or self.keys is None:
             return 0
         return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
+
+    def allocated_bytes(self) -> int:
+        """Bytes the layer's storage takes (buffer capacity included, per-token state and positions too)."""
+        return self.store.allocated_bytes() if self.is_initialized else 0

@@ -21,7 +21,7 @@ def export_state(cache: EvictingCache) -> tuple[dict[str, torch.Tensor], dict[st
     signals = cache.signals
     tensors: dict[str, torch.Tensor] = {"generator": cache.generator.get_state()}
     if signals.prior is not None:
-        tensors["prior"] = signals.prior.detach().to("cpu").contiguous()
+        tensors["prior"] = _copy(signals.prior)
     cache.flush_observations()  # statistics still pending are applied, not saved
     layers = []
     for i, layer in enumerate(cache.layers):
@@ -36,7 +36,7 @@ def export_state(cache: EvictingCache) -> tuple[dict[str, torch.Tensor], dict[st
         entries |= {f"state.{k}": v for k, v in layer.state.items()}
         for name, t in entries.items():
             if t is not None and layer.is_initialized:
-                tensors[f"layer{i}.{name}"] = t.detach().to("cpu").contiguous()
+                tensors[f"layer{i}.{name}"] = _copy(t)
         layers.append(
             {
                 "seen": layer.seen,
@@ -56,6 +56,12 @@ def export_state(cache: EvictingCache) -> tuple[dict[str, torch.Tensor], dict[st
         "layers": layers,
     }
     return tensors, meta
+
+
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous CPU copy: the layer's buffers are views written in place (kvstore.cache.buffers), so a saved
+    tensor never shares their memory."""
+    return t.detach().to("cpu", copy=True).contiguous()
 
 
 def restore_cache(model: torch.nn.Module, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> EvictingCache:
@@ -107,6 +113,7 @@ def _restore_layer(layer, info: dict[str, Any], t: dict[str, torch.Tensor], devi
     if not info["initialized"]:
         return
     layer.device = device
+    layer.store.limit = layer.owner.decode_limit(layer.layer_idx)  # the capacity decoding needs, allocated once
     layer.keys, layer.values = t["keys"].to(device), t["values"].to(device)
     layer.positions = t["positions"].to(device)
     layer.valid = t["valid"].to(device) if "valid" in t else None

@@ -38,8 +38,8 @@ class _BatchLayer:
         held = [row.update(key_states[i : i + 1], value_states[i : i + 1]) for i, row in enumerate(self.rows)]
         capture.hand_over(self.layer_idx, self)  # the attention call of this layer comes back to the batch
         t_max = max(k.shape[-2] for k, _ in held)
-        keys = torch.cat([_left_pad(k, t_max) for k, _ in held])  # [B, Hkv, T_max, D]
-        values = torch.cat([_left_pad(v, t_max) for _, v in held])
+        keys = _right_aligned([k for k, _ in held], t_max)  # [B, Hkv, T_max, D]
+        values = _right_aligned([v for _, v in held], t_max)
         real = torch.zeros(len(held), t_max, dtype=torch.bool, device=keys.device)  # [B, T_max]
         for i, (k, _) in enumerate(held):
             real[i, t_max - k.shape[-2] :] = True
@@ -105,9 +105,12 @@ def batched_decode(model: torch.nn.Module, caches: Sequence[EvictingCache], toke
     return out.logits[:, -1].float()
 
 
-def _left_pad(t: torch.Tensor, length: int) -> torch.Tensor:
-    """[1, H, T, D] -> [1, H, length, D] with zeros in front."""
-    pad = length - t.shape[-2]
-    if pad == 0:
-        return t
-    return torch.cat([t.new_zeros(*t.shape[:-2], pad, t.shape[-1]), t], dim=-2)
+def _right_aligned(rows: list[torch.Tensor], length: int) -> torch.Tensor:
+    """[1, H, T_i, D] each -> [B, H, length, D]: each row's tokens at the right end, zeros in front (one copy)."""
+    first = rows[0]
+    out = first.new_empty(len(rows), *first.shape[1:-2], length, first.shape[-1])
+    for i, t in enumerate(rows):
+        pad = length - t.shape[-2]
+        out[i, :, :pad].zero_()
+        out[i, :, pad:].copy_(t[0])
+    return out

@@ -64,11 +64,13 @@ def test_a_budget_that_cannot_hold_the_opening_is_refused_with_a_clear_message()
     assert s.tokens == [] and s.cache.signals.protected == []  # nothing half-appended
 
 
-def test_a_density_budget_too_small_for_the_opening_fails_at_the_first_prefill() -> None:
-    s = session(budget=0.5, protect="system+task")  # holds the forced set, not the ~230-token opening
-    s.append([{"role": "system", "content": words(100, "sys")}, {"role": "user", "content": words(60, "t")}])
-    with pytest.raises(KVStoreError, match="cannot hold the protected.*protect=.none."):
-        s.prefill()
+def test_a_density_budget_never_goes_below_the_protected_opening() -> None:
+    s = session(budget=0.5, protect="system+task")  # half the opening: less than the ~230 tokens it protects
+    agent_turns(s, turns=2)
+    ((start, end),) = s.cache.signals.protected
+    assert s.cache.budget_tokens == s.cache.least_budget() > round(0.5 * end)  # fixed by the first prompt
+    assert s.cache.stats()["tokens_evicted"] > 0
+    assert all(set(range(start, end)) <= held for held in held_positions(s))
 
 
 def test_re_prefill_and_save_load_keep_the_protection(tmp_path) -> None:

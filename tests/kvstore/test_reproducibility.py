@@ -45,9 +45,11 @@ def test_generator_state_is_inspectable_and_restorable():
 def test_budget_that_cannot_hold_forced_blocks_is_rejected():
     with pytest.raises(KVStoreError, match="forced blocks"):
         kvstore.make_cache(tiny_model(), "nexus", budget=64)
-    cache = kvstore.make_cache(tiny_model(), "nexus", budget=0.01)  # density: checked when the prompt is known
-    with pytest.raises(KVStoreError, match="forced blocks"):
-        kvstore.prefill(tiny_model(), cache, random_ids(200))
+    cache = kvstore.make_cache(tiny_model(), "nexus", budget=0.01)  # a density never goes below the forced set
+    kvstore.prefill(tiny_model(), cache, random_ids(200))
+    assert cache.budget_tokens == cache.least_budget() > round(0.01 * 200)
+    with pytest.raises(KVStoreError, match="forced blocks"):  # one token less is the budget the message refuses
+        kvstore.make_cache(tiny_model(), "nexus", budget=cache.least_budget() - 1)
 
 
 def test_unknown_policy_option_and_architecture():

@@ -1,0 +1,133 @@
+"""Token-aligned storage of one cache layer: named per-token tensors that grow and shrink together along the token
+axis (dim 2): keys and values [B, Hkv, T, D], original positions [B, Hkv, T], the policy's per-token state and the
+head mask of head-masking policies [B, Hkv, T].
+
+Two engines hold the same contents (CacheConfig.engine):
+- `BufferStore` ("static", the default): preallocated buffers [B, Hkv, C, ...] of capacity C >= T; new tokens are
+  written in place at the end of the valid length, readers get views of the valid length [:, :, :T], and an eviction
+  step compacts the kept tokens into the front of the same buffers (no reallocation). A buffer grows only when a
+  write does not fit: to the layer's limit (budget + decode slack + 1, so decoding never reallocates) or, for a cache
+  that does not evict in decode, by doubling.
+- `ConcatStore` ("eager", the earlier path): every write concatenates into new tensors, every eviction gathers into
+  new tensors. Kept to compare against (tests/kvstore/test_engine.py) and for whoever needs its exact behaviour.
+"""
+
+from __future__ import annotations
+
+import torch
+
+ENGINES = ("static", "eager")
+ROUND = 64  # buffer capacities are whole multiples of this many tokens
+
+
+def make_store(engine: str) -> ConcatStore:
+    """The storage of one layer for `engine` ("static" or "eager")."""
+    return BufferStore() if engine == "static" else ConcatStore()
+
+
+def _expand(index: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """[B, H, K] token indices -> an index for gathering `t` along dim 2 (expanded over its trailing dims)."""
+    return index.view(*index.shape, *([1] * (t.dim() - 3))).expand(*index.shape, *t.shape[3:])
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    """Everything of a tensor but its token count: what a buffer must share with what it holds."""
+    return t.shape[:2], t.shape[3:], t.dtype, t.device
+
+
+class ConcatStore:
+    """The concatenating engine: `tensors` holds each name's held tokens exactly (new tensors on every change)."""
+
+    def __init__(self) -> None:
+        self.tensors: dict[str, torch.Tensor] = {}
+        self.limit: int | None = None  # BufferStore's growth limit (unused here)
+
+    def __len__(self) -> int:
+        return next(iter(self.tensors.values())).shape[2] if self.tensors else 0
+
+    def get(self, name: str) -> torch.Tensor | None:
+        """The held tokens of `name` ([B, H, T, ...]), or None when it is not stored."""
+        return self.tensors.get(name)
+
+    def names(self, prefix: str = "") -> list[str]:
+        return [n for n in self.tensors if n.startswith(prefix)]
+
+    def set(self, name: str, t: torch.Tensor | None) -> None:
+        """Replace `name`'s held tokens by `t` (None: stop storing it)."""
+        if t is None:
+            self.tensors.pop(name, None)
+        else:
+            self.tensors[name] = t
+
+    def append(self, fresh: dict[str, torch.Tensor]) -> None:
+        """Add q new tokens to each name: fresh[name] is [B, H, q, ...] (a name not stored yet starts with it)."""
+        for name, t in fresh.items():
+            old = self.tensors.get(name)
+            self.tensors[name] = t.clone() if old is None else torch.cat([old, t], dim=2)
+
+    def keep(self, index: torch.Tensor) -> None:
+        """Keep the held tokens `index` [B, H, K] (ascending) of every name, in that order."""
+        self.tensors = {n: t.gather(2, _expand(index, t)) for n, t in self.tensors.items()}
+
+    def allocated_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors.values())
+
+
+class BufferStore(ConcatStore):
+    """The in-place engine: `tensors` holds buffers [B, H, C, ...]; the first `length` tokens are held."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.length = 0
+
+    def __len__(self) -> int:
+        return self.length
+
+    def get(self, name: str) -> torch.Tensor | None:
+        buf = self.tensors.get(name)
+        return None if buf is None else buf[:, :, : self.length]
+
+    def set(self, name: str, t: torch.Tensor | None) -> None:
+        """Replace `name`'s held tokens by a copy of `t` (so later in-place writes never reach the caller's tensor);
+        the held length becomes t's (every name is set to the same length by whoever sets them)."""
+        if t is None:
+            self.tensors.pop(name, None)
+            self.length = self.length if self.tensors else 0
+            return
+        buf = self.tensors.get(name)
+        n = t.shape[2]
+        if buf is None or buf.shape[2] < n or _layout(buf) != _layout(t):
+            buf = t.new_empty(*t.shape[:2], self._capacity(n, 0), *t.shape[3:])
+            self.tensors[name] = buf
+        buf[:, :, :n].copy_(t)
+        self.length = n
+
+    def append(self, fresh: dict[str, torch.Tensor]) -> None:
+        n, q = self.length, next(iter(fresh.values())).shape[2]
+        for name, t in fresh.items():
+            buf = self.tensors.get(name)
+            if buf is None:  # a name that starts now (the first write of a layer)
+                buf = self.tensors[name] = t.new_empty(*t.shape[:2], self._capacity(n + q, 0), *t.shape[3:])
+            elif buf.shape[2] < n + q:
+                buf = self.tensors[name] = self._grown(buf, n, n + q)
+            buf[:, :, n : n + q].copy_(t)
+        self.length = n + q
+
+    def keep(self, index: torch.Tensor) -> None:
+        k = index.shape[-1]
+        for buf in self.tensors.values():
+            held = buf[:, :, : self.length]
+            buf[:, :, :k].copy_(held.gather(2, _expand(index, held)))  # gathered first: the regions overlap
+        self.length = k
+
+    def _grown(self, buf: torch.Tensor, n: int, need: int) -> torch.Tensor:
+        """A larger buffer holding buf's first n tokens."""
+        new = buf.new_empty(*buf.shape[:2], self._capacity(need, buf.shape[2]), *buf.shape[3:])
+        new[:, :, :n].copy_(buf[:, :, :n])
+        return new
+
+    def _capacity(self, need: int, current: int) -> int:
+        """Tokens a buffer is given when `need` do not fit in `current`: at least the layer's limit (budget + decode
+        slack + 1: decoding then never reallocates) when it evicts in decode, else double; whole multiples of ROUND."""
+        grow = max(need, self.limit) if self.limit else max(need, 2 * current)
+        return -(-grow // ROUND) * ROUND
