@@ -41,7 +41,7 @@ def make_backend(
         return backend, None
     from agent.backends.local import LocalModel
 
-    return LocalModel(new_session(cfg), on_token=on_token), None
+    return LocalModel(new_session(cfg), on_token=on_token, constrain=cfg.constrain), None
 
 
 def served_model(url: str) -> str:

@@ -13,13 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 
 import kvstore
 from kvstore.errors import KVStoreError
-from kvstore.session.sampling import TextStream, next_token
+from kvstore.session.sampling import LogitAdjust, TextStream, next_token, token_logprobs
 from kvstore.session.session import OpenTurn, Reply, Session
+
+if TYPE_CHECKING:
+    from kvstore.session.grammar import Constraint
 
 
 class ReplyInProgress:
@@ -34,10 +38,22 @@ class ReplyInProgress:
         top_p: float = 1.0,
         stop: Sequence[str] = (),
         on_token: Callable[[str], None] | None = None,
+        generator: torch.Generator | None = None,
+        adjust: LogitAdjust | None = None,
+        top_logprobs: int | None = None,
+        constraint: Constraint | None = None,
     ) -> None:
+        """generator: the draws of this reply (default: the session's); adjust: penalties and logit bias;
+        top_logprobs: record each chosen token's log-probability and this many alternatives in `logprobs`
+        (None: record nothing); constraint: a grammar the reply follows (kvstore.session.grammar: a fresh one per
+        reply), which ends it ("stop") once complete."""
         s = self.session = session
         self.limit = s.begin_reply(max_new_tokens, temperature, top_p)
         self.temperature, self.top_p = temperature, top_p
+        self.generator = generator if generator is not None else s.generator
+        self.adjust, self.top_logprobs = adjust or None, top_logprobs
+        self.constraint = constraint
+        self.logprobs: list[tuple[int, float, list[tuple[int, float]]]] = []  # (token, logprob, top alternatives)
         self.stream = TextStream(s.renderer.decode, stop, on_token)
         self.prompt_tokens = len(s.tokens)  # the conversation the reply continues (generation prompt included)
         self.finish_reason: str | None = None
@@ -113,13 +129,19 @@ class ReplyInProgress:
     def _choose(self, logits: torch.Tensor) -> None:
         """Pick a token, append it, decide whether the reply is over."""
         s, stream = self.session, self.stream
-        token = next_token(logits, self.temperature, self.top_p, s.generator)
+        if self.adjust is not None:
+            logits = self.adjust.apply(logits, stream.ids)
+        if self.constraint is not None:
+            logits = self.constraint.mask(logits, s.eos_ids)
+        token = next_token(logits, self.temperature, self.top_p, self.generator)
+        if self.top_logprobs is not None:
+            self.logprobs.append((token, *token_logprobs(logits, self.temperature, token, self.top_logprobs)))
         s.tokens.append(token)
         self.next_input = None
         if token in s.eos_ids:
             stream.ids.append(token)
             self.finish_reason = "eos"
-        elif stream.push(token):
+        elif stream.push(token) or (self.constraint is not None and self.constraint.advance(token)):
             self.finish_reason = "stop"
         elif len(stream.ids) >= self.limit:
             self.finish_reason = "length"

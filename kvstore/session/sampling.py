@@ -32,6 +32,40 @@ def next_token(logits: torch.Tensor, temperature: float, top_p: float, generator
     return int(ids[min(int(torch.searchsorted(cdf, torch.tensor([u])).item()), len(ids) - 1)])
 
 
+class LogitAdjust:
+    """OpenAI's presence and frequency penalties and logit bias, applied to the logits over the reply's own tokens:
+    logit[t] += bias[t] - presence * (t in reply) - frequency * count(t in reply)."""
+
+    def __init__(self, presence: float = 0.0, frequency: float = 0.0, bias: dict[int, float] | None = None) -> None:
+        self.presence, self.frequency, self.bias = presence, frequency, dict(bias or {})
+
+    def __bool__(self) -> bool:
+        return bool(self.presence or self.frequency or self.bias)
+
+    @torch.inference_mode()
+    def apply(self, logits: torch.Tensor, reply_ids: Sequence[int]) -> torch.Tensor:
+        """The adjusted logits [V] (float32 on the CPU) given the reply's tokens so far."""
+        out = logits.detach().to("cpu", torch.float32).clone()  # [V]
+        if self.bias:
+            out[torch.tensor(list(self.bias))] += torch.tensor(list(self.bias.values()))
+        if reply_ids and (self.presence or self.frequency):
+            ids, counts = torch.tensor(list(reply_ids)).unique(return_counts=True)  # [U], [U]
+            out[ids] -= self.presence + self.frequency * counts.float()
+        return out
+
+
+@torch.inference_mode()
+def token_logprobs(
+    logits: torch.Tensor, temperature: float, token: int, k: int
+) -> tuple[float, list[tuple[int, float]]]:
+    """The log-probability of `token` and the `k` most likely (id, log-probability) under the distribution the token
+    was drawn from: softmax(logits / temperature) (temperature 0: softmax(logits)), before top-p truncation."""
+    logp = torch.log_softmax(logits.detach().to("cpu", torch.float32) / (temperature or 1.0), dim=-1)  # [V]
+    top = logp.topk(k) if k else None
+    alternatives = list(zip(top.indices.tolist(), top.values.tolist(), strict=True)) if top is not None else []
+    return float(logp[token]), alternatives
+
+
 def nucleus(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
     """The smallest set of most likely tokens whose mass reaches top_p: (ids [K], probs [K]), most likely first.
 
