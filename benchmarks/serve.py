@@ -6,8 +6,9 @@ hits both alike: `batched` (max_batch 16) and `serial` (max_batch 1: one session
 the plan, N clients each replay one agent conversation (shared traces, else synthetic) for a few turns, streaming
 greedy replies; the same replies come back from both servers (checked). Reported per N: aggregate tokens/s
 (completion tokens / wall time, prefill included), the servers' pure decode tokens/s (decode tokens / time in
-decode steps), and time to first token. The fit test opens sessions one by one under a KV cap until the server
-has to park one: the sessions that were resident then are the ones that fit. The stall test
+decode steps), time to first token, and the resident memory (RSS) of this process (servers and clients) before and
+after the phase, so that memory a load leaves behind shows. The fit test opens sessions one by one under a KV cap
+until the server has to park one: the sessions that were resident then are the ones that fit. The stall test
 (benchmarks/serve_stall.py) measures what a long newcomer's prefill costs the sessions already decoding, with the
 prefill interleaved chunk by chunk vs run whole.
 """
@@ -34,7 +35,7 @@ from kvstore.defaults import DEFAULT_DENSITY, DEFAULT_MODEL
 class ServePlan:
     """What `bench serve` runs."""
 
-    clients: tuple[int, ...] = (1, 4, 8, 16)  # concurrent sessions per phase
+    clients: tuple[int, ...] = (1, 4, 16, 64)  # concurrent sessions per phase
     turns: int = 3  # requests per session (the later ones continue the session)
     prompt_tokens: int = 1000  # tokens of each conversation's task message (cut from the trace)
     obs_tokens: int = 150  # tokens of each tool observation
@@ -61,7 +62,7 @@ def replay(url: str, conv: Conversation, plan: ServePlan) -> list[Timed]:
 
 def phase(server, convs: list[Conversation], plan: ServePlan) -> dict[str, Any]:
     """All conversations at once against `server`; aggregate throughput and latency, then its sessions closed."""
-    before = dict(server.metrics.counters)
+    before, rss_before = dict(server.metrics.counters), rss_mib()
     t0 = time.perf_counter()
     with ThreadPoolExecutor(len(convs)) as pool:
         answers = list(pool.map(lambda c: replay(server.url, c, plan), convs))
@@ -82,8 +83,19 @@ def phase(server, convs: list[Conversation], plan: ServePlan) -> dict[str, Any]:
         "ttft_mean_s": statistics.mean(a.ttft_s for a in flat),
         "ttft_p50_s": statistics.median(a.ttft_s for a in flat),
         "ttft_max_s": max(a.ttft_s for a in flat),
+        "rss_before_mib": rss_before,
+        "rss_after_mib": rss_mib(),
         "replies": [[a.text for a in conv] for conv in answers],
     }
+
+
+def rss_mib() -> float | None:
+    """This process's resident memory in MiB (Linux's /proc/self/status; None elsewhere)."""
+    status = Path("/proc/self/status")
+    if not status.is_file():
+        return None
+    line = next((x for x in status.read_text().splitlines() if x.startswith("VmRSS:")), None)
+    return None if line is None else int(line.split()[1]) / 1024
 
 
 def fit(model, tokenizer, name: str, policy: str, budget, convs: list[Conversation], plan: ServePlan) -> dict:
@@ -123,6 +135,7 @@ def run_bench(model, tokenizer, name: str, plan: ServePlan, stall: StallPlan | N
     servers = {"batched": ServeConfig(**common, max_batch=16), "serial": ServeConfig(**common, max_batch=1)}
     started = {k: Server(model, tokenizer, c).start() for k, c in servers.items()}
     phases: list[dict[str, Any]] = []
+    rss_start = rss_mib()
     try:
         for n in plan.clients:
             row = {mode: phase(server, convs[:n], plan) for mode, server in started.items()}
@@ -133,10 +146,11 @@ def run_bench(model, tokenizer, name: str, plan: ServePlan, stall: StallPlan | N
     finally:
         for server in started.values():
             server.close()
+    rss = {"start_mib": rss_start, "end_mib": rss_mib()}  # the model loaded and servers up; after every phase
     fits = [fit(model, tokenizer, name, "nexus", plan.density, convs, plan),
             fit(model, tokenizer, name, "full", None, convs, plan)]  # fmt: skip
     result = {"benchmark": "serve", "model": name, "workload": source, "plan": asdict(plan), "phases": phases,
-              "fit": fits, "fit_ratio": fits[0]["sessions"] / max(fits[1]["sessions"], 1)}  # fmt: skip
+              "rss": rss, "fit": fits, "fit_ratio": fits[0]["sessions"] / max(fits[1]["sessions"], 1)}  # fmt: skip
     if stall is not None:
         result["stall"] = measure_stall(model, tokenizer, name, stall, plan.prompt_tokens)
         console.print("  " + stall_line(result["stall"]), highlight=False)
@@ -148,8 +162,13 @@ def _line(row: dict[str, Any]) -> str:
     return (
         f"batched {b['tokens_per_s']:.1f} tok/s (decode {b['decode_tokens_per_s']:.1f}, batch {b['mean_batch']:.1f}) "
         f"vs serial {s['tokens_per_s']:.1f} tok/s (decode {s['decode_tokens_per_s']:.1f}); "
-        f"TTFT {b['ttft_mean_s']:.2f} s vs {s['ttft_mean_s']:.2f} s; same replies: {row['same_replies']}"
+        f"TTFT {b['ttft_mean_s']:.2f} s vs {s['ttft_mean_s']:.2f} s; same replies: {row['same_replies']}; "
+        f"RSS {_mib(b['rss_before_mib'])} -> {_mib(s['rss_after_mib'])}"
     )
+
+
+def _mib(value: float | None) -> str:
+    return "?" if value is None else f"{value:.0f} MiB"
 
 
 def print_report(result: dict[str, Any]) -> None:
@@ -162,10 +181,14 @@ def print_report(result: dict[str, Any]) -> None:
                      f"{b['decode_tokens_per_s'] / max(s['decode_tokens_per_s'], 1e-9):.2f}x", f"{b['mean_batch']:.1f}",
                      f"{b['ttft_mean_s']:.2f} / {s['ttft_mean_s']:.2f}",
                      f"{b['ttft_max_s']:.2f} / {s['ttft_max_s']:.2f}",
-                     "yes" if r["same_replies"] else "NO"])  # fmt: skip
+                     "yes" if r["same_replies"] else "NO",
+                     f"{_mib(b['rss_before_mib'])} -> {_mib(s['rss_after_mib'])}"])  # fmt: skip
     cols = ["clients", "tok/s batched / serial", "ratio", "decode tok/s b / s", "ratio", "mean batch",
-            "TTFT mean s b / s", "TTFT max s b / s", "same replies"]  # fmt: skip
+            "TTFT mean s b / s", "TTFT max s b / s", "same replies", "RSS before -> after"]  # fmt: skip
     console.print(table(f"{result['model']}: bench serve ({result['workload']} workload)", cols, rows))
+    rss = result["rss"]
+    console.print(f"process RSS (servers and clients): {_mib(rss['start_mib'])} with the servers up, "
+                  f"{_mib(rss['end_mib'])} after every phase", highlight=False)  # fmt: skip
     nexus, full = result["fit"]
     console.print(
         f"under a KV cap of {nexus['cap_bytes'] / 2**20:.0f} MiB: nexus {nexus['budget']} fits {nexus['sessions']} "
@@ -180,7 +203,7 @@ def print_report(result: dict[str, Any]) -> None:
 def serve_bench(
     model: Annotated[str, typer.Option(help="Registry name, HF id or local model directory.")] = DEFAULT_MODEL,
     quick: Annotated[bool, typer.Option("--quick", help="A small plan (CI): 1 and 4 clients, short turns.")] = False,
-    clients: Annotated[str, typer.Option(help="Comma-separated concurrent sessions per phase.")] = "1,4,8,16",
+    clients: Annotated[str, typer.Option(help="Comma-separated concurrent sessions per phase.")] = "1,4,16,64",
     turns: Annotated[int, typer.Option(min=1, help="Requests per session.")] = ServePlan.turns,
     prompt_tokens: Annotated[int, typer.Option(min=1, help="Tokens of each task message.")] = ServePlan.prompt_tokens,
     reply_tokens: Annotated[int, typer.Option(min=1, help="max_tokens of each reply.")] = ServePlan.reply_tokens,

@@ -26,11 +26,18 @@ def serve_cmd(
         help="Memory profile (a file or a directory of them; nexus-agent calibrate) for every session whose opening "
         "matches; 'auto': the profile store, also where POST /v1/nexus/profiles saves; 'none'.",
     ),
-    max_sessions: int = typer.Option(_D.max_sessions, "--max-sessions", help="Most sessions kept (then HTTP 429)."),
+    max_sessions: int = typer.Option(
+        _D.max_sessions, "--max-sessions", help="Most resident sessions (then the least recently used idle is parked)."
+    ),
     max_batch: int = typer.Option(_D.max_batch, "--max-batch", help="Most sessions decoding in one forward."),
     memory_cap: str = typer.Option(None, "--memory-cap", help="KV bytes of resident sessions, e.g. 2GiB (none)."),
     park: str = typer.Option(_D.park, "--park", help="Where idle sessions go under the cap: disk or host."),
-    park_dir: Path = typer.Option(None, "--park-dir", help="Folder of parked sessions (default: a temp folder)."),
+    park_dir: Path = typer.Option(
+        None, "--park-dir", help="Folder of parked sessions, kept across restarts (default: a temp folder, deleted)."
+    ),
+    park_quota: str = typer.Option(
+        f"{_D.park_quota >> 30}GiB", "--park-quota", help="Disk for parked sessions, e.g. 10GiB, or none (LRU closed)."
+    ),
     queue_timeout: float = typer.Option(_D.queue_timeout_s, "--queue-timeout", help="Seconds a request may wait."),
     max_new_tokens: int = shared("max_new_tokens", _D.max_new_tokens, help="Reply length without max_tokens."),
     chunk_size: int = typer.Option(
@@ -57,7 +64,18 @@ def serve_cmd(
         None, "--tls-cert", help="PEM certificate (chain): serve HTTPS only (clients trust it via SSL_CERT_FILE)."
     ),
     tls_key: Path = typer.Option(None, "--tls-key", help="PEM key of --tls-cert (default: in the certificate file)."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every HTTP request."),
+    backlog: int = typer.Option(_D.backlog, "--backlog", min=1, help="Connections queued before they are accepted."),
+    max_connections: int = typer.Option(
+        _D.max_connections, "--max-connections", min=1, help="Open connections served at once (then HTTP 503)."
+    ),
+    max_body: str = typer.Option(
+        f"{_D.max_body_bytes >> 20}MiB", "--max-body", help="Largest request body, e.g. 32MiB (then HTTP 413)."
+    ),
+    keep_alive: float = typer.Option(_D.keep_alive_s, "--keep-alive", help="Seconds an idle connection stays open."),
+    header_timeout: float = typer.Option(
+        _D.header_timeout_s, "--header-timeout", help="Seconds a request's headers, then its body, may take to arrive."
+    ),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every HTTP request and dropped connection."),
 ) -> None:
     """Serve one model to many agent sessions at /v1/chat/completions (see docs/server.md)."""
     from kvstore.session.config import MemorySettings
@@ -65,6 +83,7 @@ def serve_cmd(
     from pipeline.profiles.store import SERVE, resolve_profile
     from server.app import Server
     from server.config import parse_size
+    from server.listen import raise_fd_limit
 
     memory = MemorySettings(
         model=model, policy=policy, budget=budget, protocol=protocol, protect=protect,
@@ -72,10 +91,14 @@ def serve_cmd(
     )  # fmt: skip
     config = ServeConfig(
         host=host, port=port, memory=memory, served_name=served_name, max_sessions=max_sessions, max_batch=max_batch,
-        memory_cap=parse_size(memory_cap), park=park, park_dir=park_dir, queue_timeout_s=queue_timeout,
+        memory_cap=parse_size(memory_cap), park=park, park_dir=park_dir, park_quota=parse_size(park_quota),
+        queue_timeout_s=queue_timeout,
         max_new_tokens=max_new_tokens, dtype=dtype, threads=threads, chunk_size=chunk_size,
-        interleave_prefill=interleave, api_key=api_key, tls_cert=tls_cert, tls_key=tls_key,
+        interleave_prefill=interleave, api_key=api_key, tls_cert=tls_cert, tls_key=tls_key, backlog=backlog,
+        max_connections=max_connections, max_body_bytes=parse_size(max_body) or _D.max_body_bytes,
+        keep_alive_s=keep_alive, header_timeout_s=header_timeout,
     )  # fmt: skip
+    raise_fd_limit(max_connections)
     set_threads(threads)
     server = Server.load(config, verbose=verbose)
     cap = "none" if config.memory_cap is None else f"{config.memory_cap / 2**20:.0f} MiB"
@@ -85,10 +108,7 @@ def serve_cmd(
         flush=True,
     )
     print(_access_line(config), flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+    server.serve_forever()  # until SIGTERM or SIGINT: then a graceful shutdown, exit status 0
 
 
 def _access_line(config: ServeConfig) -> str:

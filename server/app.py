@@ -1,4 +1,5 @@
-"""The server object: one model, the session registry, the scheduler thread and the HTTP listener, wired together.
+"""The server object: one model, the session registry, the scheduler thread and the HTTP listener (uvicorn serving
+server.asgi's app, server.listen), wired together.
 
 server = Server(model, tokenizer, ServeConfig(port=0)).start()   # or Server.load(config) by model name
 ... server.url ...                                              # http://127.0.0.1:PORT/v1 (https with TLS)
@@ -12,13 +13,19 @@ import threading
 import time
 from typing import Any
 
+from kvstore.errors import KVStoreError
 from server.api import ChatRequest
+from server.asgi import build_app
 from server.batching import Job, Scheduler
-from server.config import ServeConfig
-from server.http import make_http_server
+from server.config import ServeConfig, ServeError
+from server.listen import bind, make_uvicorn
 from server.metrics import Metrics
+from server.parking import keep_across_restarts
+from server.prepare import prepare
 from server.sessions import Registry
 from server.tls import tls_context
+
+STOP_WAIT_S = 300.0  # how long closing waits for the listener, then for the scheduler's last act (parking)
 
 
 class Server:
@@ -33,7 +40,11 @@ class Server:
         self.registry = Registry(config)
         self.metrics = Metrics()
         self.scheduler = Scheduler(model, tokenizer, config, self.registry, self.metrics)
-        self.httpd = make_http_server(self, tls if tls is not None else tls_context(config))
+        keep_across_restarts(self.registry, self.scheduler)  # --park-dir: adopt its sessions now, park them at stop
+        self.socket = bind(config)
+        self._port = self.socket.getsockname()[1]  # known while the socket is open or closed
+        context = tls if tls is not None else tls_context(config)
+        self.http = make_uvicorn(build_app(self), config, context, self._stop_scheduler, verbose)
         self._thread: threading.Thread | None = None
 
     @classmethod
@@ -47,7 +58,7 @@ class Server:
 
     @property
     def port(self) -> int:
-        return self.httpd.server_address[1]
+        return self._port
 
     @property
     def url(self) -> str:
@@ -56,34 +67,64 @@ class Server:
         return f"{scheme}://{self.config.host}:{self.port}/v1"
 
     def start(self) -> Server:
-        """Start the scheduler and serve HTTP in a background thread."""
+        """Start the scheduler and serve HTTP in a background thread (the socket listens already)."""
         self.scheduler.start()
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="nexus-http", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name="nexus-http", daemon=True)
         self._thread.start()
+        end = time.monotonic() + STOP_WAIT_S
+        while not self.http.started and self._thread.is_alive() and time.monotonic() < end:
+            time.sleep(0.01)
+        if not self.http.started:
+            self.close()
+            raise ServeError(f"the HTTP listener on {self.config.host}:{self.port} did not start")
         return self
 
     def serve_forever(self) -> None:
-        """Start the scheduler and serve HTTP in this thread until interrupted."""
+        """Start the scheduler and serve HTTP in this thread until SIGTERM or SIGINT, then shut down gracefully:
+        accept no more, end the replies in flight (streams with an error event), stop the scheduler."""
         self.scheduler.start()
         try:
-            self.httpd.serve_forever()
+            self._serve()
         finally:
             self.close()
 
+    def _serve(self) -> None:
+        self.http.run(sockets=[self.socket])
+
     def close(self) -> None:
+        """Shut down as on SIGTERM; idempotent."""
         if self._thread is not None:
-            self.httpd.shutdown()
+            self.http.should_exit = True
+            self._thread.join(STOP_WAIT_S)
             self._thread = None
-        self.httpd.server_close()
-        self.scheduler.stop()
+        self.socket.close()
+        self._stop_scheduler()
         self.registry.shutdown()
 
-    def submit(self, req: ChatRequest) -> Job:
-        """Find or open the request's session and queue its turn (ServeError: refused, e.g. too many sessions)."""
+    def _stop_scheduler(self) -> None:
+        """Stop the scheduler after its current step and wait for its last act: every reply still in flight ends
+        with an error, then its on_stop hooks run (parking the sessions) before the park folder may go."""
+        self.scheduler.stop()
+        if self.scheduler.is_alive():
+            self.scheduler.join(STOP_WAIT_S)
+
+    def submit(self, req: ChatRequest, events=None) -> Job:
+        """Find or open the request's session, tokenize its new messages (server.prepare: on the caller's thread, not
+        the scheduler's) and queue its turn (ServeError: refused, e.g. too many sessions, too long). `events`: where
+        the scheduler puts the job's events (default: a queue.Queue)."""
+        if self.scheduler.stopping:
+            raise ServeError("the server is shutting down; retry against its next start", 503, "server_shutdown")
         entry, known = self.registry.claim(req.messages, req.session_id, req.seed)
+        messages = req.messages[known:]
+        try:
+            prepared = prepare(self.scheduler.reference, messages, first=not entry.transcript)
+        except (ServeError, KVStoreError) as exc:
+            self.registry.release(entry, [] if entry.transcript else None)  # a new session goes, a known one stays
+            raise exc if isinstance(exc, ServeError) else ServeError(str(exc)) from None
         job = Job(
-            entry=entry, messages=req.messages[known:], max_new_tokens=req.max_new_tokens,
-            temperature=req.temperature, top_p=req.top_p, stop=req.stop, continued=bool(entry.transcript),
+            entry=entry, messages=messages, max_new_tokens=req.max_new_tokens, temperature=req.temperature,
+            top_p=req.top_p, stop=req.stop, continued=bool(entry.transcript), prepared=prepared, request=req,
+            **({} if events is None else {"events": events}),
         )  # fmt: skip
         self.scheduler.submit(job)
         return job

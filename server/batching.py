@@ -20,12 +20,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvstore.errors import KVStoreError
+from server import api
 from server.calls import Calls
 from server.config import ServeConfig, ServeError
-from server.memory import bytes_per_token, cache_bytes, peak_tokens
+from server.memory import bytes_per_token, cache_bytes, peak_tokens, session_cache_options
 from server.messages import Said, cut_at_stop
 from server.metrics import Metrics
-from server.parking import park, restore
+from server.parking import free_slot, park, restore
 from server.sessions import Entry, Registry
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length"}  # kvstore finish reason -> OpenAI's
@@ -51,6 +52,8 @@ class Job:
     started: float = 0.0
     first_token: float = 0.0  # when its prefill ended and the first reply token was chosen
     batch_rows: int = 0  # sum over this reply's decode steps of the batch size
+    prepared: Any = None  # server.prepare.Prepared: its new messages tokenized on the request side (None: not yet)
+    request: Any = None  # its server.api.ChatRequest: seed, penalties, logprobs, tools, constraint (None: plain)
 
 
 class Scheduler(threading.Thread):
@@ -62,7 +65,10 @@ class Scheduler(threading.Thread):
 
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.registry, self.metrics = registry, metrics
-        self.session_config = SessionConfig.of(config.memory, chunk_size=config.chunk_size, dtype=config.dtype)
+        self.session_config = SessionConfig.of(
+            config.memory, chunk_size=config.chunk_size, dtype=config.dtype,
+            cache_options=session_cache_options(config.memory),  # a density follows each conversation
+        )  # fmt: skip
         profile = config.memory.profile
         if profile is not None:  # a missing, corrupt or foreign profile stops the server before it listens
             from kvstore.cache.evicting import model_identity
@@ -78,7 +84,8 @@ class Scheduler(threading.Thread):
         self.waiting: list[Job] = []
         self.active: list[Job] = []  # admitted jobs: decoding, or the one prefilling
         self.prefilling: Job | None = None  # the newcomer whose prefill runs chunk by chunk between decode steps
-        self._stop = threading.Event()
+        self._halt = threading.Event()  # not `_stop`: threading.Thread has a method of that name
+        self.on_stop: list = []  # callables(scheduler) run on this thread after its loop ends (_wind_down)
 
     def submit(self, job: Job) -> None:
         self.inbox.put(job)
@@ -87,19 +94,37 @@ class Scheduler(threading.Thread):
         """Run `fn(model, tokenizer)` on this thread (the model is this thread's alone) and return its result, or
         raise what it raised. A plain function runs whole between two loops, the decoding sessions waiting
         meanwhile; a generator function runs one step per loop, between their decode steps (server.calls)."""
-        return self.calls.wait(fn, lambda: self.inbox.put(None), lambda: self.is_alive() and not self._stop.is_set())
+        return self.calls.wait(fn, lambda: self.inbox.put(None), lambda: self.is_alive() and not self._halt.is_set())
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.inbox.put(None)  # wake the loop
+
+    @property
+    def stopping(self) -> bool:
+        """Whether `stop` was called (the loop ends after its current step)."""
+        return self._halt.is_set()
 
     @property
     def queued(self) -> int:
         return len(self.waiting) + self.inbox.qsize()
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             self.loop_once()
+        self._wind_down()
+
+    def _wind_down(self) -> None:
+        """The scheduler's last act, on this thread once its loop is over (server shutdown): every request still
+        waiting or decoding ends with an error (its stream with an error event), then the `on_stop` hooks run (e.g.
+        keeping the idle sessions), with the model still this thread's alone."""
+        self._take(block=False)
+        gone = ServeError("the server is shutting down; retry against its next start", 503, "server_shutdown")
+        for job in list(self.active) + self.waiting:
+            self._fail(job, gone)
+        self.waiting, self.prefilling = [], None
+        for hook in self.on_stop:
+            hook(self)
 
     def loop_once(self) -> None:
         """One scheduler loop: intake, admission, one prefill chunk of the newcomer, one decode step of the others."""
@@ -154,6 +179,8 @@ class Scheduler(threading.Thread):
 
     def _make_room(self, job: Job) -> bool:
         """Reserve the job's KV peak under the cap, parking idle sessions (least recently used first)."""
+        if not free_slot(self.registry, job.entry, self.metrics):  # max_sessions resident, all busy: wait
+            return False
         cap = self.config.memory_cap
         job.reserved = self._peak_bytes(job)
         if cap is None:
@@ -173,7 +200,7 @@ class Scheduler(threading.Thread):
         while in_use + need > cap and idle:
             victim = idle.pop(0)
             in_use -= victim.held_bytes
-            park(victim, self.config.park, self.registry.park_dir)
+            park(victim, self.config.park, self.registry)
             self.metrics.add("sessions_parked_total")
         return in_use + need <= cap
 
@@ -198,9 +225,11 @@ class Scheduler(threading.Thread):
         entry, ref = job.entry, self.reference
         session = entry.session
         history = len(session.tokens) if session is not None else entry.history_tokens
-        new = len(ref.renderer.encode_messages(job.messages, first=history == 0)) + len(
-            ref.renderer.generation_prompt_ids
-        )
+        if job.prepared is not None and job.prepared.first == (history == 0):
+            new = job.prepared.prompt_tokens  # tokenized on the request side (server.prepare)
+        else:
+            new = len(ref.renderer.encode_messages(job.messages, first=history == 0))
+            new += len(ref.renderer.generation_prompt_ids)
         if self.config.memory.protocol == "re-prefill":
             new, history = new + history, 0
         cache = session.cache if session is not None and session.cache is not None else ref.cache
@@ -214,6 +243,7 @@ class Scheduler(threading.Thread):
 
         entry = job.entry
         job.started = time.monotonic()
+        options = api.reply_options(job.request, self.tokenizer) if job.request is not None else {}
         if entry.parked is not None:
             restore(entry, self.model, self.tokenizer, self._config_of(entry))
             job.restored = True
@@ -221,10 +251,14 @@ class Scheduler(threading.Thread):
         if entry.session is None:
             entry.session = Session(self.model, self.tokenizer, self._config_of(entry))
         self.active.append(job)
-        entry.session.append(job.messages)
+        if job.prepared is None:
+            entry.session.append(job.messages)
+        else:
+            with job.prepared.applied(entry.session.renderer):
+                entry.session.append(job.messages)
         job.reply = ReplyInProgress(
             entry.session, job.max_new_tokens, temperature=job.temperature, top_p=job.top_p, stop=job.stop,
-            on_token=lambda piece: job.events.put(("text", piece)),
+            on_token=lambda piece: job.events.put(("text", piece)), **options,
         )  # fmt: skip
         job.reply.begin_prefill()
         self.prefilling = job
@@ -307,17 +341,17 @@ class Scheduler(threading.Thread):
         entry.held_bytes = cache_bytes(session.cache)
         entry.history_tokens = len(session.tokens)
         text = cut_at_stop(reply.text, job.stop) if reply.finish_reason == "stop" else reply.text
-        said = [Said(m["role"], m["content"]) for m in job.messages] + [Said("assistant", text, job.stop)]
-        self.registry.release(entry, said)
+        records = job.reply.logprobs[:-1] if reply.finish_reason == "eos" else job.reply.logprobs
+        answer = api.answer(job.request, text, FINISH[reply.finish_reason], records, self.tokenizer)
+        returned = {"role": "assistant", "content": answer["text"] or "", "tool_calls": answer["tool_calls"]}
+        self.registry.release(entry, [Said.of(m) for m in job.messages] + [Said.of(returned, job.stop)])
         self.metrics.add("turns_total")
-        job.events.put(("done", self._result(job, reply, text)))
+        job.events.put(("done", self._result(job, reply, answer)))
 
-    def _result(self, job: Job, reply, text: str) -> dict[str, Any]:
+    def _result(self, job: Job, reply, answer: dict[str, Any]) -> dict[str, Any]:
         completion = len(reply.token_ids)
         steps = max(1, completion - 1)
-        return {
-            "text": text,
-            "finish_reason": FINISH[reply.finish_reason],
+        return answer | {
             "prompt_tokens": job.reply.prompt_tokens,
             "completion_tokens": completion,
             "cached_tokens": job.reply.prompt_tokens - reply.stats.prefill_tokens,

@@ -38,23 +38,39 @@ class ServeConfig:
     interleave_prefill: bool = True  # a newcomer's prefill runs one chunk per decode step of the others (False: whole)
     dtype: str | None = None  # "bf16" | "fp16" | "fp32" (None: bf16 where supported, else fp32)
     threads: int | None = None  # torch CPU threads (None: all cores, 1 on a busy machine)
-    max_sessions: int = 64  # most sessions kept (resident + parked); more is refused with HTTP 429
+    max_sessions: int = 64  # most resident sessions; past it the least recently used idle one is parked to disk
+    # (HTTP 429 only when all are busy)
     max_batch: int = 16  # most sessions decoding in one batched forward; more wait their turn
     memory_cap: int | None = None  # bytes of KV all resident sessions may hold (None: no cap); idle ones are parked
     park: str = "disk"  # where idle sessions go under memory pressure: "disk" (session files) or "host" (CPU RAM)
-    park_dir: Path | None = None  # folder of parked session files (None: a temporary folder)
+    park_dir: Path | None = None  # folder of parked sessions, kept across restarts: idle sessions are parked there at
+    # shutdown and adopted at start (None: a temporary folder, deleted at close)
+    park_quota: int | None = 10 * 2**30  # bytes of parked session files; past it the least recently used are closed
+    profile_max_bytes: int = 64 * 2**20  # largest profile POST /v1/nexus/profiles takes, sent or stored, inflated
+    max_profiles: int = 256  # most profile files the profile directory may hold (a new one past it: HTTP 507)
     queue_timeout_s: float = 120.0  # seconds a request may wait for memory or a batch slot before HTTP 503
     session_ttl_s: float = 3600.0  # idle sessions older than this are closed (their memory and files freed)
     max_new_tokens: int = 1024  # reply length when a request gives no max_tokens
     api_key: str | None = field(default=None, repr=False)  # clients must send "Authorization: Bearer KEY" (None: open)
     tls_cert: Path | None = None  # PEM certificate (chain): serve HTTPS (None: plain HTTP; server.tls)
     tls_key: Path | None = None  # PEM key of tls_cert (None: the certificate file holds it)
+    backlog: int = 2048  # connections the kernel queues before the server accepts them
+    max_connections: int = 1024  # open connections served at once; a request past it gets HTTP 503
+    max_body_bytes: int = 32 * 2**20  # largest request body; a larger one gets HTTP 413 (Content-Length or as read)
+    keep_alive_s: float = 5.0  # an idle keep-alive connection is closed after this many seconds
+    header_timeout_s: float = 10.0  # a request's headers (and then its body) must arrive within this, else closed/408
 
     def __post_init__(self) -> None:
         if self.park not in PARK_MODES:
             raise ServeError(f"--park {self.park!r}: use one of {', '.join(PARK_MODES)}")
         for name in ("max_sessions", "max_batch", "max_new_tokens", "chunk_size"):
             if getattr(self, name) < 1:
+                raise ServeError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("backlog", "max_connections", "max_body_bytes", "keep_alive_s", "header_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ServeError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("park_quota", "profile_max_bytes", "max_profiles"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ServeError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.memory_cap is not None and self.memory_cap < 1:
             raise ServeError(f"memory cap must be positive, got {self.memory_cap}")

@@ -1,13 +1,15 @@
-"""How many KV bytes a session holds now and may hold at the peak of its next turn (for admission)."""
+"""How many KV bytes a session holds now and may hold at the peak of its next turn (for admission), and how a
+server's budget applies to its sessions."""
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
 
 def cache_bytes(cache) -> int:
-    """Bytes of keys and values an evicting cache holds (all layers)."""
-    return sum(layer.nbytes() for layer in cache.layers)
+    """Bytes an evicting cache's storage takes on its device (all layers): its preallocated buffers' capacity, not
+    only the tokens held, since that is what the memory cap must count."""
+    return sum(layer.allocated_bytes() for layer in cache.layers)
 
 
 def bytes_per_token(model) -> int:
@@ -19,6 +21,13 @@ def bytes_per_token(model) -> int:
     return 2 * cfg.num_hidden_layers * kv_heads * head_dim * size
 
 
+def session_cache_options(memory) -> dict[str, Any]:
+    """The cache options every session of a server runs with beside its memory settings: a density budget (--budget
+    0.2) follows each conversation as it grows (density x its tokens at each turn's prefill, never below what the
+    policy must keep), where a local run fixes it from the first prompt."""
+    return {"density_grows": True} if isinstance(memory.budget, float) else {}
+
+
 def peak_tokens(cache, history: int, new: int, max_new: int, chunk_size: int) -> int:
     """Most tokens per layer the cache can hold during a turn that adds `new` tokens and generates `max_new`.
 
@@ -28,11 +37,17 @@ def peak_tokens(cache, history: int, new: int, max_new: int, chunk_size: int) ->
     total = history + new + max_new
     if not cache.policy.evicts:
         return total
-    block = cache.config.block
-    if cache.budget_tokens is not None:
-        budget = max(cache.layer_budget_tokens(i) for i in range(len(cache.layers)))
-    elif isinstance(cache.config.budget, float):  # a density, fixed by the first prompt
-        budget = math.ceil(cache.config.budget * (history + new)) * 2
-    else:
+    budget = _layer_budget(cache, history + new)
+    if budget is None:
         return total
-    return min(total, budget + 2 * block + min(chunk_size, new))
+    return min(total, budget + 2 * cache.config.block + min(chunk_size, new))
+
+
+def _layer_budget(cache, tokens: int) -> int | None:
+    """The largest layer budget the cache has once it has seen `tokens` tokens (None: it never evicts)."""
+    config = cache.config
+    if isinstance(config.budget, float) and (config.density_grows or cache.budget_tokens is None):
+        return max(cache.policy.layer_budgets(cache.density_budget(tokens), len(cache.layers)))
+    if cache.budget_tokens is not None:
+        return max(cache.layer_budget_tokens(i) for i in range(len(cache.layers)))
+    return None

@@ -4,17 +4,24 @@ A stateless client (any OpenAI harness) resends the whole conversation each turn
 server returned them. The server returns a reply without its stop string (OpenAI's rule) while the session's cache
 holds the reply as generated; some clients (agent/backends/openai_compat.py) put the stop string back. So an
 assistant message matches the transcript when it equals the returned text up to whitespace and a trailing stop
-string; every other message must match exactly.
+string; every other message must match exactly. An assistant message's tool calls match by name and arguments (as
+JSON, whatever the ids and spacing). A conversation's tools travel on its first message (key "tools", which the
+session's renderer hands to the chat template: kvstore.session.render), and the transcript keeps their fingerprint,
+so that a conversation sent with other tools opens a session of its own.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from server.config import ServeError
+from server.tools import digest
 
 ROLE_ALIASES = {"developer": "system"}  # OpenAI's newer name for system instructions
 ROLES = ("system", "user", "assistant", "tool")
+TOOLS_KEY = "tools"  # the request's tools, on its first message (kvstore.session.render renders them)
 
 
 @dataclass(frozen=True)
@@ -24,9 +31,29 @@ class Said:
     role: str
     content: str
     stops: tuple[str, ...] = ()  # the stop strings of the request that generated it (assistant replies only)
+    calls: tuple[tuple[str, str], ...] = ()  # its tool calls: (name, arguments as canonical JSON)
+    tools: str = ""  # the fingerprint of the tools the conversation was rendered with (first message only)
 
-    def matches(self, message: dict[str, str]) -> bool:
-        if message["role"] != self.role:
+    @classmethod
+    def of(cls, message: dict[str, Any], stops: tuple[str, ...] = ()) -> Said:
+        """A normalized message (or a returned reply, with its request's stop strings) as the transcript keeps it."""
+        return cls(message["role"], message["content"], stops, _calls(message), digest(message.get(TOOLS_KEY)))
+
+    def dump(self) -> list:
+        """As JSON (a parked session's file): [role, content, stops, calls, tools]."""
+        return [self.role, self.content, list(self.stops), [list(c) for c in self.calls], self.tools]
+
+    @classmethod
+    def load(cls, row: list) -> Said:
+        """From `dump`'s list, or the older [role, content, stops]."""
+        role, content, stops, *rest = row
+        calls = tuple(tuple(c) for c in rest[0]) if rest else ()
+        return cls(role, content, tuple(stops), calls, rest[1] if len(rest) > 1 else "")
+
+    def matches(self, message: dict[str, Any]) -> bool:
+        if message["role"] != self.role or _calls(message) != self.calls:
+            return False
+        if digest(message.get(TOOLS_KEY)) != self.tools:
             return False
         if self.role != "assistant" or message["content"] == self.content:
             return message["content"] == self.content
@@ -42,14 +69,30 @@ def _loose(text: str, stops: tuple[str, ...]) -> str:
     return squeezed
 
 
-def normalize(messages: object) -> list[dict[str, str]]:
-    """The request's messages as {"role", "content": str}; a clear 400 for what a session cannot render."""
+def _calls(message: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple((c["function"]["name"], _canonical(c["function"]["arguments"])) for c in message.get("tool_calls", ()))
+
+
+def _canonical(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True, ensure_ascii=False)
+    except json.JSONDecodeError:
+        return arguments
+
+
+def normalize(messages: object, tools: list[dict] | None = None) -> list[dict[str, Any]]:
+    """The request's messages as {"role", "content": str} (assistant messages with their "tool_calls", tool messages
+    with their "tool_call_id"); the first carries the request's `tools` (server.tools.check_tools), if any. A clear
+    400 for what a session cannot render."""
     if not isinstance(messages, list) or not messages:
         raise ServeError("'messages' must be a non-empty list")
-    return [_one(m, i) for i, m in enumerate(messages)]
+    out = [_one(m, i) for i, m in enumerate(messages)]
+    if tools:
+        out[0][TOOLS_KEY] = tools
+    return out
 
 
-def _one(message: object, index: int) -> dict[str, str]:
+def _one(message: object, index: int) -> dict[str, Any]:
     if not isinstance(message, dict):
         raise ServeError(f"messages[{index}] must be an object")
     role = ROLE_ALIASES.get(message.get("role"), message.get("role"))
@@ -60,11 +103,30 @@ def _one(message: object, index: int) -> dict[str, str]:
         if any(not isinstance(p, dict) or p.get("type") != "text" for p in content):
             raise ServeError(f"messages[{index}]: only text content parts are supported")
         content = "".join(str(p.get("text", "")) for p in content)
-    if content is None and message.get("tool_calls"):
-        raise ServeError(f"messages[{index}]: tool_calls are not supported; send the call as text content")
+    calls = message.get("tool_calls") if role == "assistant" else None
+    if content is None and calls:
+        content = ""
     if not isinstance(content, str):
         raise ServeError(f"messages[{index}]: content must be a string or a list of text parts")
-    return {"role": role, "content": content}
+    out: dict[str, Any] = {"role": role, "content": content}
+    if calls:
+        out["tool_calls"] = [_tool_call(c, f"messages[{index}].tool_calls[{i}]") for i, c in enumerate(calls)]
+    if role == "tool" and message.get("tool_call_id") is not None:
+        if not isinstance(message["tool_call_id"], str):
+            raise ServeError(f"messages[{index}].tool_call_id must be a string")
+        out["tool_call_id"] = message["tool_call_id"]
+    return out
+
+
+def _tool_call(call: object, where: str) -> dict[str, Any]:
+    """One tool call of an assistant message, as OpenAI sends it ({"id", "type", "function": {"name", "arguments"}})."""
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise ServeError(f"{where} must be {{'type': 'function', 'function': {{'name': ..., 'arguments': ...}}}}")
+    args = fn.get("arguments", "{}")
+    if not isinstance(args, str):
+        raise ServeError(f"{where}.function.arguments must be a JSON string")
+    return {"id": str(call.get("id") or ""), "type": "function", "function": {"name": fn["name"], "arguments": args}}
 
 
 def continues(transcript: list[Said], messages: list[dict[str, str]]) -> bool:

@@ -1,31 +1,75 @@
-"""Parking an idle session's cache off the device (to host memory or a session file) and bringing it back.
+"""Parking an idle session's cache off the device (to host memory or a session file) and bringing it back; the
+park folder across restarts (every idle session parked to disk at shutdown, adopted again at start).
 
-Disk parking writes the whole session with kvstore's save (kvstore.session.persist) and loads it back exactly; host
-parking keeps the cache's exported tensors in CPU memory (kvstore.export_state / restore_cache). Either way the
-restored session continues as if it had never left (same tokens, same cache, same sampling generator).
+Disk parking writes the whole session with kvstore's save (kvstore.session.persist: atomic, checksummed) and, beside
+it, what the registry needs to match and continue it (a JSON sidecar of the same name, also written atomically: the
+session's id, seed, transcript, last use); it loads it back exactly. Host parking keeps the cache's exported tensors
+in CPU memory (kvstore.export_state / restore_cache). Either way the restored session continues as if it had never
+left (same tokens, same cache, same sampling generator). Files are named by a digest of the session's id, never by
+the id itself.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from server.sessions import Entry
+from kvstore.errors import KVStoreError
+from server.config import ServeError
+from server.messages import Said
+from server.sessions import Entry, Registry
+
+FORMAT = "nexus-serve-session"  # the sidecar's format name and version
+VERSION = 1
+_OURS = re.compile(r"\.?[0-9a-f]{32}\.(safetensors|json)(\..*\.tmp)?")  # a session file, its sidecar, a save cut short
 
 
-def park(entry: Entry, mode: str, folder: Path) -> None:
-    """Move `entry`'s cache off the device; its `session` becomes None (disk) or keeps no cache (host)."""
-    session = entry.session
-    if mode == "disk":
-        path = folder / f"{hashlib.sha256(entry.id.encode()).hexdigest()[:32]}.safetensors"  # never a client's path
-        session.save(path)
-        entry.parked, entry.session = path, None
-    else:
+def log(message: str) -> None:
+    print(f"nexus-agent serve: {message}", file=sys.stderr, flush=True)
+
+
+def session_path(folder: Path, session_id: str) -> Path:
+    return folder / f"{hashlib.sha256(session_id.encode()).hexdigest()[:32]}.safetensors"  # never a client's path
+
+
+def park(entry: Entry, mode: str, registry: Registry) -> bool:
+    """Move `entry`'s cache off the device (its `session` becomes None); False when a disk park failed and the
+    session was closed instead. After a disk park, sessions past the park quota are closed (least recently used)."""
+    if mode == "host":
+        session = entry.session
         tensors, meta = session.cache.export_state()  # contiguous CPU copies
         session.cache = None
-        entry.parked = (session, tensors, meta)
+        entry.parked, entry.session, entry.held_bytes = (session, tensors, meta), None, 0
+        return True
+    path = session_path(registry.park_dir, entry.id)
+    try:
+        entry.session.save(path)
+        _write_sidecar(path.with_suffix(".json"), entry)
+    except OSError as exc:
+        log(f"cannot park session {entry.id} to {path.parent} ({exc}): closed")
         entry.session = None
-    entry.held_bytes = 0
+        registry.drop(entry)
+        path.unlink(missing_ok=True)
+        return False
+    entry.parked, entry.session, entry.held_bytes = path, None, 0
+    entry.parked_bytes = path.stat().st_size + path.with_suffix(".json").stat().st_size
+    enforce_quota(registry)
+    return entry.parked is not None
+
+
+def enforce_quota(registry: Registry) -> None:
+    """Close the least recently used parked sessions (their files deleted) until the rest fit the park quota."""
+    for victim in registry.over_quota():
+        log(f"closed parked session {victim.id}: the park folder is over its quota of {registry.config.park_quota} B")
+        registry.drop(victim)
 
 
 def restore(entry: Entry, model, tokenizer, config) -> None:
@@ -34,10 +78,137 @@ def restore(entry: Entry, model, tokenizer, config) -> None:
     from kvstore.session.session import Session
 
     if isinstance(entry.parked, Path):
-        session = Session.load(entry.parked, model=model, tokenizer=tokenizer, config=config)
+        try:
+            session = Session.load(entry.parked, model=model, tokenizer=tokenizer, config=config)
+        except KVStoreError as exc:  # the file changed since it was written or adopted: the session is lost
+            entry.parked.unlink(missing_ok=True)
+            entry.parked.with_suffix(".json").unlink(missing_ok=True)
+            entry.parked, entry.transcript = None, []  # nothing left: the registry closes it (Registry.release)
+            raise ServeError(
+                f"session {entry.id} could not be restored ({exc}); it is closed: send the whole conversation again "
+                "to open a new one", 503, "session_lost",
+            ) from None  # fmt: skip
         entry.parked.unlink(missing_ok=True)
+        entry.parked.with_suffix(".json").unlink(missing_ok=True)
+        entry.parked_bytes = 0
     else:
         session, tensors, meta = entry.parked
         session.cache = kvstore.restore_cache(model, tensors, meta)
     entry.session, entry.parked = session, None
     entry.restores += 1
+
+
+def park_all(registry: Registry, model) -> int:
+    """At shutdown, once the scheduler has stopped: every idle session to disk (host-parked ones too), so that the
+    next server on this park folder adopts them; a session mid-turn is left out (its client rebuilds it). The
+    number parked."""
+    import kvstore
+
+    count = 0
+    for entry in registry.idle():
+        if entry.on_disk:
+            _write_sidecar(entry.parked.with_suffix(".json"), entry)  # its last use, as of now
+            continue
+        if entry.parked is not None:  # host: back onto the device, then to disk
+            session, tensors, meta = entry.parked
+            session.cache = kvstore.restore_cache(model, tensors, meta)
+            entry.session, entry.parked = session, None
+        if entry.session is not None:
+            count += park(entry, "disk", registry)
+    for entry in [e for e in registry.entries.values() if e.busy]:
+        log(f"session {entry.id} was mid-turn at shutdown: not parked")
+    return count
+
+
+def adopt(registry: Registry, model, session_config) -> int:
+    """At start: take every session parked in the park folder by an earlier run (id, transcript, seed, last use);
+    remove what cannot be read or continued on this model and cache config, one log line each. The number taken."""
+    folder = registry.park_dir
+    if not folder.is_dir():
+        return 0
+    adopted: set[Path] = set()
+    for sidecar in sorted(p for p in folder.glob("*.json") if _OURS.fullmatch(p.name)):
+        path = sidecar.with_suffix(".safetensors")
+        try:
+            entry = _read_entry(sidecar, path, model, session_config)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            _remove(f"{sidecar.name}: {exc}", sidecar, path)
+            continue
+        registry.adopt(entry)
+        adopted.add(path)
+    strays = [p for p in folder.iterdir() if _OURS.fullmatch(p.name) and p.suffix != ".json" and p not in adopted]
+    for stray in strays:
+        _remove(f"{stray.name}: no session sidecar beside it (a park cut short)", stray)
+    enforce_quota(registry)
+    return len(adopted)
+
+
+def _remove(reason: str, *paths: Path) -> None:
+    log(f"removed unreadable parked session {reason}")
+    for p in paths:
+        p.unlink(missing_ok=True)
+
+
+def _read_entry(sidecar: Path, path: Path, model, session_config) -> Entry:
+    """The registry entry of a parked session, after checking its session file (format, checksum, model, config)."""
+    from kvstore.session.config import SessionConfig
+    from kvstore.session.persist import _check_config, _check_model, read_session_file
+
+    doc = json.loads(sidecar.read_text())
+    if doc.get("format") != FORMAT or doc.get("version") != VERSION:
+        raise ValueError(f"not a {FORMAT} sidecar of version {VERSION}")
+    if session_path(sidecar.parent, doc["id"]) != path:
+        raise ValueError("its session id does not name this file")
+    try:
+        saved, _ = read_session_file(path)
+        _check_model(path, saved["model"], model)
+        _check_config(path, SessionConfig.from_dict(saved["config"]), replace(session_config, seed=int(doc["seed"])))
+    except KVStoreError as exc:
+        raise ValueError(str(exc)) from None
+    idle = max(0.0, time.time() - float(doc["last_used"]))
+    return Entry(
+        id=doc["id"], seed=int(doc["seed"]), named=bool(doc["named"]), parked=path,
+        transcript=[Said.load(row) for row in doc["transcript"]],
+        last_used=time.monotonic() - idle, history_tokens=int(doc["history_tokens"]),
+        parked_bytes=path.stat().st_size + sidecar.stat().st_size, restores=int(doc["restores"]),
+    )  # fmt: skip
+
+
+def _write_sidecar(path: Path, entry: Entry) -> None:
+    doc: dict[str, Any] = {
+        "format": FORMAT, "version": VERSION, "id": entry.id, "seed": entry.seed, "named": entry.named,
+        "transcript": [s.dump() for s in entry.transcript],
+        "last_used": time.time() - (time.monotonic() - entry.last_used), "history_tokens": entry.history_tokens,
+        "restores": entry.restores,
+    }  # fmt: skip
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def free_slot(registry: Registry, entry: Entry, metrics) -> bool:
+    """Before `entry` becomes resident: while `max_sessions` sessions are, park the least recently used idle one to
+    disk (closed if it cannot be); False when every resident session is busy (the request waits)."""
+    while True:
+        free, victim = registry.slot_for(entry)
+        if victim is None:
+            return free
+        park(victim, "disk", registry)
+        metrics.add("sessions_parked_total")
+
+
+def keep_across_restarts(registry: Registry, scheduler) -> None:
+    """With a park folder of its own (`--park-dir`): adopt the sessions an earlier run parked there, and park every
+    idle session there when the scheduler stops (its `on_stop` hook, on its thread, the model then idle)."""
+    if not registry.persistent:
+        return
+    count = adopt(registry, scheduler.model, scheduler.session_config)
+    if count:
+        log(f"adopted {count} parked sessions from {registry.park_dir}")
+    scheduler.on_stop.append(lambda s: log(f"parked {park_all(s.registry, s.model)} sessions in {s.registry.park_dir}"))

@@ -19,7 +19,10 @@ This endpoint writes one, in either of two ways:
 
 The profile is saved under its store name (kvstore.profiles.profile.store_name: the model and a digest of the
 template), so
-it replaces an earlier one of the same agent and model. The answer describes it and, for a calibration, carries
+it replaces an earlier one of the same agent and model. Limits (ServeConfig): a profile sent, its content inflated
+(read from the archive's directory before anything is inflated) and its tensors as stored hold at most
+`profile_max_bytes` (else HTTP 413), and a new profile is refused (507) while the directory holds `max_profiles`.
+The answer describes it and, for a calibration, carries
 the file (base64) so that the client can keep it (`eval --server --warmup` does, to install it again on resume).
 """
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import io
+import zipfile
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,7 +143,7 @@ def calibrate(
         )
     except KVStoreError as exc:
         raise ServeError(f"cannot calibrate from these conversations: {exc}") from None
-    answer = _save(profile, folder)
+    answer = _save(profile, folder, config)
     data = io.BytesIO()
     profile.save_to(data)
     return answer | {"left_out": left_out, "profile": base64.b64encode(data.getvalue()).decode()}
@@ -151,12 +155,48 @@ def install(model, config: ServeConfig, data: bytes) -> dict[str, Any]:
     from kvstore.profiles.profile import MemoryProfile
 
     folder = profile_dir(config)
+    check_sent(data, config.profile_max_bytes)
     try:
         profile = MemoryProfile.load_bytes(data)
         profile.check_model(model_identity(model))
     except KVStoreError as exc:
         raise ServeError(str(exc)) from None
-    return _save(profile, folder)
+    return _save(profile, folder, config)
+
+
+def check_sent(data: bytes, limit: int) -> None:
+    """Refuse (413) a profile file that is, inflates to or expands to more than `limit` bytes, before it is read
+    into a profile: its archive's directory gives each record's inflated size, and the tensors it holds (read
+    without copying their storage) their size once expanded; 400 when it is no profile file at all."""
+    import torch
+
+    what = "the memory profile sent"
+    if len(data) > limit:
+        raise _too_large(f"{what} is {len(data)} bytes", limit)
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            inflated = sum(info.file_size for info in archive.infolist())
+    except (zipfile.BadZipFile, ValueError):
+        raise ServeError(f"{what} cannot be read: not a memory profile (a profile file is a zip archive)") from None
+    if inflated > limit:
+        raise _too_large(f"{what} inflates to {inflated} bytes", limit)
+    try:
+        content = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - a damaged file raises several types; the profile's own check says it
+        raise ServeError(
+            f"{what} cannot be read: not a memory profile, or a damaged one ({type(exc).__name__})"
+        ) from None
+    tensors = [v for v in (content.values() if isinstance(content, dict) else []) if isinstance(v, torch.Tensor)]
+    expanded = sum(t.numel() * max(t.element_size(), 4) for t in tensors)  # weights are stored as float32
+    if expanded > limit:
+        raise _too_large(f"{what} holds {expanded} bytes of tensors once expanded", limit)
+
+
+def _too_large(what: str, limit: int) -> ServeError:
+    return ServeError(
+        f"{what}, more than this server's limit of {limit} bytes for a profile (a profile of a real agent is a few "
+        "MiB)", 413, "payload_too_large",
+    )  # fmt: skip
 
 
 def _fitting(model, folder: Path, plan) -> dict[str, Any] | None:
@@ -172,10 +212,22 @@ def _fitting(model, folder: Path, plan) -> dict[str, Any] | None:
     return None if best is None else _describe(best[1], best[0])
 
 
-def _save(profile, folder: Path) -> dict[str, Any]:
+def _save(profile, folder: Path, config: ServeConfig) -> dict[str, Any]:
+    """Save under the profile's store name, within the directory's limits (413: too large, 507: full)."""
+    from kvstore.defaults import PROFILE_SUFFIX
     from kvstore.profiles.profile import store_name
 
+    data = io.BytesIO()
+    profile.save_to(data)
+    if data.tell() > config.profile_max_bytes:
+        raise _too_large(f"this profile takes {data.tell()} bytes", config.profile_max_bytes)
     name = store_name(profile)
+    held = [p for p in folder.glob(f"*{PROFILE_SUFFIX}") if p.name != name]
+    if len(held) >= config.max_profiles:
+        raise ServeError(
+            f"the profile directory {folder} holds {len(held)} profiles, this server's maximum (max_profiles); "
+            "delete the profiles no longer used there", 507, "insufficient_storage",
+        )  # fmt: skip
     profile.save(folder / name)
     return _describe(profile, name)
 

@@ -2,7 +2,10 @@
 
 The registry is shared by the HTTP threads (finding or opening the session of a request) and the scheduler thread
 (the only one that runs the model, parks and restores). A session in use by a request is `busy` and is neither
-matched by another request nor parked.
+matched by another request nor parked. `max_sessions` bounds the *resident* sessions (their caches on the model's
+device): when it is reached, the scheduler parks the least recently used idle one to disk before another comes in
+(server.parking), and a request is refused (429) only when every resident session is busy. Parked sessions are
+bounded by the disk quota of the park folder (`park_quota`): past it, the least recently used are closed.
 """
 
 from __future__ import annotations
@@ -26,13 +29,15 @@ class Entry:
 
     id: str
     seed: int  # seed of the session's cache and sampling
+    named: bool = False  # opened under a client's explicit id: only that id continues it, never a prefix match
     session: Any = None  # the kvstore Session while resident; None while parked or not opened yet
-    parked: Any = None  # a Path (disk) or (tensors, meta) of the cache (host) while parked
+    parked: Any = None  # a Path (disk) or (session, tensors, meta) of the cache (host) while parked
     transcript: list[Said] = field(default_factory=list)  # the conversation as the client saw it
     busy: bool = False  # a request is using it
     last_used: float = field(default_factory=time.monotonic)
     history_tokens: int = 0  # tokens in its conversation, as last measured by the scheduler
     held_bytes: int = 0  # KV bytes of its cache, as last measured by the scheduler (0 while parked)
+    parked_bytes: int = 0  # bytes of its files in the park folder while parked to disk
     restores: int = 0  # times it was brought back from parking
 
     @property
@@ -40,6 +45,15 @@ class Entry:
         if self.parked is not None:
             return "parked"
         return "active" if self.busy else "idle"
+
+    @property
+    def resident(self) -> bool:
+        """Its cache is on the model's device, or will be once its first turn opens it (not parked)."""
+        return self.parked is None
+
+    @property
+    def on_disk(self) -> bool:
+        return isinstance(self.parked, Path)
 
 
 class Registry:
@@ -51,6 +65,7 @@ class Registry:
         self.entries: dict[str, Entry] = {}
         self._tmp = None if config.park_dir else tempfile.mkdtemp(prefix="nexus-serve-park-")
         self.park_dir = Path(config.park_dir or self._tmp)
+        self.persistent = config.park_dir is not None  # sessions are parked there at shutdown and adopted at start
         self.closed_total = 0
 
     def claim(self, messages: list[dict[str, str]], session_id: str | None, seed: int | None) -> tuple[Entry, int]:
@@ -58,45 +73,77 @@ class Registry:
 
         An explicit `session_id` continues that session: `messages` are the whole conversation when they extend
         its transcript, else only the new messages; an unknown id opens a session under that id. Without an id,
-        the idle session whose transcript `messages` extend (the longest) continues; else a new session opens.
+        the idle session whose transcript `messages` extend (the longest; never one opened under an explicit id)
+        continues; else a new session opens. 429 when the session must become resident and every resident one is
+        busy.
         """
         with self.lock:
             self._expire()
             if session_id is not None:
+                new = session_id not in self.entries
                 entry = self.entries.get(session_id) or self._open(session_id, seed)
                 if entry.busy:
                     raise ServeError(f"session {session_id} is busy with another request", 409, "conflict")
                 known = len(entry.transcript) if continues(entry.transcript, messages) else 0
             else:
-                entry, known = self._match(messages) or (self._open(None, seed), 0)
+                matched = self._match(messages)
+                new = matched is None
+                entry, known = matched or (self._open(None, seed), 0)
+            self._check_room(entry, new)
             entry.busy, entry.last_used = True, time.monotonic()
             return entry, known
 
     def _match(self, messages: list[dict[str, str]]) -> tuple[Entry, int] | None:
-        found = [e for e in self.entries.values() if not e.busy and e.transcript and continues(e.transcript, messages)]
+        found = [
+            e
+            for e in self.entries.values()
+            if not e.busy and not e.named and e.transcript and continues(e.transcript, messages)
+        ]
         if not found:
             return None
         best = max(found, key=lambda e: len(e.transcript))
         return best, len(best.transcript)
 
     def _open(self, session_id: str | None, seed: int | None) -> Entry:
-        if len(self.entries) >= self.config.max_sessions:
-            raise ServeError(
-                f"the server holds its maximum of {self.config.max_sessions} sessions; close one "
-                "(DELETE /v1/sessions/<id>) or start the server with a larger --max-sessions",
-                429,
-                "rate_limit_error",
-            )
         seed = self.config.memory.seed if seed is None else seed
-        entry = Entry(id=session_id or f"sess-{uuid.uuid4().hex[:16]}", seed=seed)
+        entry = Entry(id=session_id or f"sess-{uuid.uuid4().hex[:16]}", seed=seed, named=session_id is not None)
         self.entries[entry.id] = entry
         return entry
 
+    def _check_room(self, entry: Entry, new: bool) -> None:
+        """Refuse (429, and forget `entry` when `new`) when it must become resident and no resident slot can be
+        freed: every resident session is busy."""
+        if entry.session is not None:
+            return
+        others = [e for e in self.entries.values() if e.resident and e is not entry]
+        if len(others) < self.config.max_sessions or any(not e.busy for e in others):
+            return
+        if new:
+            self.entries.pop(entry.id, None)
+        raise ServeError(
+            f"all {self.config.max_sessions} resident sessions of the server are busy with requests; retry when one "
+            "finishes, or start the server with a larger --max-sessions",
+            429,
+            "rate_limit_error",
+        )
+
+    def slot_for(self, keep: Entry) -> tuple[bool, Entry | None]:
+        """For the scheduler, before `keep` becomes resident: (True, None) when a resident slot is free, (True,
+        victim) when the least recently used idle resident session must be parked first, (False, None) when every
+        resident session is busy (the request waits)."""
+        with self.lock:
+            others = [e for e in self.entries.values() if e.resident and e is not keep]
+            if keep.session is not None or len(others) < self.config.max_sessions:
+                return True, None
+            idle = sorted((e for e in others if not e.busy and e.session is not None), key=lambda e: e.last_used)
+        return (True, idle[0]) if idle else (False, None)
+
     def release(self, entry: Entry, said: list[Said] | None) -> None:
-        """The request is over: extend the transcript (None: the turn failed, the session is closed)."""
+        """The request is over: extend the transcript (None: the turn failed, the session is closed; so is a session
+        left with nothing, one whose parked file could not be restored)."""
         with self.lock:
             entry.busy, entry.last_used = False, time.monotonic()
-            if said is None:
+            if said is None or not said and not entry.transcript and entry.session is None and entry.parked is None:
                 self._close(entry)
             else:
                 entry.transcript.extend(said)
@@ -112,10 +159,17 @@ class Registry:
             self._close(entry)
             return True
 
+    def drop(self, entry: Entry) -> None:
+        """Close an idle session the server cannot keep (parking failed, over the disk quota)."""
+        with self.lock:
+            if not entry.busy:
+                self._close(entry)
+
     def _close(self, entry: Entry) -> None:
         self.entries.pop(entry.id, None)
         if isinstance(entry.parked, Path):
             entry.parked.unlink(missing_ok=True)
+            entry.parked.with_suffix(".json").unlink(missing_ok=True)
         entry.session = entry.parked = None
         self.closed_total += 1
 
@@ -125,11 +179,32 @@ class Registry:
             if not entry.busy and now - entry.last_used > self.config.session_ttl_s:
                 self._close(entry)
 
+    def over_quota(self) -> list[Entry]:
+        """Sessions parked to disk to close, least recently used first, until the rest fit the park quota."""
+        quota = self.config.park_quota
+        with self.lock:
+            parked = sorted((e for e in self.entries.values() if e.on_disk and not e.busy), key=lambda e: e.last_used)
+        total, out = sum(e.parked_bytes for e in parked), []
+        while quota is not None and parked and total > quota:
+            out.append(parked.pop(0))
+            total -= out[-1].parked_bytes
+        return out
+
+    def adopt(self, entry: Entry) -> None:
+        """Take a session parked by an earlier run of the server (server.parking.adopt)."""
+        with self.lock:
+            self.entries[entry.id] = entry
+
     def idle_resident(self) -> list[Entry]:
         """Idle sessions whose caches are resident, least recently used first (what parking frees)."""
         with self.lock:
             found = [e for e in self.entries.values() if not e.busy and e.session is not None]
         return sorted(found, key=lambda e: e.last_used)
+
+    def idle(self) -> list[Entry]:
+        """Every idle session, resident or parked (what shutdown parks to disk)."""
+        with self.lock:
+            return [e for e in self.entries.values() if not e.busy]
 
     def counts(self) -> dict[str, int]:
         with self.lock:

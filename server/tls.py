@@ -1,16 +1,13 @@
 """TLS for `nexus-agent serve` (--tls-cert, --tls-key): the server's SSL context, loaded once at start with a clear
-error for a bad file, and the handshake of each connection, run in that connection's own thread, so that a client
-that connects and never speaks cannot hold up the others."""
+error for a bad file. uvicorn speaks TLS with it (server.listen); each handshake runs on the event loop, so a client
+that connects and never speaks holds up no one."""
 
 from __future__ import annotations
 
-import socket
 import ssl
 from pathlib import Path
 
 from server.config import ServeConfig, ServeError
-
-HANDSHAKE_TIMEOUT_S = 30.0  # a client must finish its TLS handshake within this
 
 
 def tls_context(config: ServeConfig) -> ssl.SSLContext | None:
@@ -40,14 +37,6 @@ def server_context(cert: Path, key: Path | None = None) -> ssl.SSLContext:
             f"{exc.reason or exc}{hint}"
         ) from None
     return context
-
-
-def handshake(context: ssl.SSLContext, conn: socket.socket) -> ssl.SSLSocket:
-    """The server side of one connection's handshake (ssl.SSLError or OSError when the client fails it)."""
-    conn.settimeout(HANDSHAKE_TIMEOUT_S)
-    wrapped = context.wrap_socket(conn, server_side=True)
-    wrapped.settimeout(None)
-    return wrapped
 
 
 class _EncryptedKey(Exception):

@@ -49,9 +49,13 @@ class ChatRenderer:
         self.end_of_turn_ids = self.encode(self._end_text)
 
     def render(self, messages: Sequence[dict], add_generation_prompt: bool = False) -> str:
-        """The template's text for a whole conversation (what a stateless client would send)."""
+        """The template's text for a whole conversation (what a stateless client would send). A conversation's
+        tools (OpenAI function specs) travel on its first message, key "tools": the template renders them."""
+        kwargs = self.template_kwargs
+        if messages and messages[0].get("tools"):
+            kwargs = kwargs | {"tools": messages[0]["tools"]}
         return self.tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, **self.template_kwargs
+            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
         )
 
     def encode(self, text: str) -> list[int]:

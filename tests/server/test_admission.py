@@ -3,6 +3,7 @@ cannot fit wait or get a clear 503; /metrics reports it."""
 
 from __future__ import annotations
 
+import json
 import threading
 import urllib.request
 
@@ -108,3 +109,118 @@ def test_waiting_past_the_queue_timeout_is_a_503(make_server) -> None:
         ask(c, [{"role": "user", "content": words(300, "q")}])
     assert info.value.status_code == 503
     assert sum(1 for _ in long_reply) > 0
+
+
+def sessions(server) -> list[dict]:
+    return json.load(urllib.request.urlopen(server.url + "/sessions"))["data"]
+
+
+def test_more_one_shot_conversations_than_max_sessions_are_all_answered(make_server, tmp_path) -> None:
+    server = make_server(max_sessions=64)
+    c = client(server)
+    for i in range(70):  # one-shot clients that never come back: the least recently used are parked, not refused
+        ask(c, [{"role": "user", "content": f"question {i}"}], max_tokens=2)
+    listed = sessions(server)
+    assert len(listed) == 70 and sum(s["state"] == "parked" for s in listed) == 6
+    assert len(list((tmp_path / "park").glob("*.safetensors"))) == 6
+    assert metrics(server)['nexus_requests_total{code="200"}'] == 70
+    first = [{"role": "user", "content": "question 0"}]  # the oldest was parked first; it comes back exactly
+    r = ask(c, first, max_tokens=2)
+    r2 = ask(
+        c, first + [{"role": "assistant", "content": r.choices[0].message.content}, {"role": "user", "content": "x"}]
+    )
+    assert r2.model_extra["nexus"]["continued"]
+
+
+def test_refused_only_when_every_resident_session_is_busy(make_server) -> None:
+    server = make_server(max_sessions=1)
+    c = client(server)
+    stream = ask(c, [{"role": "user", "content": words(100, "p")}], max_tokens=200, stream=True)
+    next(iter(stream))  # the one resident session is decoding
+    with pytest.raises(openai.RateLimitError, match="resident sessions of the server are busy") as info:
+        ask(c, [{"role": "user", "content": "another conversation"}])
+    assert info.value.status_code == 429
+    assert sum(1 for _ in stream) > 0
+    ask(c, [{"role": "user", "content": "another conversation"}])  # now the first is idle: it is parked
+    assert sorted(s["state"] for s in sessions(server)) == ["idle", "parked"]
+
+
+def test_past_the_park_quota_the_least_recently_used_parked_sessions_are_closed(make_server, tmp_path) -> None:
+    server = make_server(max_sessions=1, park_quota=1)  # no parked file fits: every parked session is closed
+    c = client(server)
+    ids = [
+        ask(c, [{"role": "user", "content": f"q{i}"}], max_tokens=2).model_extra["nexus"]["session_id"]
+        for i in range(2)
+    ]
+    assert [s["id"] for s in sessions(server)] == ids[1:]
+    assert not list((tmp_path / "park").iterdir())
+    roomy = make_server(max_sessions=1, park_quota=2**30, park_dir=tmp_path / "roomy")
+    c = client(roomy)
+    for i in range(3):
+        ask(c, [{"role": "user", "content": f"q{i}"}], max_tokens=2)
+    sizes = [p.stat().st_size for p in (tmp_path / "roomy").iterdir()]
+    assert len(sizes) == 4  # two parked sessions: a session file and its sidecar each
+    fits_one = make_server(max_sessions=1, park_quota=sum(sizes) * 3 // 4, park_dir=tmp_path / "one")
+    c = client(fits_one)
+    ids = [
+        ask(c, [{"role": "user", "content": f"q{i}"}], max_tokens=2).model_extra["nexus"]["session_id"]
+        for i in range(3)
+    ]
+    assert [s["id"] for s in sessions(fits_one)] == ids[1:]  # the oldest parked one went
+    assert len(list((tmp_path / "one").iterdir())) == 2
+
+
+def test_two_clients_extending_one_conversation_get_their_own_sessions(make_server) -> None:
+    server = make_server()
+    c = client(server)
+    opening = [{"role": "user", "content": words(100, "o")}]
+    r = ask(c, opening)
+    first = r.model_extra["nexus"]["session_id"]
+    shared = opening + [{"role": "assistant", "content": r.choices[0].message.content}]
+    results: dict[str, object] = {}
+
+    def run(tag: str) -> None:
+        results[tag] = ask(c, shared + [{"role": "user", "content": f"client {tag}"}], max_tokens=30)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    ids = {t: results[t].model_extra["nexus"]["session_id"] for t in "ab"}
+    assert ids["a"] != ids["b"] and first in ids.values()  # one continued it, the other forked
+    # one after the other: the second no longer extends the first's session, so it gets its own
+    later = ask(c, shared + [{"role": "user", "content": "client c"}])
+    assert later.model_extra["nexus"]["session_id"] not in ids.values() and not later.model_extra["nexus"]["continued"]
+
+
+def test_a_conversation_prefix_never_takes_a_session_a_client_named(make_server) -> None:
+    server = make_server()
+    c = client(server)
+    opening = [{"role": "user", "content": words(60, "n")}]
+    r = ask(c, opening, extra_headers={"X-Nexus-Session": "chat-1"})
+    same = opening + [{"role": "assistant", "content": r.choices[0].message.content}, {"role": "user", "content": "x"}]
+    stateless = ask(c, same).model_extra["nexus"]
+    assert stateless["session_id"] != "chat-1" and not stateless["continued"]
+    named = ask(c, same, extra_headers={"X-Nexus-Session": "chat-1"}).model_extra["nexus"]
+    assert named["session_id"] == "chat-1" and named["continued"] and named["turn"]["prefill_tokens"] < 20
+
+
+def test_a_density_budget_answers_short_prompts_and_follows_a_growing_chat(make_server) -> None:
+    server = make_server(budget=0.2, protect="system")
+    c = client(server)
+    short = ask(c, [{"role": "user", "content": words(20, "s")}])  # 0.2 x ~25 tokens: fewer than the policy keeps
+    assert short.model_extra["nexus"]["turn"]["evicted_tokens"] == 0  # held whole, not refused
+    chat = [{"role": "system", "content": words(40, "sys")}, {"role": "user", "content": words(20, "task")}]
+    budgets = []
+    for t in range(3):
+        r = ask(c, chat, max_tokens=8)
+        session = server.registry.entries[r.model_extra["nexus"]["session_id"]].session
+        ((start, end),) = session.cache.signals.protected
+        assert all(set(range(start, end)) <= set(layer.positions[0, 0].tolist()) for layer in session.cache.layers)
+        budgets.append((session.cache.budget_tokens, r.usage.prompt_tokens))
+        chat += [{"role": "assistant", "content": r.choices[0].message.content}]
+        chat += [{"role": "user", "content": words(400, f"t{t}")}]
+    assert r.model_extra["nexus"]["turn"]["evicted_tokens"] > 0  # the chat outgrew its budget: eviction happened
+    assert budgets[0][0] > round(0.2 * budgets[0][1])  # the opening's turn: the protected system prompt's floor
+    assert budgets[-1][0] == round(0.2 * budgets[-1][1]) > budgets[0][0]  # later: 0.2 x the conversation so far

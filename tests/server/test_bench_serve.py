@@ -24,6 +24,11 @@ def test_bench_serve_quick_plan_on_the_tiny_model() -> None:
         assert p["serial"]["mean_batch"] == 1.0
         assert 0 < p["batched"]["ttft_mean_s"] <= p["batched"]["ttft_max_s"]
     assert result["phases"][1]["batched"]["mean_batch"] > 1.5  # four sessions decoded together
+    assert all(
+        p[m]["rss_before_mib"] > 0 and p[m]["rss_after_mib"] > 0
+        for p in result["phases"]
+        for m in ("batched", "serial")
+    )
     nexus, full = result["fit"]
     assert full["hit_cap"] and 1 <= full["sessions"] < nexus["sessions"]
     assert nexus["mean_held_bytes"] < 0.5 * full["mean_held_bytes"]

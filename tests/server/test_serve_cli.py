@@ -45,7 +45,7 @@ def wait_healthy(base: str, proc: subprocess.Popen, timeout: float = 180.0, log:
 def test_serve_the_default_model(tmp_path) -> None:
     port = free_port()
     cmd = [sys.executable, "-c", "from cli.app import main; main()", "serve", "--port", str(port), "--budget", "256"]
-    cmd += ["--memory-cap", "64MiB", "--park-dir", str(tmp_path), "--threads", "2"]
+    cmd += ["--memory-cap", "64MiB", "--park-dir", str(tmp_path), "--threads", "2", "--memory-profile", "auto"]
     log = tmp_path / "serve.log"  # a file, not a pipe nobody reads: the server can never block on its output
     with log.open("w") as fh:
         proc = subprocess.Popen(

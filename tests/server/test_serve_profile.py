@@ -187,3 +187,60 @@ def test_a_calibration_makes_room_under_the_memory_cap_or_is_refused(make_server
     status, answer = _post_profiles(server, {"conversations": convs})
     assert status == 200, answer
     assert idle.parked is not None and (store / answer["name"]).is_file()  # parked to make room
+
+
+def _rezipped(data: bytes, extra: dict[str, bytes]) -> bytes:
+    """A profile file's archive written again with every record deflated, plus `extra` records."""
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+        for name, content in extra.items():
+            dst.writestr(f"{src.namelist()[0].split('/')[0]}/{name}", content)
+    return out.getvalue()
+
+
+def test_profile_uploads_are_limited_in_size_and_number(make_server, tmp_path: Path) -> None:
+    store = tmp_path / "profiles"
+    store.mkdir()
+    server = make_server(profile=store, profile_max_bytes=2**20, max_profiles=1)
+    profile = MemoryProfile.load(save_tiny_profile(tmp_path / "tiny.pt"))
+    good = io.BytesIO()
+    profile.save_to(good)
+    assert len(good.getvalue()) < 2**20
+    bomb = _rezipped(good.getvalue(), {"padding": bytes(64 * 2**20)})  # 64 MiB of zeros deflate to ~64 KiB
+    assert len(bomb) < 2**20
+    expanded = MemoryProfile.load(save_tiny_profile(tmp_path / "tiny.pt"))
+    layers, heads = expanded.prefix_weight.shape[:2]
+    expanded.prefix_weight = torch.zeros(1).expand(layers, heads, 2**20)  # saved as one float, read back as 2^22
+    wide = io.BytesIO()
+    torch.save(
+        {
+            "version": 1,
+            "prefix": torch.zeros(1, dtype=torch.int64).expand(2**20),
+            "prefix_weight": expanded.prefix_weight,
+        },
+        wide,
+    )
+    for data, message in (
+        (bytes(2**20 + 1), "is 1048577 bytes"),
+        (bomb, "inflates to"),
+        (wide.getvalue(), "once expanded"),
+    ):
+        status, answer = _post_profiles(server, {"profile": base64.b64encode(data).decode()})
+        assert status == 413 and message in answer["error"]["message"], answer
+        assert "limit of 1048576 bytes" in answer["error"]["message"]
+    assert not list(store.iterdir())
+    status, answer = _post_profiles(server, {"profile": base64.b64encode(good.getvalue()).decode()})
+    assert status == 200 and (store / answer["name"]).is_file()
+    status, _ = _post_profiles(server, {"profile": base64.b64encode(good.getvalue()).decode()})
+    assert status == 200  # the same profile again replaces itself
+    other = MemoryProfile.load(save_tiny_profile(tmp_path / "tiny.pt"))
+    other.prefix, other.prefix_weight = other.prefix[:-1], other.prefix_weight[..., :-1].contiguous()
+    data = io.BytesIO()
+    other.save_to(data)
+    status, answer = _post_profiles(server, {"profile": base64.b64encode(data.getvalue()).decode()})
+    assert status == 507 and "holds 1 profiles" in answer["error"]["message"], answer
+    assert len(list(store.iterdir())) == 1

@@ -1,0 +1,153 @@
+"""The listener of `nexus-agent serve`: uvicorn (HTTP/1.1 by h11, on asyncio) serving server.asgi's app on a socket
+bound here, so that port 0 works and the port is known before the server runs.
+
+Limits (ServeConfig): the listen backlog; at most `max_connections` open connections (uvicorn's limit_concurrency:
+more get HTTP 503); an idle keep-alive connection closes after `keep_alive_s`; a request's headers must arrive
+within `header_timeout_s` of the connection (or of the previous response), else the connection is closed, so that a
+client dribbling its headers (slowloris) holds one socket for a while and nothing else. TLS: uvicorn speaks it with
+server.tls's context (its checks and messages; TLS 1.2 at least), each handshake on the event loop.
+
+Shutdown (SIGTERM/SIGINT in `serve`, or `Server.close`): stop accepting, stop the scheduler (every reply in flight
+ends: a stream with an error event, a plain request with HTTP 503), let the connections finish writing, return.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import resource
+import signal
+import socket
+import ssl
+import sys
+import threading
+from collections.abc import Callable, Iterator
+
+import h11
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from server import api
+from server.config import ServeConfig, ServeError
+
+BAD_REQUEST = "malformed HTTP request (its request line or a header, e.g. a Content-Length that is not a number)"
+SHUTDOWN_GRACE_S = 5.0  # after the scheduler stopped, how long connections may take to send their last bytes
+
+
+def bind(config: ServeConfig) -> socket.socket:
+    """The listening socket of `config.host:config.port` (port 0: any free one), with the configured backlog."""
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((config.host, config.port))
+        sock.listen(config.backlog)
+    except OSError as exc:
+        sock.close()
+        raise ServeError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
+    return sock
+
+
+class HeaderDeadline(H11Protocol):
+    """uvicorn's h11 protocol, closing a connection whose next request's headers do not arrive in time."""
+
+    def __init__(self, *args, header_timeout_s: float, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.header_timeout_s = header_timeout_s
+        self._deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        """A request h11 cannot parse (a bad request line or header, e.g. a Content-Length that is not a number):
+        HTTP 400 with the JSON error body of every other answer, then the connection closes."""
+        body = json.dumps(api.error_body(ServeError(f"{BAD_REQUEST}: {msg}"))).encode()
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+        for event in (h11.Response(status_code=400, headers=headers), h11.Data(data=body), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event))
+        self.transport.close()
+
+    def _arm(self) -> None:
+        """Close the connection unless a new request (a new cycle) has begun within the timeout."""
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = self.loop.call_later(self.header_timeout_s, self._expire, self.cycle)
+
+    def _expire(self, cycle) -> None:
+        if self.cycle is cycle and not self.transport.is_closing():
+            self.transport.close()
+
+
+class Uvicorn(uvicorn.Server):
+    """uvicorn's server with the shutdown `serve` needs: `on_shutdown` (stop the scheduler) runs once the listener
+    is closed and before the connections are drained; a signal is not raised again afterwards (exit status 0)."""
+
+    def __init__(self, config: uvicorn.Config, on_shutdown: Callable[[], None]) -> None:
+        super().__init__(config)
+        self.on_shutdown = on_shutdown
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        handlers = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in getattr(self, "servers", []):
+            server.close()  # accept no more connections
+        await asyncio.to_thread(self.on_shutdown)
+        await super().shutdown(sockets)
+
+
+def make_uvicorn(app, config: ServeConfig, context: ssl.SSLContext | None, on_shutdown, verbose: bool) -> Uvicorn:
+    """The uvicorn server of the ASGI `app` with the limits of `config` (TLS: `context`, from server.tls)."""
+    _log_setup(verbose)
+    tls = {}
+    if context is not None:  # uvicorn builds no context of its own: this one carries server.tls's checks
+        tls = {"ssl_certfile": str(config.tls_cert), "ssl_context_factory": lambda _config, _default: context}
+    settings = uvicorn.Config(
+        app, lifespan="off", log_config=None, access_log=verbose, backlog=config.backlog,
+        limit_concurrency=config.max_connections, timeout_keep_alive=config.keep_alive_s,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        http=functools.partial(HeaderDeadline, header_timeout_s=config.header_timeout_s), **tls,
+    )  # fmt: skip
+    return Uvicorn(settings, on_shutdown)
+
+
+def raise_fd_limit(connections: int) -> None:
+    """Raise this process's open-file limit towards `connections` plus room for its own files (up to the hard limit),
+    so that the connection limit, not the file limit, is what a flood of connections meets."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = connections + 256 if hard == resource.RLIM_INFINITY else min(hard, connections + 256)
+    if want > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+def _log_setup(verbose: bool) -> None:
+    """uvicorn's log: one line per request and per refused connection with --verbose, else only its errors."""
+    log = logging.getLogger("uvicorn")
+    log.setLevel(logging.INFO if verbose else logging.ERROR)
+    if verbose and not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        log.addHandler(handler)
