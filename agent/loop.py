@@ -66,11 +66,14 @@ class Agent:
         task_id: str = "",
         on_step: Callable[[dict[str, Any]], None] | None = None,
         before_execute: Callable[[ToolCall], str | None] | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.model, self.env, self.config = model, env, config or AgentConfig()
         self.trajectory, self.task_id = trajectory, task_id
         self.on_step = on_step  # called with each step record (live views)
         self.before_execute = before_execute  # returns an observation to use instead of running the call
+        self.on_event = on_event  # live views: {"kind": "model", "step"} before a reply, {"kind": "tool", "step",
+        # "tool", "params"} before a call runs; on_step's record says both finished
         self.messages: list[Message] = []
         self.n_steps, self._start, self._pending = 0, 0.0, []
         self._disk_exceeded = ""  # the sandbox's reason when the last call went past the task's disk budget
@@ -105,6 +108,7 @@ class Agent:
     def step(self) -> None:
         """One turn: query the model, run its call (or explain the format error), check the limits."""
         t0 = time.monotonic()
+        self._emit("model", step=self.n_steps + 1)
         reply = self.model.reply(self._pending, self.config.sampling())
         t1 = time.monotonic()
         sent, self._pending = self._pending, []
@@ -129,6 +133,7 @@ class Agent:
             return None, False, str(exc)
         if self.before_execute is not None and (instead := self.before_execute(call)) is not None:
             return call, False, instead
+        self._emit("tool", step=self.n_steps, tool=call.name, params=call.params)
         result = self.env.execute(call, timeout=self.config.command_timeout)
         self._disk_exceeded = result.disk_exceeded
         if result.submitted:
@@ -136,6 +141,10 @@ class Agent:
         folder = self.trajectory.path.parent if self.trajectory is not None else None  # the run folder
         keep = partial(keep_output, folder, self.n_steps)
         return call, False, format_observation(call, result, self.config.observation_chars, keep)
+
+    def _emit(self, kind: str, **data: Any) -> None:
+        if self.on_event is not None:
+            self.on_event({"kind": kind, **data})
 
     def _check_limits(self, reply: ModelReply) -> None:
         cfg = self.config

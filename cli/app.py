@@ -32,6 +32,7 @@ BENCH_COMMANDS: dict[str, tuple[str, str]] = {
     "turns": ("benchmarks.turns:turns_cmd", "Multi-turn session: true eviction vs re-prefill vs full cache."),
     "quality": ("benchmarks.quality:quality", "Accuracy of every policy at several densities on retrieval tasks."),
     "speed": ("benchmarks.speed:speed", "Decode throughput, latency and memory: nexus vs full cache."),
+    "decode": ("benchmarks.decode:decode_cmd", "Decode tokens/s by policy and KV engine, batch 1 and N, vs the bound."),
     "replay": ("benchmarks.replay:replay_cmd", "Replay recorded agent conversations: each memory's fidelity to full."),
     "reservoir": ("benchmarks.reservoir_scale:reservoir_cmd", "Reservoir vs top-K at the real Nexus weight scale."),
     "serve": ("benchmarks.serve:serve_bench", "N concurrent agent sessions on one server: batched vs serial, KV fit."),
@@ -54,6 +55,15 @@ def load_command(name: str, target: str) -> click.Command:
     command.name = name
     unwrap_help(command)
     return command
+
+
+def _flag_type(option: typer.core.TyperOption, ctx: click.Context) -> str | None:
+    """The type column of --help: nothing for a flag (it takes no value; typer showed `<bool>`)."""
+    return "" if option.is_flag else _TYPE_OF(option, ctx)
+
+
+_TYPE_OF = typer.core.TyperOption.display_type_rich
+typer.core.TyperOption.display_type_rich = _flag_type  # every command's help, --help and --version included
 
 
 def unwrap_help(command: click.Command) -> None:
@@ -132,6 +142,26 @@ bench_app = typer.Typer(
     cls=BenchGroup, help="Benchmarks of the evicting KV cache (see docs/benchmarks.md).", no_args_is_help=True
 )
 app.add_typer(bench_app, name="bench")
+
+
+def _print_version(given: bool) -> None:
+    if given:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"nexus-agent {version('nexus-agent')}")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            typer.echo("nexus-agent (not installed: no version)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """A long-running coding-agent runtime with persistent, evicting KV memory (Nexus Sampling)."""
 
 
 def main() -> None:

@@ -27,9 +27,16 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     return tuple(types)
 
 
+class Interrupted(Exception):
+    """Ctrl-C ended a command that says what it left (its message, one line) instead of the bare "interrupted"."""
+
+
 def run(app: typer.Typer) -> None:
     try:
         app(standalone_mode=True)
+    except Interrupted as exc:
+        _err.print(f"[yellow]{escape(str(exc))}[/yellow]", highlight=False, soft_wrap=True)
+        sys.exit(130)
     except KeyboardInterrupt:
         _err.print("[yellow]interrupted[/yellow]")
         sys.exit(130)

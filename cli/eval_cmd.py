@@ -12,11 +12,13 @@ from cli.options import run_options
 from cli.safe_text import safe_text, say_to
 from pipeline.config import RunConfig
 
+EXIT_TASK_ERRORS = 1  # some task's run failed (it is retried by the next run of the same command)
+
 
 @run_options(
     "dataset", "workers", "model", "policy", "budget", "protocol", "protect", "profile", "sandbox", "max_steps", "seed",
     "temperature", "threads", "max_new_tokens", "replay_dir", "command_timeout", "test_timeout", "repo_cache", "server",
-    "warmup",
+    "warmup", "constrain",
 )  # fmt: skip
 def eval_cmd(
     cfg: RunConfig,
@@ -25,46 +27,70 @@ def eval_cmd(
     slice_: str = typer.Option(None, "--slice", help="start:stop over the source's order."),
     executor: str = typer.Option("local", "--executor", help="local (process pool) or ray."),
     ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster address (default: a local Ray)."),
-    retry_errors: bool = typer.Option(False, "--retry-errors", help="Rerun finished tasks whose status is error."),
+    retry_errors: bool = typer.Option(False, "--retry-errors", hidden=True, help="No effect: errors are retried."),
 ) -> None:
-    """Solve and grade each task into --out/<id>/; finished tasks (report.json present) are skipped on rerun."""
-    from cli.live import EvalView
-    from pipeline.eval import plan_eval, run_eval
+    """Solve and grade each task into --out/<id>/; a rerun of the same command skips the finished tasks and runs the
+    rest, including those whose run failed (an error is not a result: it is left out of predictions.jsonl).
 
-    batch = plan_eval(cfg, out, instances, slice_, executor, ray_address, retry_errors)
-    done, console = len(batch.tasks) - len(batch.todo), Console()
+    Exit code: 0 when every selected task finished, 1 when some task's run failed (listed with its reason at the
+    end), 2 for a bad option or --out folder (nothing runs), 130 when interrupted (Ctrl-C: the finished tasks' files
+    are complete; the same command continues)."""
+    from cli.errors import Interrupted
+    from pipeline.eval import plan_eval
+    from pipeline.eval_files import finished, read_report
+
+    batch = plan_eval(cfg, out, instances, slice_, executor, ray_address)
+    console = Console()
+    retried = sum(read_report(out, t.instance_id) is not None for t in batch.todo)
+    again = f" ({retried} of them failed before and run again)" if retried else ""
+    done = len(batch.tasks) - len(batch.todo)
     console.print(
-        safe_text(f"eval: {len(batch.tasks)} tasks, {done} already finished, {len(batch.todo)} to run -> {out}")
+        safe_text(f"eval: {len(batch.tasks)} tasks, {done} finished earlier, {len(batch.todo)} to run{again} -> {out}")
     )
     if cfg.lacks_profile and len(batch.todo) > 2:
         console.print(
-            "memory profile: none for this agent and model; --warmup 1 learns one from the first task for the "
-            "rest (docs/memory.md)",
+            "memory profile: none (the default); --warmup 1 learns one from the first task for the rest of this batch "
+            "(docs/memory.md)",
             highlight=False,
         )
     try:
-        with EvalView(console, len(batch.tasks), done) as view:
-            summary = run_eval(batch, view.event, view.finished_one, say_to(console))
+        summary = _run(console, batch, done)
     except KeyboardInterrupt:  # the files describe exactly the finished tasks
-        finished = (batch.summary or {}).get("finished", done)
-        console.print(
-            safe_text(
-                f"stopped: {finished} of {len(batch.tasks)} tasks finished, their files complete in {out}; the same "
-                "command resumes the rest"
-            )
-        )
-        raise
+        summary = batch.summary or {}
+        ended = sum(finished(read_report(out, t.instance_id)) for t in batch.tasks)
+        raise Interrupted(
+            f"interrupted: {ended} finished, {len(batch.tasks) - ended} left; rerun the same command to continue"
+        ) from None
     _print_summary(console, summary, out)
+    if summary["errors"]:
+        raise typer.Exit(EXIT_TASK_ERRORS)
+
+
+def _run(console: Console, batch, done: int) -> dict:
+    from cli.live import EvalView
+    from pipeline.eval import run_eval
+
+    with EvalView(console, len(batch.tasks), done) as view:
+        return run_eval(batch, view.event, view.finished_one, say_to(console))
 
 
 def _print_summary(console: Console, summary: dict, out: Path) -> None:
+    from cli.live import plural
+
     t = summary["totals"]
     console.print()
     console.print(
         f"[bold]resolved {summary['resolved']}/{summary['total']}[/bold] (finished {summary['finished']}; "
-        f"{', '.join(f'{k} {v}' for k, v in sorted(summary['statuses'].items()))}) | {summary['turns']} turns, "
+        f"{', '.join(f'{k} {v}' for k, v in sorted(summary['statuses'].items()))}) | "
+        f"{plural(summary['turns'], 'turn')}, "
         f"generated {t['generated_tokens']} tok, prefilled {t['prefill_tokens']} tok, evicted {t['evicted_tokens']} "
         f"tok/layer, peak cache {t['peak_held_tokens']} tok/layer | wall {summary['wall_s_this_session']:.0f} s",
         highlight=False,
     )
     console.print(safe_text(f"predictions: {out}/predictions.jsonl, summary: {out}/summary.json"))
+    errors = summary["errors"]
+    if errors:
+        head = f"{plural(len(errors), 'task')} failed to run (not results; the same command runs them again):"
+        console.print(safe_text(head))
+        for ident, reason in errors.items():
+            console.print(safe_text(f"  {ident}: {' '.join(reason.split())[:300]}", "red"))

@@ -24,7 +24,10 @@ def grade_cmd(
     timeout: float = typer.Option(1800.0, "--timeout", help="Seconds the tests may run."),
     **given: Path | None,
 ) -> None:
-    """Apply the patch and the task's test patch in a fresh sandbox, run the tests, report per test."""
+    """Apply the patch and the task's test patch in a fresh sandbox, run the tests, report per test.
+
+    Exit code: 0 resolved; 1 not resolved (unresolved, empty patch, patch did not apply); 2 the grading could not run
+    (status error, or a bad option)."""
     from swe_env.grading import GradeConfig, grade
     from swe_env.sandbox.factory import SandboxConfig
     from tasks import get_task
@@ -44,8 +47,12 @@ def grade_cmd(
     _print(console, report)
     if json_path is not None:
         console.print(f"report written to {safe_markup(str(json_path))}")
-    if report.status == "error":
-        raise typer.Exit(1)
+    raise typer.Exit(exit_code(report.status))
+
+
+def exit_code(status: str) -> int:
+    """The command's exit code for a grading status (the docstring's table)."""
+    return 0 if status == "resolved" else 2 if status == "error" else 1
 
 
 def _patch_text(patch: str, task) -> str:

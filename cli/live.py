@@ -24,36 +24,130 @@ STATUS_STYLE = {
 }
 
 
+# exit reasons (agent.loop, R2E-Gym's names) in the words the summary uses
+EXIT_WORDS = {
+    "agent": "submitted",
+    "max_step_limit": "submitted after the step limit",
+    "abs_step_limit": "step limit reached",
+    "token_limit": "context full (token limit)",
+    "traj_time_limit": "time limit reached",
+    "disk_limit": "disk budget exceeded",
+    "error": "error",
+    "interrupted": "interrupted",
+}
+
+
+def exit_words(reason: str | None) -> str:
+    return EXIT_WORDS.get(reason or "", reason or "-")
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def _kib(n: int | float | None) -> str:
     return f"{(n or 0) / 2**20:.1f} MiB"
 
 
+def call_text(tool: str, params: dict[str, Any] | None, width: int = 60) -> str:
+    """A tool call as one short line: the tool and its command (bash), sub-command and path, or first argument."""
+    params = params or {}
+    if "cmd" in params:
+        detail = str(params["cmd"])
+    else:
+        detail = " ".join(str(params[k]) for k in ("command", "path", "search_term") if params.get(k))
+    detail = " ".join(detail.split())
+    if len(detail) > width:
+        detail = detail[: width - 1] + "…"
+    return f"{tool}: {detail}" if detail else tool
+
+
+class TaskNow:
+    """What one task is doing now, from run_task's events, its tokens and its steps; `line()` says it in words."""
+
+    def __init__(self, max_steps: int | None) -> None:
+        self.max_steps = max_steps
+        self.phase, self.detail, self.step = "opening the sandbox", "", 0
+        self.since = self.start = time.monotonic()
+        self.session = None  # a local model's session: its prefill progress is read while the model reads
+        self.chars = 0  # characters of the reply written so far
+
+    def event(self, ev: dict[str, Any]) -> None:
+        kind = ev["kind"]
+        if kind == "backend":
+            self.session = getattr(ev["backend"], "session", None)
+            self._to("starting the agent")
+        elif kind == "model":
+            self.step, self.chars = ev["step"], 0
+            self._to("model")
+        elif kind == "tool":
+            self._to("tool", call_text(ev["tool"], ev.get("params")))
+        elif kind == "loading":
+            self._to("loading the model")
+        elif kind == "grading":
+            self._to("grading the patch (the task's tests)")
+        elif kind == "sandbox":
+            self._to(f"opening the sandbox ({ev.get('backend')}; a task's first run builds its environment)")
+
+    def token(self, piece: str) -> None:
+        self.chars += len(piece)
+
+    def _to(self, phase: str, detail: str = "") -> None:
+        self.phase, self.detail, self.since = phase, detail, time.monotonic()
+
+    def line(self) -> str:
+        now = time.monotonic()
+        if self.phase == "model":
+            what = f"{self.step_text()}: {self._model()}"
+        elif self.phase == "tool":
+            what = f"{self.step_text()}: running {self.detail}"
+        else:
+            what = self.phase
+        return f"{what}, {now - self.since:.0f} s so far | {now - self.start:.0f} s elapsed"
+
+    def step_text(self) -> str:
+        return f"step {self.step}/{self.max_steps}" if self.max_steps else f"step {self.step}"
+
+    def _model(self) -> str:
+        from pipeline.executors.progress import prefill_of
+
+        if self.chars:
+            return f"the model writes its reply ({plural(self.chars, 'character')} so far)"
+        if (prefill := prefill_of(self.session)) is not None:
+            return f"the model reads the conversation (prefill {prefill[0]}/{prefill[1]} tokens)"
+        return "the model works on its reply" if self.session is not None else "waiting for the model's reply"
+
+
 class SolveView:
-    """Steps so far (tool, tokens, cache held/evicted, times) and the step being generated."""
+    """Steps so far (tool, tokens, cache held/evicted, times) and what the task is doing now (refreshed 4 times a
+    second: the running tool with its command and time, the prefill's tokens, the reply being written)."""
 
     def __init__(self, console: Console, title: str, max_steps: int | None) -> None:
         self.console, self.title, self.max_steps = console, title, max_steps
         self.rows: list[dict[str, Any]] = []
-        self.streamed = 0  # text pieces decoded in the current reply
-        self.start = time.monotonic()
-        self.live = Live(self.render(), console=console, refresh_per_second=4, transient=False)
+        self.now = TaskNow(max_steps)
+        self.final = False
+        self.live = Live(console=console, refresh_per_second=4, transient=False, get_renderable=self._current)
 
     def __enter__(self) -> SolveView:
         self.live.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.live.update(self.render(final=True))
+        self.final = True
         self.live.__exit__(*exc)
 
+    def on_event(self, ev: dict[str, Any]) -> None:
+        self.now.event(ev)
+
     def on_token(self, piece: str) -> None:
-        self.streamed += 1
-        self.live.update(self.render())
+        self.now.token(piece)
 
     def on_step(self, rec: dict[str, Any]) -> None:
         self.rows.append(rec)
-        self.streamed = 0
-        self.live.update(self.render())
+
+    def _current(self) -> Table:
+        return self.render(self.final)
 
     def render(self, final: bool = False) -> Table:
         table = Table(title=safe_text(self.title), title_justify="left", expand=False)
@@ -67,11 +161,61 @@ class SolveView:
                 str(rec.get("context_tokens", "-")), _held(s),
                 str(s.get("evicted_tokens", "-")), f"{rec['model_s']:.1f}", f"{rec['env_s']:.1f}",
             )  # fmt: skip
-        elapsed = time.monotonic() - self.start
-        of = f"/{self.max_steps}" if self.max_steps else ""
-        state = "done" if final else f"step {len(self.rows) + 1}{of}: generating ({self.streamed} pieces)"
-        table.caption = f"{state} | {elapsed:.0f} s elapsed"
+        elapsed = time.monotonic() - self.now.start
+        table.caption = safe_text(f"done | {elapsed:.0f} s elapsed" if final else self.now.line())
         return table
+
+
+class PlainSolveView:
+    """The same run as plain lines, for output that is not a terminal (a log file, CI): one line per step, and one
+    when the sandbox opens, the model is ready and grading starts."""
+
+    def __init__(self, console: Console, title: str, max_steps: int | None) -> None:
+        self.console, self.max_steps = console, max_steps
+        self.now = TaskNow(max_steps)
+        self.say(title)
+
+    def __enter__(self) -> PlainSolveView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def say(self, line: str) -> None:
+        self.console.print(safe_text(line), soft_wrap=True)
+        self.console.file.flush()
+
+    def on_event(self, ev: dict[str, Any]) -> None:
+        self.now.event(ev)
+        if ev["kind"] in ("sandbox", "loading", "grading"):
+            self.say(self.now.phase)
+        elif ev["kind"] == "backend":
+            self.say(f"agent ready ({time.monotonic() - self.now.start:.0f} s elapsed)")
+
+    def on_token(self, piece: str) -> None:
+        self.now.token(piece)
+
+    def on_step(self, rec: dict[str, Any]) -> None:
+        s = rec.get("stats") or {}
+        call = rec.get("call") or {}
+        tool = call_text(call["name"], call.get("params")) if call else "no valid tool call"
+        code = _exit_code(rec["observation"])
+        parts = [f"{self.now.step_text()}: {tool}" + (f" -> exit {code}" if code else "")]
+        parts.append(f"model {rec['model_s']:.1f} s, tool {rec['env_s']:.1f} s")
+        if "generated_tokens" in s:
+            parts.append(f"generated {s['generated_tokens']} tok, context {rec.get('context_tokens', '-')} tok")
+        if "held_tokens" in s:
+            parts.append(f"cache held {_held(s)}, evicted {s.get('evicted_tokens', 0)}")
+        parts.append(f"{time.monotonic() - self.now.start:.0f} s elapsed")
+        self.say(" | ".join(parts))
+
+    def render(self, final: bool = False) -> Text:
+        return Text("")
+
+
+def solve_view(console: Console, title: str, max_steps: int | None) -> SolveView | PlainSolveView:
+    """The live table on a terminal, plain lines otherwise."""
+    return SolveView(console, title, max_steps) if console.is_terminal else PlainSolveView(console, title, max_steps)
 
 
 def _held(stats: dict[str, Any]) -> str:
@@ -86,10 +230,12 @@ def _exit_code(observation: str) -> str:
 
 
 class EvalView:
-    """done/total with ETA, resolved so far, token and cache totals, and one row per worker."""
+    """done/total with ETA, resolved so far, token and cache totals, and one row per worker (what it does now and for
+    how long, refreshed 4 times a second); on output that is not a terminal, a line per task started and ended."""
 
     def __init__(self, console: Console, total: int, already_done: int = 0) -> None:
-        self.console = console
+        self.console, self.total, self.done = console, total, already_done
+        self.plain = not console.is_terminal
         self.progress = Progress(
             TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("ETA"), TimeRemainingColumn(), console=console,
@@ -98,38 +244,51 @@ class EvalView:
         self.workers: dict[str, dict[str, Any]] = {}
         self.resolved = self.finished = self.errors = 0
         self.totals = {"generated_tokens": 0, "prefill_tokens": 0, "evicted_tokens": 0, "peak_held_tokens": 0}
-        self.live = Live(self.render(), console=console, refresh_per_second=4)
+        self.live = Live(console=console, refresh_per_second=4, get_renderable=self.render)
 
     def __enter__(self) -> EvalView:
-        self.live.__enter__()
+        if not self.plain:
+            self.live.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.live.update(self.render())
-        self.live.__exit__(*exc)
+        if not self.plain:
+            self.live.__exit__(*exc)
+
+    def _say(self, line: str) -> None:
+        self.console.print(safe_text(line), soft_wrap=True)
+        self.console.file.flush()
 
     def event(self, ev: dict[str, Any]) -> None:
-        """A worker's event: {"kind": start|step|done, "worker", "instance_id", ...}."""
+        """A worker's event: {"kind": start|phase|step|done, "worker", "instance_id", ...} (pipeline.executors)."""
         row = self.workers.setdefault(str(ev["worker"]), {})
+        now = time.monotonic()
         if ev["kind"] == "start":
-            row.update(instance=ev["instance_id"], step=0, tool="starting", held=0, evicted=0, t0=time.monotonic())
+            row.update(instance=ev["instance_id"], step=0, doing="opening the sandbox", held=0, evicted=0, t0=now)
+            if self.plain:
+                self._say(f"started {ev['instance_id']} (worker {ev['worker']})")
+        elif ev["kind"] == "phase":
+            row.update(step=ev.get("step", row.get("step", 0)), doing=_phase_words(ev), since=now)
         elif ev["kind"] == "step":
-            row.update(step=ev["step"], tool=ev["tool"], held=ev.get("held_tokens", 0))
+            row.update(step=ev["step"], doing=f"{ev['tool']} done", held=ev.get("held_tokens", 0), since=now)
             row["evicted"] = row.get("evicted", 0) + (ev.get("evicted_tokens") or 0)
         elif ev["kind"] == "done":
-            row.update(tool=f"done: {ev.get('status')}")
-        self.live.update(self.render())
+            row.update(doing=f"done: {ev.get('status')}", since=now)
 
     def finished_one(self, report: dict[str, Any]) -> None:
-        self.progress.advance(self.bar)
+        if report.get("status") != "error":  # a task whose run failed is not done: the next run retries it
+            self.progress.advance(self.bar)
+            self.done += 1
         self.finished += 1
+        if self.plain:
+            how = report.get("error") if report.get("status") == "error" else exit_words(report.get("exit_reason"))
+            self._say(f"{self.done}/{self.total} finished | {report['instance_id']}: {report.get('status')} ({how})")
         self.resolved += bool(report.get("resolved"))
         self.errors += report.get("status") == "error"
         totals = report.get("totals") or {}
         for key in ("generated_tokens", "prefill_tokens", "evicted_tokens"):
             self.totals[key] += totals.get(key, 0)
         self.totals["peak_held_tokens"] = max(self.totals["peak_held_tokens"], totals.get("peak_held_tokens", 0))
-        self.live.update(self.render())
 
     def render(self) -> Group:
         t = self.totals
@@ -138,12 +297,37 @@ class EvalView:
             f"{t['generated_tokens']} tok, prefilled {t['prefill_tokens']} tok, evicted {t['evicted_tokens']} "
             f"tok/layer, peak cache {t['peak_held_tokens']} tok/layer"
         )
-        table = Table("worker", "instance", "step", "tool", "cache held", "evicted", "time", title_justify="left")
+        table = Table("worker", "instance", "step", "doing now", "for", "cache held", "evicted", "task time")
+        now = time.monotonic()
         for name, row in sorted(self.workers.items()):
             if "instance" in row:
-                age = f"{time.monotonic() - row['t0']:.0f} s"
-                instance, tool = safe_text(row["instance"]), safe_text(row["tool"])
+                age, since = f"{now - row['t0']:.0f} s", f"{now - row.get('since', row['t0']):.0f} s"
+                instance, doing = safe_text(row["instance"]), safe_text(row["doing"])
                 table.add_row(
-                    safe_text(name), instance, str(row["step"]), tool, str(row["held"]), str(row["evicted"]), age
+                    safe_text(name),
+                    instance,
+                    str(row["step"]),
+                    doing,
+                    since,
+                    str(row["held"]),
+                    str(row["evicted"]),
+                    age,
                 )
         return Group(self.progress, line, table)
+
+
+def _phase_words(ev: dict[str, Any]) -> str:
+    """A worker's phase event in words (the model's work, the running tool with its command, grading)."""
+    phase = ev.get("phase")
+    if phase == "model" and ev.get("prefill"):
+        done, total = ev["prefill"]
+        return f"the model reads the conversation (prefill {done}/{total} tokens)"
+    if phase == "tool":
+        return "running " + call_text(ev.get("tool") or "-", ev.get("params"), 40)
+    return {
+        "model": "the model reads the conversation and replies",
+        "loading": "loading the model",
+        "backend": "starting the agent",
+        "sandbox": "opening the sandbox (a task's first run builds its environment)",
+        "grading": "grading the patch",
+    }.get(phase or "", str(phase))

@@ -42,7 +42,7 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
         typer.Option(
             "--memory-profile",
             help="Memory profile for the default memory: a file or a directory of them (nexus-agent calibrate); "
-            "'auto': the profile store when it has one; 'none'.",
+            "'auto': the profile store when it has one; 'none' (the default: a run never reads the store unasked).",
         ),
     ),
     "sandbox": (str, typer.Option("--sandbox", "-s", help="auto, docker, bwrap, or local (no isolation).")),
@@ -75,10 +75,18 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
     "learn": (
         bool,
         typer.Option(
-            "--learn/--no-learn",
-            help="With no memory profile for this agent, learn one into the profile store from this conversation "
-            "(a solve run's when it ends, a chat's when you leave it; with --memory-profile auto); with --server, "
-            "the server learns it.",
+            "--learn-profile/--no-learn-profile",
+            help="Learn a memory profile into the profile store from this conversation (a solve run's when it ends, "
+            "a chat's when you leave it) when it made a valid tool call and had no profile; later runs use it with "
+            "--memory-profile auto; with --server, the server learns it. Off by default.",
+        ),
+    ),
+    "constrain": (
+        bool | None,
+        typer.Option(
+            "--constrain/--no-constrain",
+            help="Constrain a local model's replies to the tool-call format, so they always parse (default: on for "
+            "the offline default model only).",
         ),
     ),
 }

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from cli.live import STATUS_STYLE
+from cli.live import STATUS_STYLE, exit_words, plural
 from cli.options import run_options
 from cli.safe_text import safe_text, say_to
 from pipeline.config import DEFAULT_MAX_STEPS, DEFAULT_TASK, RunConfig
@@ -20,7 +20,7 @@ from pipeline.files import safe_name
 @run_options(
     "dataset", "model", "policy", "budget", "protocol", "protect", "profile", "sandbox", "max_steps", "seed", "replay",
     "temperature", "threads", "max_new_tokens", "device", "command_timeout", "test_timeout", "repo_cache", "server",
-    "learn",
+    "learn", "constrain",
 )  # fmt: skip
 def solve_cmd(
     cfg: RunConfig,
@@ -29,12 +29,17 @@ def solve_cmd(
     ),
     out: Path = typer.Option(None, "--out", "-o", help="Output folder (default runs/<id>-<timestamp>/)."),
 ) -> None:
-    """Solve one task: the agent works in a sandbox, its patch is graded, files go to --out."""
-    from pipeline.backends import check_policy
+    """Solve one task: the agent works in a sandbox, its patch is graded, files go to --out.
+
+    Every option is checked before anything starts (a bad one: one line, exit 2, no folder). No memory profile is
+    used unless --memory-profile names one (or 'auto': the profile store), and none is learned unless
+    --learn-profile is given. On a terminal a live table shows each step and what runs now; otherwise (a log file)
+    one line per step."""
+    from pipeline.run import preflight
     from tasks import get_task
 
     task = get_task(instance_id or _recorded_task(cfg.replay) or DEFAULT_TASK, cfg.dataset)
-    check_policy(cfg)  # after the task: a bad id is answered without importing torch
+    preflight(cfg, [task])  # after the task: a bad id is answered without importing torch
     out = out or Path("runs") / f"{safe_name(task.instance_id)}-{time.strftime('%Y%m%d-%H%M%S')}"
     console = Console()
     console.print(
@@ -50,14 +55,16 @@ def solve_cmd(
 
 
 def _run_live(console: Console, task, cfg: RunConfig, out: Path, on_finish) -> dict[str, Any]:
-    from cli.live import SolveView
+    from cli.live import solve_view
     from pipeline.backends import describe_model
     from pipeline.run import run_task
 
     label = describe_model(cfg)
     steps = cfg.max_steps or (None if cfg.replaying else DEFAULT_MAX_STEPS)
-    with SolveView(console, f"{task.instance_id}: {label}", steps) as view:
-        report = run_task(task, cfg, out, on_step=view.on_step, on_token=view.on_token, on_finish=on_finish)
+    with solve_view(console, f"{task.instance_id}: {label}", steps) as view:
+        report = run_task(
+            task, cfg, out, on_step=view.on_step, on_token=view.on_token, on_finish=on_finish, on_event=view.on_event
+        )
     return report
 
 
@@ -81,16 +88,27 @@ def print_summary(
     status = report["status"]
     style = STATUS_STYLE.get(status, "white")
     how = (
-        f" | exit {report['exit_reason']} after {report['steps']} steps | patch {report['patch_lines']} lines | agent "
-        f"{report['agent_s']:.1f} s, grading {report['grade_s']:.1f} s, wall {report['wall_s']:.1f} s"
+        f" | {exit_words(report['exit_reason'])} after {plural(report['steps'], 'step')} | patch "
+        f"{plural(report['patch_lines'], 'line')} | agent {report['agent_s']:.1f} s, grading "
+        f"{report['grade_s']:.1f} s, wall {report['wall_s']:.1f} s"
     )
     console.print(
         Text.assemble(safe_text(report["instance_id"], "bold"), ": ", safe_text(status, style), safe_text(how))
     )
+    budget = (report.get("config") or {}).get("budget")
+    over = False
     for turn in report["turns"]:
         stats = TurnStats.from_dict(turn)
         if stats is not None:
             console.print(safe_text("  " + stats.summary()))
+            over = over or (isinstance(budget, int) and (turn.get("held_tokens") or 0) > budget)
+    if over:
+        console.print(
+            safe_text(
+                f"  (the cache may hold a little more than the budget of {budget} tokens: eviction works in blocks, "
+                "so up to a block of new tokens waits beside the budget until the next eviction)"
+            )
+        )
     t = report["totals"]
     console.print(
         f"  totals: prefilled {t['prefill_tokens']} tok, generated {t['generated_tokens']} tok, evicted "
@@ -115,8 +133,8 @@ def _memory_line(report: dict[str, Any], lacks_profile: bool) -> str | None:
         return f"memory profile: {said[0]}"
     if lacks_profile and report["turns"]:
         return (
-            "memory profile: none for this agent and model; `nexus-agent calibrate` on this run's folder (or a "
-            "run with --learn, the default) learns one, which later runs use (docs/memory.md)"
+            "memory profile: none (the default); a run with --learn-profile (or `nexus-agent calibrate` on this "
+            "run's folder) learns one, which runs with --memory-profile auto use (docs/memory.md)"
         )
     return None
 

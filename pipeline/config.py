@@ -13,7 +13,7 @@ from typing import Any
 from agent.errors import AgentError
 from kvstore.defaults import DEFAULT_POLICY
 from kvstore.session.config import MemorySettings
-from pipeline.profiles.store import AUTO_PROFILE, CLIENT, LOCAL, resolve_profile
+from pipeline.profiles.store import AUTO_PROFILE, CLIENT, LOCAL, NO_PROFILE, resolve_profile
 
 DEFAULT_TASK = "nexus-demo__pagekit-1"  # the built-in task `nexus-agent solve` runs with no argument
 DEFAULT_MAX_STEPS = 5  # the default run of the small CPU model finishes in minutes (it will not solve the task)
@@ -24,9 +24,9 @@ class RunError(AgentError):
 
 
 def run_memory(**settings: Any) -> MemorySettings:
-    """A run's memory settings: the session defaults, reading the profile store ("auto"), but for `settings`
-    (`RunConfig(memory=run_memory(policy="snapkv", budget=64))`)."""
-    return MemorySettings(**{"profile": AUTO_PROFILE, **settings})
+    """A run's memory settings: the session defaults (no memory profile unless one is asked for: a file, a folder or
+    "auto", the profile store), but for `settings` (`RunConfig(memory=run_memory(policy="snapkv", budget=64))`)."""
+    return MemorySettings(**{"profile": NO_PROFILE, **settings})
 
 
 @dataclass
@@ -35,8 +35,8 @@ class RunConfig:
 
     dataset: str | None = None  # task source (None: the built-in tasks)
     memory: MemorySettings = field(default_factory=run_memory)  # the model and its KV memory (model, policy, budget,
-    # protocol, protect, memory profile, seed, device); profile "auto": the profile store when it holds one, "none"
-    # or None: none; resolved to a path or None when the config is made (pipeline.profiles.store.resolve_profile)
+    # protocol, protect, memory profile, seed, device); profile "none" (the default) or None: none; "auto": the
+    # profile store when it holds one; resolved to a path or None when the config is made (pipeline.profiles.store)
     sandbox: str = "auto"  # sandbox backend: auto, docker, bwrap, local
     max_steps: int | None = None  # step limit (soft and hard); None: 5 for a local model, the recording's for replay
     temperature: float = 1.0  # sampling temperature (DeepSWE evaluates at 1.0); 0 = greedy
@@ -52,8 +52,11 @@ class RunConfig:
     # every worker (its policy, budget and protocol are the server's); None: load the model in this process
     warmup: int = 0  # eval: the first N tasks run without a memory profile, the others with one calibrated from
     # their conversations (pipeline.profiles.warmup); 0: off
-    learn: bool = True  # solve: a run with no profile for its agent keeps its conversation, and the second such run
-    # learns a profile into the store (pipeline.profiles.learn); only with --memory-profile auto
+    learn: bool = False  # solve, chat (--learn-profile): a run with no profile for its agent that made a valid tool
+    # call teaches the profile store one when it ends (pipeline.profiles.learn); later runs use it only when asked
+    # (--memory-profile auto)
+    constrain: bool | None = None  # a local model's replies follow the call grammar, so they always parse
+    # (agent.call_grammar, docs/constrained.md); None: on for the offline default model only
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "max_new_tokens", "threads"):
@@ -64,7 +67,8 @@ class RunConfig:
             raise RunError("--server and --replay/--replay-dir exclude each other (a replay runs no model)")
         if self.warmup:
             self._check_warmup()
-        self.learn = self.learn and str(self.memory.profile) == AUTO_PROFILE  # learning fills the store auto reads
+        if self.learn:
+            self._check_learn()
         profile = resolve_profile(self.memory.profile, CLIENT if self.server is not None else LOCAL)  # before any task
         self.memory = replace(self.memory, profile=profile)  # a copy: the caller's settings stay as given
         if self.workers < 1:
@@ -80,9 +84,18 @@ class RunConfig:
         if self.replaying:
             raise RunError("--warmup calibrates with a model: it excludes --replay-dir")
         if isinstance(self.memory.profile, str):  # as given; a learned one is a Path (pipeline.profiles.warmup)
-            if self.memory.profile != AUTO_PROFILE:
-                raise RunError("--warmup learns this run's memory profile: leave --memory-profile at auto")
+            if self.memory.profile not in (AUTO_PROFILE, NO_PROFILE):
+                raise RunError("--warmup learns this run's memory profile: leave --memory-profile out")
             self.memory = replace(self.memory, profile=None)
+
+    def _check_learn(self) -> None:
+        """--learn-profile teaches the profile store (or the --server) a profile of the default memory's model."""
+        if self.replaying:
+            raise RunError("--learn-profile learns with a model: it excludes --replay/--replay-dir")
+        if self.server is None and self.memory.policy != DEFAULT_POLICY:
+            raise RunError(f"--learn-profile learns a profile of the default memory: leave --policy {DEFAULT_POLICY}")
+        if str(self.memory.profile) not in (AUTO_PROFILE, NO_PROFILE):
+            raise RunError("--learn-profile learns into the profile store: give no --memory-profile file (or 'auto')")
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as one flat record (report.json's `config`, run.json): the memory settings by name."""

@@ -36,12 +36,14 @@ class EvalBatch:
 
 def plan_eval(
     cfg: RunConfig, out: Path, instances: str | None = None, slice_: str | None = None, executor: str = "local",
-    ray_address: str | None = None, retry_errors: bool = False,
+    ray_address: str | None = None,
 ) -> EvalBatch:  # fmt: skip
-    """The batch of `--instances a,b` or `--slice a:b` of the source (default: all), its unfinished tasks (with
-    `retry_errors` also those that ended in an error); raises what every task would hit (no sandbox, no model, no
-    recordings, a budget below the protected opening, --out holding another run) before any work."""
+    """The batch of `--instances a,b` or `--slice a:b` of the source (default: all), its unfinished tasks (those
+    without a report, and those whose run ended in an error: errors are not results); raises what every task would
+    hit (no sandbox, no model, no recordings, a budget below the protected opening, --out holding another run) before
+    any work."""
     from pipeline.profiles.warmup import check
+    from pipeline.run import preflight
     from swe_env.sandbox.owners import sweep
     from tasks import load_tasks
 
@@ -50,11 +52,11 @@ def plan_eval(
     tasks = ef.select(load_tasks(cfg.dataset), instances, slice_)
     if not tasks:
         raise RunError("no tasks selected")
-    _preflight(cfg, tasks)
+    preflight(cfg, tasks)
     check(cfg, out, tasks)
     sweep()  # what a batch killed earlier left behind (temp folders, containers)
     ef.claim_out_dir(out, cfg, _served(cfg))
-    todo = [t for t in tasks if not _finished(ef.read_report(out, t.instance_id), retry_errors)]
+    todo = [t for t in tasks if not ef.finished(ef.read_report(out, t.instance_id))]
     return EvalBatch(cfg, out, tasks, todo, executor, ray_address)
 
 
@@ -82,10 +84,6 @@ def run_eval(
     return batch.summary
 
 
-def _finished(report: dict | None, retry_errors: bool) -> bool:
-    return report is not None and not (retry_errors and report.get("status") == "error")
-
-
 def _execute(jobs, workers: int, executor: str, ray_address: str | None, on_event) -> Iterator:
     if not jobs:
         return iter(())
@@ -96,35 +94,6 @@ def _execute(jobs, workers: int, executor: str, ray_address: str | None, on_even
     from pipeline.executors.local import run_local
 
     return run_local(jobs, workers, on_event)
-
-
-def _preflight(cfg: RunConfig, tasks: list[Task]) -> None:
-    """The errors every task would hit (no sandbox, no model, no recordings, a budget below the protected opening),
-    raised once before any work."""
-    import shutil
-
-    from swe_env.sandbox.base import SandboxError
-
-    if cfg.sandbox == "docker":
-        from swe_env.dockerd import connect
-
-        connect(timeout=10).close()
-    elif cfg.sandbox == "bwrap" and shutil.which("bwrap") is None:
-        from swe_env.sandbox.bwrap import INSTALL_HINT
-
-        raise SandboxError(INSTALL_HINT)
-    if cfg.replay_dir is not None:
-        if not cfg.replay_dir.is_dir():
-            raise FileNotFoundError(f"--replay-dir {cfg.replay_dir} is not a directory")
-    else:
-        from pipeline.backends import check_model_available, check_policy, check_protected_opening, served_model
-
-        if cfg.server:
-            served_model(cfg.server)
-        else:
-            check_policy(cfg)
-            check_model_available(cfg.memory.model)
-            check_protected_opening(cfg, [t.problem_statement for t in tasks])
 
 
 def _served(cfg: RunConfig) -> dict | None:

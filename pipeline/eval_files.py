@@ -1,7 +1,9 @@
 """The files of an `eval` run: which tasks it covers, which are finished, and its predictions and summary.
 
 Layout of --out: run.json (the run's config), <instance_id>/{trajectory.jsonl, patch.diff, report.json},
-predictions.jsonl (SWE-bench format) and summary.json, both rewritten atomically after every finished task.
+predictions.jsonl (SWE-bench format) and summary.json, both rewritten atomically after every finished task. A task
+whose run ended in an error (status "error": a missing repo, a crashed sandbox) is not finished: it is in neither
+file's results (summary.json lists it under "errors" with its reason) and the next run of the batch runs it again.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ def select(tasks: list[Task], instances: str | None, slice_: str | None) -> list
             raise RunError(f"--slice {slice_!r}: use start:stop, e.g. 0:10 or 5:") from None
         return tasks[start:stop]
     return tasks
+
+
+def finished(report: dict[str, Any] | None) -> bool:
+    """Whether a task's report is a result (graded), not an error of the run (which the next run retries)."""
+    return report is not None and report.get("status") != "error"
 
 
 def task_dir(out: Path, instance_id: str) -> Path:
@@ -140,10 +147,11 @@ def _read_run_file(path: Path) -> dict[str, Any]:
 
 
 def write_outputs(out: Path, tasks: list[Task], wall_s: float) -> dict[str, Any]:
-    """Rewrite predictions.jsonl and summary.json from the finished tasks' reports; the summary."""
+    """Rewrite predictions.jsonl and summary.json from the tasks' reports (predictions: the finished ones); the
+    summary."""
     reports = [r for t in tasks if (r := read_report(out, t.instance_id)) is not None]
     lines = []
-    for r in reports:
+    for r in filter(finished, reports):
         patch_path = task_dir(out, r["instance_id"]) / PATCH
         patch = patch_path.read_text(encoding="utf-8", errors="replace") if patch_path.is_file() else ""
         pred = {"instance_id": r["instance_id"], "model_name_or_path": r["model_name_or_path"], "model_patch": patch}
@@ -155,6 +163,9 @@ def write_outputs(out: Path, tasks: list[Task], wall_s: float) -> dict[str, Any]
 
 
 def summarize(reports: list[dict[str, Any]], total: int, wall_s: float) -> dict[str, Any]:
+    """summary.json: the finished tasks' results, and apart from them the tasks whose run failed, with the reason."""
+    errors = {r["instance_id"]: str(r.get("error") or "unknown error") for r in reports if not finished(r)}
+    reports = [r for r in reports if finished(r)]
     statuses: dict[str, int] = {}
     for r in reports:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
@@ -169,6 +180,7 @@ def summarize(reports: list[dict[str, Any]], total: int, wall_s: float) -> dict[
         "totals": turn_totals(turns),
         "turns": len(turns),
         "mean_per_turn": _means(turns),
+        "errors": errors,
         "agent_s": round(sum(r.get("agent_s", 0) for r in reports), 1),
         "wall_s_this_session": round(wall_s, 1),
     }

@@ -17,10 +17,12 @@ def safe_name(text: str) -> str:
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temp file in the same folder and os.replace (never a half-written file)."""
+    """Write `text` to `path` through a temp file in the same folder and os.replace (never a half-written file); the
+    file gets the mode of any file the process creates (0644 under the usual umask), not the temp file's 0600."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -28,3 +30,10 @@ def atomic_write(path: Path, text: str) -> None:
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it, then setting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.loop import AgentConfig
-from pipeline.config import DEFAULT_MAX_STEPS, RunConfig
+from pipeline.config import DEFAULT_MAX_STEPS, RunConfig, RunError
 from pipeline.files import PATCH, REPORT, TRAJECTORY, atomic_write
 from pipeline.report import build_report
 from tasks.schema import Task
@@ -36,6 +36,75 @@ def agent_config(cfg: RunConfig, recorded: dict[str, Any] | None = None) -> Agen
     )
 
 
+_SERVER_OWNS = ("model", "policy", "budget", "protocol", "protect", "device")  # a --server's settings, not the client's
+
+
+def preflight(cfg: RunConfig, tasks: list[Task]) -> None:
+    """The errors every task would hit, raised once before anything starts (no folder made, no model loaded): an
+    unknown sandbox, one this machine lacks, memory settings a --server would ignore, an unknown policy or model, no
+    recordings, a token budget below the protected opening."""
+    from swe_env.sandbox.factory import BACKENDS
+
+    if cfg.sandbox not in BACKENDS:
+        raise RunError(f"unknown --sandbox {cfg.sandbox!r}; use one of {', '.join(BACKENDS)}")
+    _check_sandbox(cfg.sandbox)
+    if cfg.replay_dir is not None and not cfg.replay_dir.is_dir():
+        raise RunError(f"--replay-dir {cfg.replay_dir} is not a directory")
+    if cfg.replay is not None and not cfg.replay.is_file():
+        raise RunError(f"--replay {cfg.replay}: no such file")
+    if cfg.replaying:
+        return
+    if cfg.server is not None:
+        _check_served(cfg)
+        return
+    from pipeline.backends import check_model_available, check_policy, check_protected_opening
+
+    check_policy(cfg)
+    _check_model_name(cfg.memory.model)
+    check_model_available(cfg.memory.model)
+    check_protected_opening(cfg, [t.problem_statement for t in tasks])
+
+
+def _check_sandbox(backend: str) -> None:
+    import shutil
+
+    from swe_env.sandbox.base import SandboxError
+
+    if backend == "docker":
+        from swe_env.dockerd import connect
+
+        connect(timeout=10).close()
+    elif backend == "bwrap" and shutil.which("bwrap") is None:
+        from swe_env.sandbox.bwrap import INSTALL_HINT
+
+        raise SandboxError(INSTALL_HINT)
+
+
+def _check_model_name(name: str) -> None:
+    """A --model that is no registered name, no local directory and no hub id (owner/name) is refused here."""
+    from kvstore.models.registry import REGISTRY
+
+    if name in REGISTRY or "/" in name or Path(name).expanduser().exists():
+        return
+    raise RunError(
+        f"--model {name}: not a registered model ({', '.join(sorted(REGISTRY))}), a local model directory or a "
+        "hub id (owner/name)"
+    )
+
+
+def _check_served(cfg: RunConfig) -> None:
+    """Under --server the model and its cache settings are the server's: options that set them are refused (as chat
+    refuses them), and the server must answer."""
+    from pipeline.backends import served_model
+    from pipeline.config import run_memory
+
+    default = run_memory()
+    given = [f"--{n.replace('_', '-')}" for n in _SERVER_OWNS if getattr(cfg.memory, n) != getattr(default, n)]
+    if given:
+        raise RunError(f"with --server the model and its cache settings are the server's; drop {', '.join(given)}")
+    served_model(cfg.server)
+
+
 def run_task(
     task: Task,
     cfg: RunConfig,
@@ -43,9 +112,12 @@ def run_task(
     on_step: Callable[[dict[str, Any]], None] | None = None,
     on_token: Callable[[str], None] | None = None,
     on_finish: Callable[[Any], None] | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Solve `task` in a sandbox, grade the patch, write trajectory/patch/report into `out_dir`; the report.
-    `on_finish(backend)` once the report is written (solve learns a memory profile with the backend's model)."""
+    `on_finish(backend)` once the report is written (solve learns a memory profile with the backend's model);
+    `on_event(event)`: progress for live views: {"kind": "sandbox"|"loading"|"backend"|"model"|"tool"|"grading", ...}
+    ("backend" carries the backend, whose session a view may read prefill progress from)."""
     from agent.environment import SandboxEnvironment
     from agent.loop import Agent
     from agent.prompts import initial_messages
@@ -57,20 +129,27 @@ def run_task(
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in (REPORT, PATCH, TRAJECTORY):  # a run killed earlier left these behind; they are redone
         (out_dir / stale).unlink(missing_ok=True)
+    emit = on_event or (lambda _event: None)
     box = SandboxConfig(repo_cache=cfg.repo_cache)
+    emit({"kind": "sandbox", "backend": cfg.sandbox})
     with open_sandbox(task, cfg.sandbox, box) as sandbox:  # first: a missing sandbox fails before a model loads
+        emit({"kind": "loading"})
         backend, recorded = make_backend(cfg, task.instance_id, on_token)
+        emit({"kind": "backend", "backend": backend})
         acfg = agent_config(cfg, recorded)
         writer = TrajectoryWriter(out_dir / TRAJECTORY)
-        agent = Agent(backend, SandboxEnvironment(sandbox), acfg, writer, task.instance_id, on_step=on_step)
+        env = SandboxEnvironment(sandbox)
+        agent = Agent(backend, env, acfg, writer, task.instance_id, on_step=on_step, on_event=on_event)
         try:
             result = agent.run(initial_messages(task.problem_statement, sandbox.workdir))
         finally:
             writer.close()
     atomic_write(out_dir / PATCH, result.patch)
+    emit({"kind": "grading"})
     grade_report = _grade(task, result.patch, cfg)
     served = server_settings(cfg.server) if cfg.server is not None else None
     report = build_report(task, cfg, backend.name, result, grade_report, time.monotonic() - start, served)
+    report["config"]["max_steps"] = acfg.max_steps_absolute  # the limit that applied (a default, a recording's)
     atomic_write(out_dir / REPORT, json.dumps(report, indent=2) + "\n")
     if on_finish is not None:
         on_finish(backend)

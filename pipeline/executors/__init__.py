@@ -35,6 +35,7 @@ class Job:
 def work(job: Job, sink: Sink | None = None) -> dict[str, Any]:
     """Solve and grade one task (called in the worker); the report (an "error" report when the run failed)."""
     from agent.trajectory import tool_of
+    from pipeline.executors.progress import PrefillWatch
     from pipeline.run import run_task
 
     worker = f"{os.uname().nodename}:{os.getpid()}"
@@ -45,13 +46,24 @@ def work(job: Job, sink: Sink | None = None) -> dict[str, Any]:
             sink.put({"kind": kind, "worker": worker, "instance_id": ident, **data})
 
     def on_step(rec: dict[str, Any]) -> None:
+        watch.event({"kind": "step"})
         s = rec.get("stats") or {}
         emit("step", step=rec["step"], tool=tool_of(rec), held_tokens=s.get("held_tokens", 0),
              evicted_tokens=s.get("evicted_tokens", 0))  # fmt: skip
 
+    def on_event(ev: dict[str, Any]) -> None:  # what the task does now: the model, a tool (with its call), grading
+        watch.event(ev)
+        if ev["kind"] == "model":
+            emit("phase", step=ev["step"], phase="model")
+        elif ev["kind"] == "tool":
+            emit("phase", step=ev["step"], phase="tool", tool=ev["tool"], params=ev.get("params") or {})
+        elif ev["kind"] in ("sandbox", "loading", "backend", "grading"):  # "backend" holds the backend: not sent
+            emit("phase", phase=ev["kind"])
+
     emit("start")
     try:
-        report = run_task(job.task, job.config, job.out_dir, on_step=on_step)
+        with PrefillWatch(emit) as watch:
+            report = run_task(job.task, job.config, job.out_dir, on_step=on_step, on_event=on_event)
     except Exception as exc:  # one task's crash is its report; the batch goes on
         report = error_report(job, f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=8))
     emit("done", status=report["status"])

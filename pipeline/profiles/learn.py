@@ -1,18 +1,18 @@
-"""The memory learns its agent: a `solve` run or a `chat` session of the default memory that found no memory
-profile for its opening teaches the store one when it ends (a chat when the user leaves it). Its conversation is
-calibrated (kvstore.profiles.calibrate, with the process's own model) with the task's statement (the issue, the
-chat's first
+"""The memory learns its agent, when the user asks for it (`--learn-profile`; off by default): a `solve` run or a
+`chat` session of the default memory that found no memory profile for its opening and made a valid tool call teaches
+the store one when it ends (a chat when the user leaves it). Its conversation is calibrated
+(kvstore.profiles.calibrate, with the process's own model) with the task's statement (the issue, the chat's first
 request) marking the part of the opening that is the task's, so the profile covers the rest: the system prompt and
-the task message's fixed text. Every later session of that agent and model then uses it (--memory-profile auto, the
-default). In `bench replay` a profile of one conversation kept 95% of what one of two gained, and one of two did as
-well as one of twelve (docs/memory.md).
+the task message's fixed text. Later sessions of that agent and model use it when they ask for the store
+(--memory-profile auto; the default, none, never reads it, so no run changes behind its user's back). In `bench
+replay` a profile of one conversation kept 95% of what one of two gained, and one of two did as well as one of twelve
+(docs/memory.md).
 
 A conversation whose opening does not hold its statement (so its template is unknown) goes to the pool,
 `<profile store>/pool/<model>/` (copies of the trajectory.jsonl files, the newest KEEP per model; a chat left several
 times keeps only its last copy), and once two of the pool share a system prompt, the profile is calibrated from those
-two, which leave the pool. `--no-learn`, `--memory-profile none` or another profile path turn learning off; so does a
-session whose opening matched a profile, and a conversation the store has a profile for by the time it ends (learned
-meanwhile).
+two, which leave the pool. A session whose opening matched a profile learns nothing, nor does a conversation the store
+has a profile for by the time it ends (learned meanwhile), nor one without a valid tool call.
 
 Under --server the server learns instead (`learn_served`): the conversation and its statement go to its POST
 /v1/nexus/profiles (server/profiles.py), which calibrates on the server's model and saves the profile where its
@@ -45,7 +45,10 @@ def learn_after(
     profile for its opening, the store does (`learn_from_run`). `statement`: the task's text in the opening (the
     issue, the chat's first request); `waiting(text)`: shown while it works (a console status); `key`, `noun`: as in
     `learn_from_run`; `skippable`: Ctrl-C skips learning (a chat being left) instead of stopping the program. One
-    line for people, or None; a file that cannot be read is a line too: the conversation's results are kept."""
+    line for people, or None; a file that cannot be read is a line too: the conversation's results are kept. A
+    conversation in which the model made no valid tool call teaches nothing (its replies are not the agent's)."""
+    if not made_tool_call(trajectory):
+        return f"memory profile: not learned (this {noun} made no valid tool call, so it shows no agent at work)"
     if server is not None:
         with waiting("the server learns this agent's memory profile… (Ctrl-C stops waiting)"):
             return learn_served(server, trajectory, statement, noun)
@@ -58,7 +61,7 @@ def learn_after(
     except KeyboardInterrupt:
         if not skippable:
             raise
-        return "memory profile: learning skipped (Ctrl-C); the next chat or solve run of this agent learns one"
+        return "memory profile: learning skipped (Ctrl-C); run again with --learn-profile to learn one"
     except OSError as e:  # the conversation's results are written already; learning is a bonus
         kept = "the session is kept" if noun == "chat" else "its results are kept"
         return f"memory profile: could not learn from this {noun} ({e.strerror or e}); {kept}"
@@ -88,10 +91,10 @@ def learn_from_run(
         return None
     covered = _stored_profile(model, tokenizer, this.messages)
     if covered:
-        return f"memory profile: the store has one for this agent now ({covered}); later sessions use it"
+        return f"memory profile: the store has one for this agent now ({covered}); --memory-profile auto uses it"
     variants = statement_variants(this.messages, statement)
     if variants:
-        say(f"learning a memory profile for this agent from this {noun}'s conversation (once)")
+        say(f"learning a memory profile for this agent from this {noun}'s conversation (--learn-profile)")
         try:
             return _learn_into_store(model_name, model, tokenizer, [this], say, variants)
         except KVStoreError as e:
@@ -112,10 +115,10 @@ def learn_from_run(
         if len(same) < 2:
             return (
                 f"memory profile: none for this agent and model yet; this {noun}'s conversation is kept, and the next "
-                f"solve run or chat of this agent learns one from the two (--no-learn turns this off)"
+                f"--learn-profile solve run or chat of this agent learns one from the two"
             )
         pair = [replace(c, name=f.stem.partition("--")[2]) for f, c in same[:2]]  # the run's name, not the pool's
-        say(f"learning a memory profile for this agent from {len(pair)} conversations (once)")
+        say(f"learning a memory profile for this agent from {len(pair)} conversations (--learn-profile)")
         try:
             said = _learn_into_store(model_name, model, tokenizer, pair, say)
         except KVStoreError as e:
@@ -165,6 +168,24 @@ def learn_served(server: str, trajectory: Path, statement: str | None, noun: str
     )
 
 
+def made_tool_call(trajectory: Path) -> bool:
+    """Whether a step of the recorded conversation at `trajectory` holds a tool call the parser accepted."""
+    import json
+
+    try:
+        lines = trajectory.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("type") == "step" and record.get("call"):
+            return True
+    return False
+
+
 def _served_match(trajectory: Path) -> bool:
     """Whether a step of this served run says its session matched a memory profile."""
     import json
@@ -190,7 +211,10 @@ def _learn_into_store(model_name: str, model, tokenizer, conversations, say, var
     profile = calibrate_recorded(model, tokenizer, conversations, say, meta=meta, variants=variants)
     dest = profile_store() / store_name(profile)
     profile.save(dest)
-    return f"memory profile: learned {profile.summary} -> {dest}; later sessions of this agent use it"
+    return (
+        f"memory profile: learned {profile.summary} -> {dest}; later sessions of this agent use it with "
+        "--memory-profile auto"
+    )
 
 
 def pool_counts(store: Path) -> dict[str, int]:

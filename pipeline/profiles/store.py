@@ -1,5 +1,6 @@
-"""The profile store, $NEXUS_AGENT_HOME/profiles: where `nexus-agent calibrate` and learning write profiles and where
-sessions read them by default; and the one reading of --memory-profile's value (solve, eval, chat and serve)."""
+"""The profile store, $NEXUS_AGENT_HOME/profiles: where `nexus-agent calibrate` and `--learn-profile` write profiles
+and where sessions read them when asked to (--memory-profile auto; the default is none); and the one reading of
+--memory-profile's value (solve, eval, chat and serve)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 from kvstore.defaults import PROFILE_SUFFIX
 from pipeline.home import home
 
-AUTO_PROFILE = "auto"  # --memory-profile's default: the profile store, when it holds a profile
+AUTO_PROFILE = "auto"  # --memory-profile auto: the profile store, when it holds a profile
+NO_PROFILE = "none"  # --memory-profile's default: no profile (a run uses the store only when asked to)
 LOCAL, CLIENT, SERVE = "local", "client", "serve"  # where the model runs: here, in a --server, here for a server
 PROFILE_NEEDS_LOCAL_MODEL = (
     "--memory-profile needs the model in this process; a --server runs its own memory settings "
@@ -32,7 +34,7 @@ def resolve_profile(value: str | Path | None, mode: str = LOCAL) -> Path | None:
     error)."""
     from pipeline.config import RunError
 
-    if value is None or str(value) == "none":
+    if value is None or str(value) == NO_PROFILE:
         return None
     if str(value) == AUTO_PROFILE:
         path = profile_store()

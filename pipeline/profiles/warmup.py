@@ -83,7 +83,7 @@ def calibrate_warmup(cfg: RunConfig, out: Path, warm: list[Task], dest: Path, sa
     except KVStoreError as e:
         raise RunError(
             f"--warmup {cfg.warmup}: cannot calibrate from the warm-up tasks ({e}); their results are kept: rerun "
-            "with --retry-errors, or use another --out with a larger --warmup or without it"
+            "the same command (it calibrates again), or use another --out with a larger --warmup or without it"
         ) from None
     profile.save(dest)
     say(f"warm-up: {profile.summary}; the other tasks use this profile")
@@ -101,7 +101,8 @@ def calibrate_served(cfg: RunConfig, out: Path, warm: list[Task], dest: Path, sa
     if len(conversations) < (1 if statement else 2):
         raise RunError(
             f"--warmup {cfg.warmup}: only {len(conversations)} of the warm-up tasks left a conversation; their results "
-            "are kept: rerun with --retry-errors, or use another --out with a larger --warmup or without it"
+            "are kept: rerun the same command (it calibrates again), or use another --out with a larger --warmup or "
+            "without it"
         )
     body = {"conversations": [c.messages for c in conversations], "sources": [c.name for c in conversations]}
     if statement:
@@ -110,7 +111,7 @@ def calibrate_served(cfg: RunConfig, out: Path, warm: list[Task], dest: Path, sa
         answer = _post_profiles(cfg.server, body)
     except RunError as e:
         raise RunError(
-            f"{e}; the warm-up tasks' results are kept: rerun with --retry-errors, or use another --out"
+            f"{e}; the warm-up tasks' results are kept: rerun the same command, or use another --out"
         ) from None
     for name in answer.get("left_out", []):
         say(f"left out: {name} (no opening and reply inside the replayed tokens)")

@@ -68,7 +68,7 @@ def test_resume_after_kill_redoes_nothing_and_loses_nothing(tmp_path: Path) -> N
     assert 1 <= len(before) < len(IDS)
     res = nexus(*_eval_args(out), env=cli_env(tmp_path), cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert f"{len(before)} already finished, {len(IDS) - len(before)} to run" in res.stdout
+    assert f"{len(before)} finished earlier, {len(IDS) - len(before)} to run" in res.stdout
     after = _reports(out)
     assert set(after) == set(IDS)
     for ident, (mtime, text) in before.items():  # not redone: the very same file
@@ -93,7 +93,9 @@ def test_ctrl_c_leaves_a_consistent_run(tmp_path: Path) -> None:
     _check_outputs(out, set(_reports(out)), len(ids))
     assert len(_reports(out)) < len(ids)
     said = " ".join(log.read_text().split())
-    assert f"stopped: {len(_reports(out))} of {len(ids)} tasks finished" in said and "interrupted" in said
+    n = len(_reports(out))
+    assert f"interrupted: {n} finished, {len(ids) - n} left; rerun the same command to continue" in said
+    assert "Traceback" not in said and "KeyboardInterrupt" not in said  # no worker's traceback in the view
 
 
 @pytest.mark.slow
@@ -117,3 +119,38 @@ def test_selection_and_settings_errors(tmp_path: Path) -> None:
     eval_files.claim_out_dir(tmp_path, RunConfig(memory=run_memory(policy="nexus")))  # the same settings resume
     with pytest.raises(RunError, match="policy: 'nexus' -> 'snapkv'"):
         eval_files.claim_out_dir(tmp_path, RunConfig(memory=run_memory(policy="snapkv")))
+
+
+@pytest.mark.slow  # two small evals, a replay and a task whose repository cannot be had: ~30 s
+def test_an_error_is_not_a_result(tmp_path: Path) -> None:
+    """A task whose run fails (its repository is missing) is listed with its reason, left out of predictions.jsonl,
+    makes the exit code 1, and runs again on the next run of the same command."""
+    (good,) = [t for t in load_tasks(None) if t.instance_id == IDS[1]]
+    record = {k: v for k, v in vars(good).items() if v is not None and k != "source"}
+    broken = record | {"instance_id": "nexus-missing__gone-1", "repo": "nexus-missing/gone"}
+    source = tmp_path / "tasks.jsonl"
+    source.write_text(json.dumps(record) + "\n" + json.dumps(broken) + "\n")
+    args = ["eval", "--dataset", str(source), "--replay-dir", str(GOLD_DIR), "--sandbox", "bwrap"]
+    env = cli_env(tmp_path) | {"NEXUS_REPO_CACHE": str(tmp_path / "no-mirrors"), "GIT_TERMINAL_PROMPT": "0"}
+    out = tmp_path / "run"
+    res = nexus(*args, "--out", str(out), env=env, cwd=tmp_path)
+    said = " ".join(res.stdout.split())
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "1 task failed to run" in said and "nexus-missing__gone-1: TaskError: cannot clone" in said
+    _check_outputs(out, {IDS[1]})  # predictions and summary: the finished task only
+    assert json.loads((out / "summary.json").read_text())["errors"].keys() == {"nexus-missing__gone-1"}
+    again = nexus(*args, "--out", str(out), env=env, cwd=tmp_path)
+    assert again.returncode == 1
+    assert "2 tasks, 1 finished earlier, 1 to run (1 of them failed before and run again)" in " ".join(
+        again.stdout.split()
+    )
+
+
+def test_server_with_memory_settings_is_refused_before_any_work(tmp_path: Path) -> None:
+    """Under --server the model and its cache are the server's: --policy/--budget are refused, as chat refuses them
+    (one line, exit 2, no run folder), not silently ignored."""
+    out = tmp_path / "run"
+    args = ["eval", "--server", "http://127.0.0.1:9/v1", "--policy", "snapkv", "--budget", "512", "--out", str(out)]
+    res = nexus(*args, env=cli_env(tmp_path), cwd=tmp_path, timeout=120)
+    assert res.returncode == 2 and "drop --policy, --budget" in res.stderr and res.stderr.count("\n") == 1
+    assert not out.exists()

@@ -22,10 +22,11 @@ TASKS = load_tasks(None)[:4]
 def test_warmup_settings_and_label(tmp_path: Path) -> None:
     cfg = RunConfig(warmup=2)
     assert cfg.memory.profile is None  # the warm-up tasks run without a profile, whatever the store holds
+    assert RunConfig(warmup=2, memory=run_memory(profile="auto")).memory.profile is None
     assert cfg.model_label().endswith("-true-eviction-warmup2")
     for bad, match in (
         ({"warmup": -3}, "at least 1"),
-        ({"warmup": 2, "memory": run_memory(profile="none")}, "leave --memory-profile at auto"),
+        ({"warmup": 2, "memory": run_memory(profile=str(tmp_path))}, "leave --memory-profile out"),
         ({"warmup": 2, "replay_dir": tmp_path}, "excludes --replay-dir"),
         (
             {"warmup": 2, "server": "http://127.0.0.1:9/v1", "memory": run_memory(profile=str(tmp_path))},
@@ -46,7 +47,8 @@ def test_eval_suggests_a_warmup_only_where_one_could_help(tmp_path: Path, monkey
     assert not RunConfig(server="http://127.0.0.1:9/v1").lacks_profile
     assert not RunConfig(replay_dir=tmp_path).lacks_profile
     save_tiny_profile(tmp_path / "home" / "profiles" / "agent.pt")
-    assert not RunConfig().lacks_profile  # the store's profile is used
+    assert not RunConfig(memory=run_memory(profile="auto")).lacks_profile  # asked for: the store's profile is used
+    assert RunConfig().lacks_profile  # not asked for: the store is not read
 
 
 def _fake_calibration(calls: list) -> callable:
@@ -111,7 +113,7 @@ def test_eval_learns_its_profile_from_the_first_tasks(tmp_path: Path, tiny_model
 
     stamp = learned.stat().st_mtime_ns
     res = nexus(*args, env=env, cwd=tmp_path)  # resumed: everything finished, nothing calibrated again
-    assert res.returncode == 0 and "3 already finished" in res.stdout and learned.stat().st_mtime_ns == stamp
+    assert res.returncode == 0 and "3 finished earlier" in res.stdout and learned.stat().st_mtime_ns == stamp
     more = args.index("--warmup") + 1
     res = nexus(*args[:more], "3", *args[more + 1 :], env=env, cwd=tmp_path)
     assert res.returncode != 0 and f"warmup: {n} -> 3" in res.stdout + res.stderr

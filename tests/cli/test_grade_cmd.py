@@ -25,9 +25,9 @@ def test_patch_file_and_empty(tmp_path, bwrap_installed):
     bad = tmp_path / "bad.diff"
     bad.write_text("not a diff\n")
     res = CliRunner().invoke(app, ["grade", TASK_ID, "--patch", str(bad), "--sandbox", "bwrap"])
-    assert res.exit_code == 0 and "patch_failed" in res.output
+    assert res.exit_code == 1 and "patch_failed" in res.output  # 1: not resolved
     res = CliRunner().invoke(app, ["grade", TASK_ID, "--patch", "empty"])
-    assert res.exit_code == 0 and "empty_patch" in res.output
+    assert res.exit_code == 1 and "empty_patch" in res.output
 
 
 def test_missing_patch_file_is_a_user_error(tmp_path):
@@ -46,7 +46,7 @@ def test_a_patch_file_that_is_not_utf8_is_a_user_error(tmp_path):
 def test_no_daemon_exits_nonzero_with_the_fix(monkeypatch, tmp_path):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
     res = CliRunner().invoke(app, ["grade", TASK_ID, "--patch", "gold", "--sandbox", "docker"])
-    assert res.exit_code == 1 and "scripts/dockerd.sh" in res.output.replace("\n", "")
+    assert res.exit_code == 2 and "scripts/dockerd.sh" in res.output.replace("\n", "")  # 2: grading could not run
 
 
 @pytest.mark.docker

@@ -1,6 +1,6 @@
-"""The profile store: `nexus-agent calibrate` without --out writes the profile under $NEXUS_AGENT_HOME/profiles,
-and every later session of that model whose opening carries the template uses it (--memory-profile auto, the
-default); `--memory-profile none` turns it off."""
+"""The profile store: `nexus-agent calibrate` without --out (or a run with --learn-profile) writes the profile under
+$NEXUS_AGENT_HOME/profiles, and a later session of that model whose opening carries the template uses it when it asks
+for the store (--memory-profile auto); the default, none, never reads it."""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def test_a_calibrated_profile_is_used_by_later_sessions_of_the_same_agent(tmp_pa
     assert "now use it" in res.stderr.replace("\n", " ")
 
     args = ["--model", str(tiny_model_dir), "--max-steps", "1", "--max-new-tokens", "4", "--sandbox", "bwrap"]
-    res = nexus("solve", TASK, *args, "--out", str(tmp_path / "auto"), env=env, cwd=tmp_path)
+    auto = ["--memory-profile", "auto", "--out", str(tmp_path / "auto")]
+    res = nexus("solve", TASK, *args, *auto, env=env, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     report = json.loads((tmp_path / "auto" / "report.json").read_text())
     assert report["model"].endswith(f"memory profile {stored.parent})")  # the run says it used the store
@@ -50,15 +51,24 @@ def test_a_calibrated_profile_is_used_by_later_sessions_of_the_same_agent(tmp_pa
     assert used and all(s is not None and s.startswith("matched") and stored.name in s for s in used)
     assert "memory profile: matched" in res.stdout and stored.name in res.stdout  # the summary says so
 
-    res = nexus("solve", TASK, *args, "--memory-profile", "none", "--out", str(tmp_path / "off"), env=env, cwd=tmp_path)
+    res = nexus("solve", TASK, *args, "--out", str(tmp_path / "off"), env=env, cwd=tmp_path)  # the default: none
     assert res.returncode == 0, res.stdout + res.stderr
     assert _memory_profile_stats(tmp_path / "off") and not any(_memory_profile_stats(tmp_path / "off"))
     assert "memory profile" not in json.loads((tmp_path / "off" / "report.json").read_text())["model"]
-    assert "memory profile: none for this agent and model; `nexus-agent calibrate`" in " ".join(res.stdout.split())
+    assert "memory profile: none (the default); a run with --learn-profile" in " ".join(res.stdout.split())
 
 
-@pytest.mark.slow  # four one-step solves of the tiny model and one calibration: ~40 s
-def test_the_first_solve_of_an_agent_learns_its_profile(tmp_path: Path, tiny_model_dir: Path) -> None:
+@pytest.mark.slow  # three one-step solves of the tiny model and one calibration: ~40 s
+def test_learning_is_asked_for_and_its_profile_used_only_when_chosen(
+    tmp_path: Path, tiny_model_dir: Path, monkeypatch
+) -> None:
+    """A run learns a profile only with --learn-profile, never from a conversation without a valid tool call, and a
+    learned profile changes no later run (nor its label) unless that run asks for the store (--memory-profile auto)."""
+    from kvstore.profiles.profile import MemoryProfile
+    from kvstore.session.config import SessionConfig
+    from kvstore.session.session import Session
+    from pipeline.profiles.learn import learn_after
+
     env = cli_env(tmp_path / "home")
     store = tmp_path / "home" / "profiles"
     args = ["--model", str(tiny_model_dir), "--max-steps", "1", "--max-new-tokens", "4", "--sandbox", "bwrap"]
@@ -68,27 +78,49 @@ def test_the_first_solve_of_an_agent_learns_its_profile(tmp_path: Path, tiny_mod
         assert res.returncode == 0, res.stdout + res.stderr
         return " ".join(res.stdout.split())
 
-    solve("nexus-demo__iniconf-1", "off", "--no-learn")  # learning off: nothing learned
-    solve("nexus-demo__iniconf-1", "none", "--memory-profile", "none")  # no profile wanted: nothing either
-    assert not list(store.glob("*.pt")) and not list(store.rglob("*.jsonl"))
+    said = solve("nexus-demo__iniconf-1", "default")  # the default: nothing learned, the store untouched
+    assert "learning a memory profile" not in said and "--learn-profile" in said and not store.exists()
+    said = solve("nexus-demo__iniconf-1", "gibberish", "--learn-profile")  # asked, but the random model made no call
+    assert "memory profile: not learned (this run made no valid tool call" in said and not store.exists()
 
-    said = solve("nexus-demo__csvkit-lite-1", "first")
-    (learned,) = store.glob("*.pt")
-    assert "learning a memory profile for this agent from this run's conversation" in said
-    assert f"-> {learned}" in said and "later sessions of this agent use it" in said
-    assert "nexus-agent calibrate" not in said and not list(store.rglob("*.jsonl"))  # nothing waits in the pool
-    from kvstore.profiles.profile import MemoryProfile
+    # a conversation with valid tool calls (a recorded solution) teaches the store, as --learn-profile does at the end
+    from kvstore.models.registry import load_model
 
-    profile = MemoryProfile.load(learned)
-    assert profile.meta["learned"] == ["first"] and profile.conversations == 1
+    monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))
+    model, tokenizer, _ = load_model(str(tiny_model_dir))
+    session = Session(model, tokenizer, SessionConfig(model=str(tiny_model_dir)))
     issue = get_task("nexus-demo__csvkit-lite-1").problem_statement
+    said = learn_after(GOLD_DIR / "nexus-demo__csvkit-lite-1.gold.jsonl", issue, print, session=session) or ""
+    (learned,) = store.glob("*.pt")
+    assert f"-> {learned}" in said and "--memory-profile auto" in said and not list(store.rglob("*.jsonl"))
+    profile = MemoryProfile.load(learned)
+    assert profile.conversations == 1
     template = tokenizer_of(tiny_model_dir).decode(profile.prefix + profile.suffix)
     assert issue.strip()[:40] not in template and "Here is an issue reported against it" in template  # the issue: not
 
-    solve(TASK, "second")
-    used = _memory_profile_stats(tmp_path / "second")
+    solve(TASK, "unasked")  # a later run of the same agent: unchanged, its label too
+    assert not any(_memory_profile_stats(tmp_path / "unasked"))
+    report = json.loads((tmp_path / "unasked" / "report.json").read_text())
+    assert "profile" not in report["model_name_or_path"] and "memory profile" not in report["model"]
+    solve(TASK, "asked", "--memory-profile", "auto")  # asked for the store: it uses the profile, and says so
+    used = _memory_profile_stats(tmp_path / "asked")
     assert used and all(s is not None and s.startswith("matched") and learned.name in s for s in used)
-    assert list(store.glob("*.pt")) == [learned]  # a run with a profile teaches nothing
+    report = json.loads((tmp_path / "asked" / "report.json").read_text())
+    assert report["model_name_or_path"].endswith("-profile-profiles")
+    assert list(store.glob("*.pt")) == [learned]
+
+
+def test_learning_needs_the_default_memory_and_no_profile_file(tmp_path: Path) -> None:
+    from pipeline.config import RunConfig, RunError, run_memory
+
+    assert not RunConfig().learn and run_memory().profile == "none"  # the defaults: no learning, no store
+    for memory, replay, message in (
+        ({"policy": "snapkv"}, None, "default memory"),
+        ({"profile": str(tmp_path)}, None, "no --memory-profile file"),
+        ({}, tmp_path / "r.jsonl", "excludes --replay"),
+    ):
+        with pytest.raises(RunError, match=message):
+            RunConfig(memory=run_memory(**memory), replay=replay, learn=True)
 
 
 def test_an_eval_folder_does_not_resume_with_another_profile(tmp_path: Path, monkeypatch) -> None:
@@ -97,12 +129,14 @@ def test_an_eval_folder_does_not_resume_with_another_profile(tmp_path: Path, mon
 
     monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))
     out = tmp_path / "run"
-    claim_out_dir(out, RunConfig())  # started before any profile was calibrated
+    auto = run_memory(profile="auto")  # a run that asked for the store
+    claim_out_dir(out, RunConfig(memory=auto))  # started before any profile was calibrated
     store = tmp_path / "home" / "profiles"
     store.mkdir(parents=True)
     save_tiny_profile(store / "agent.pt")  # then one enters the store: the rest of the run would differ
     with pytest.raises(RunError, match=r"profile: None -> '.*profiles'"):
-        claim_out_dir(out, RunConfig())
+        claim_out_dir(out, RunConfig(memory=auto))
+    claim_out_dir(out, RunConfig())  # the default reads no store: it resumes
     claim_out_dir(out, RunConfig(memory=run_memory(profile="none")))  # as it was
     held = json.loads((out / RUN_FILE).read_text())
     del held["profile"]  # a run folder from before the option
@@ -120,7 +154,7 @@ def _tiny_run(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))
     (tmp_path / "home" / "profiles").mkdir(parents=True)
     model = str(save_tiny_chat_model(tmp_path / "tiny-qwen3"))
-    return lambda: RunConfig(memory=run_memory(model=model))
+    return lambda: RunConfig(memory=run_memory(model=model, profile="auto"))
 
 
 def test_an_eval_folder_does_not_resume_after_its_profiles_changed(tmp_path: Path, monkeypatch) -> None:
@@ -222,8 +256,10 @@ def test_profiles_lists_the_store_and_names_a_damaged_file(tmp_path: Path) -> No
     assert missing.exit_code != 0 and "no such folder" in str(missing.exception)
 
 
-@pytest.mark.slow  # four one-request chats of the tiny model and one calibration: ~50 s
-def test_chats_learn_their_agents_profile_when_left(tmp_path: Path, tiny_model_dir: Path, repo: Path) -> None:
+@pytest.mark.slow  # three one-request chats of the tiny model: ~30 s
+def test_chats_learn_only_when_asked_and_from_tool_calls(tmp_path: Path, tiny_model_dir: Path, repo: Path) -> None:
+    """Leaving a chat learns nothing by default; with --learn-profile, a chat whose model made no valid tool call (the
+    random model's replies) learns nothing either; a chat asks for the store's profile with --memory-profile auto."""
     import subprocess
     import sys
 
@@ -238,20 +274,14 @@ def test_chats_learn_their_agents_profile_when_left(tmp_path: Path, tiny_model_d
         assert res.returncode == 0, res.stdout + res.stderr
         return " ".join(res.stdout.split())
 
-    assert "memory profile:" not in chat("off", "--no-learn") and not store.exists()
-    said = chat("one")
-    (learned,) = store.glob("*.pt")
-    assert "learning a memory profile for this agent from this chat's conversation" in said and f"-> {learned}" in said
-    from kvstore.profiles.profile import MemoryProfile
+    assert "memory profile:" not in chat("off") and not store.exists()
+    said = chat("one", "--learn-profile")
+    assert "memory profile: not learned (this chat made no valid tool call" in said and not store.exists()
 
-    assert MemoryProfile.load(learned).meta["learned"] == ["one"] and not list(store.rglob("*.jsonl"))
-
-    said = chat("two")
-    assert f"memory profile {store}" in said and "memory profile:" not in said  # it has one, so it teaches nothing
-    used = _memory_profile_stats(tmp_path / "home" / "sessions" / "two")
-    assert used and all(s is not None and s.startswith("matched") and learned.name in s for s in used)
-    said = chat("one", "--resume")  # it began without a profile, and the store has one for it now
-    assert "the store has one for this agent now" in said and list(store.glob("*.pt")) == [learned]
+    store.mkdir(parents=True)
+    save_tiny_profile(store / "agent.pt")  # a profile of another tiny model: the chat's sessions skip it
+    said = chat("two", "--memory-profile", "auto")
+    assert f"memory profile {store}" in said  # the chat names the store it was asked to read
 
 
 def test_without_its_statement_a_conversation_waits_in_the_pool_for_another(

@@ -32,6 +32,13 @@ def test_gold_replay_is_resolved(tmp_path: Path) -> None:
     recorded = [json.loads(line) for line in gold.read_text().splitlines() if '"type": "step"' in line]
     assert [r["reply"] for r in records if r["type"] == "step"] == [r["reply"] for r in recorded]
     assert records[-1]["type"] == "footer" and records[-1]["patch"] == patch
+    assert report["config"]["max_steps"] == records[0]["config"]["max_steps_absolute"]  # the limit that applied
+    modes = {name: (out / name).stat().st_mode & 0o777 for name in ("report.json", "patch.diff", "trajectory.jsonl")}
+    assert len(set(modes.values())) == 1, modes  # one mode for the run's files (not 0600 for some)
+    said = res.stdout  # not a terminal: plain lines, one per step, in words a user knows
+    assert "step 1: file_editor: view /testbed/pagekit/paginator.py" in said
+    assert "step 2: execute_bash: python3 -m pytest -q tests -> exit" in said and "step 5: finish: submit" in said
+    assert "grading the patch" in said and "submitted after 5 steps" in said and "┏" not in said
 
 
 def test_giving_up_is_unresolved(tmp_path: Path) -> None:
@@ -53,6 +60,8 @@ def test_local_model_runs_and_reports_cache_stats(tmp_path: Path, tiny_model_dir
     assert res.returncode == 0, res.stdout + res.stderr
     report, _, records = _files(out)
     assert report["exit_reason"] == "abs_step_limit" and report["steps"] == 2 and not report["resolved"]
+    assert report["config"]["max_steps"] == 2 and "step limit reached after 2 steps" in " ".join(res.stdout.split())
+    assert "step 2/2: " in res.stdout and "abs_step_limit" not in res.stdout
     turns = report["turns"]
     assert [t["turn"] for t in turns] == [1, 2] and all(0 < t["generated_tokens"] <= 8 for t in turns)
     assert turns[1]["prefill_tokens"] < turns[0]["prefill_tokens"]  # true eviction: only the new observation
@@ -60,3 +69,28 @@ def test_local_model_runs_and_reports_cache_stats(tmp_path: Path, tiny_model_dir
     assert "turn 2: prefill" in res.stdout  # the per-turn summary lines
     assert report["model_name_or_path"].startswith("nexus-agent__tiny-qwen3__nexus-agent-256")  # the default memory
     assert sum(r["type"] == "step" for r in records) == 2
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--model", "nosuch"], "--model nosuch: not a registered model"),
+        (["--sandbox", "nosuch"], "unknown --sandbox 'nosuch'"),
+        (["--protocol", "nosuch"], "unknown protocol 'nosuch'"),
+        (["--policy", "nosuch"], "unknown policy 'nosuch'"),
+        (["--server", "http://127.0.0.1:9/v1", "--budget", "512"], "drop --budget"),
+        (["--learn-profile", "--policy", "snapkv"], "--learn-profile learns a profile of the default memory"),
+    ],
+)
+def test_a_bad_option_stops_before_anything_starts(tmp_path: Path, options: list[str], message: str) -> None:
+    out = tmp_path / "run"
+    res = nexus("solve", TASK, *options, "--out", str(out), env=cli_env(tmp_path), cwd=tmp_path, timeout=120)
+    assert res.returncode == 2 and res.stderr.startswith("error: ") and message in res.stderr, res.stderr
+    assert res.stderr.count("\n") == 1 and res.stdout == "" and not out.exists()  # no table, no folder
+
+
+def test_a_budget_below_the_protected_opening_stops_before_anything_starts(tmp_path: Path, tiny_model_dir) -> None:
+    out = tmp_path / "run"
+    args = ["--model", str(tiny_model_dir), "--protect", "system+task", "--budget", "512", "--out", str(out)]
+    res = nexus("solve", TASK, *args, env=cli_env(tmp_path), cwd=tmp_path, timeout=120)
+    assert res.returncode == 2 and "cannot hold the protected opening" in res.stderr and not out.exists(), res.stderr

@@ -22,8 +22,12 @@ def test_eval_workers_share_one_server(make_server, tmp_path: Path) -> None:
     out = tmp_path / "run"
     args = ["eval", "--server", server.url, "--out", str(out), "--instances", ",".join(TASKS), "--workers", "2"]
     args += ["--sandbox", "local", "--max-steps", "2", "--temperature", "0", "--max-new-tokens", "16"]
-    args += ["--policy", "snapkv", "--budget", "64"]  # the client's settings, which the server does not use
     env = {**os.environ, "NEXUS_AGENT_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1", "NO_COLOR": "1"}
+    refused = subprocess.run(  # the client's memory settings would not apply there: refused, not ignored
+        [sys.executable, "-c", "from cli.app import main; main()", *args, "--policy", "snapkv", "--budget", "64"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "drop --policy, --budget" in refused.stderr and not out.exists()
     proc = subprocess.run(
         [sys.executable, "-c", "from cli.app import main; main()", *args],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
@@ -38,18 +42,17 @@ def test_eval_workers_share_one_server(make_server, tmp_path: Path) -> None:
         assert [s["turn"] for s in stats] == [1, 2]  # the second turn continued the task's server session
         sessions |= {s["session_id"] for s in stats}
     assert len(sessions) == 2 and len(server.registry.entries) == 2  # one session per task, both on this server
-    # the run is labelled by what the server runs (nexus-agent, 128 tokens), not by the client's ignored flags
+    # the run is labelled by what the server runs (nexus-agent, 128 tokens), not by the client's defaults
     label = "nexus-agent__tiny-qwen3__nexus-agent-128-true-eviction"
     predictions = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert [p["model_name_or_path"] for p in predictions] == [label, label]
     report = json.loads((out / TASKS[0] / "report.json").read_text())
     assert report["server"] | {"id": "tiny-qwen3"} == server.config.cache_settings() | {"id": "tiny-qwen3"}
-    assert report["server"]["policy"] == "nexus-agent" and report["config"]["policy"] == "snapkv"
+    assert report["server"]["policy"] == "nexus-agent" and report["server"]["budget"] == 128
     run = json.loads((out / "run.json").read_text())  # a resume must find the server running the same settings
     assert run["server"] == {"id": "tiny-qwen3", "model": "tiny-qwen3", "policy": "nexus-agent", "budget": 128,
                              "protocol": "true-eviction"}  # fmt: skip
-    memory = run_memory(policy="snapkv", budget=64)
-    cfg = RunConfig(server=server.url, memory=memory, max_steps=2, temperature=0, max_new_tokens=16)
+    cfg = RunConfig(server=server.url, memory=run_memory(), max_steps=2, temperature=0, max_new_tokens=16)
     claim_out_dir(out, cfg, server_settings(server.url))  # the same server: resumable
     with pytest.raises(RunError, match="holds a run with other settings"):
         claim_out_dir(out, cfg, {**server_settings(server.url), "policy": "snapkv"})

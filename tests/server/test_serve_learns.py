@@ -31,6 +31,9 @@ def _used(trajectory: Path) -> list[str | None]:
 
 
 def test_a_served_solve_teaches_the_server_its_agents_profile(make_server, tmp_path: Path) -> None:
+    from pipeline.profiles.learn import learn_served
+    from tasks import get_task
+
     store = tmp_path / "store"
     store.mkdir()
     server = make_server(budget=512, profile=store)
@@ -40,8 +43,12 @@ def test_a_served_solve_teaches_the_server_its_agents_profile(make_server, tmp_p
                 "4", "--out", str(tmp_path / task), *more]  # fmt: skip
         return _nexus(tmp_path, *args)
 
-    assert "server learned" not in solve(TASKS[0], "--no-learn") and not list(store.iterdir())
-    said = solve(TASKS[1])
+    assert "server learned" not in solve(TASKS[0]) and not list(store.iterdir())  # the default: no learning
+    said = solve(TASKS[1], "--learn-profile")  # asked, but the tiny random model made no valid tool call
+    assert "memory profile: not learned (this run made no valid tool call" in said and not list(store.iterdir())
+
+    gold = Path(__file__).parents[1] / "agent" / "data" / f"{TASKS[1]}.gold.jsonl"  # a conversation of tool calls
+    said = learn_served(server.url, gold, get_task(TASKS[1]).problem_statement) or ""
     (learned,) = store.glob("*.pt")
     assert (
         "memory profile: the server learned" in said and "from 1 conversation" in said and f"-> {learned.name}" in said
@@ -49,7 +56,7 @@ def test_a_served_solve_teaches_the_server_its_agents_profile(make_server, tmp_p
     profile = MemoryProfile.load(learned)
     assert profile.conversations == 1 and profile.meta["served"] is True
 
-    said = solve(TASKS[2])  # the server's next session of the agent matches it, so it teaches nothing
+    said = solve(TASKS[2], "--learn-profile")  # the server's next session of the agent matches it: nothing to teach
     assert "server learned" not in said and "the server has one" not in said
     used = _used(tmp_path / TASKS[2] / "trajectory.jsonl")
     assert used and all(u is not None and u.startswith("matched") and learned.name in u for u in used)

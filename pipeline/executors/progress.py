@@ -1,0 +1,50 @@
+"""A worker's view of its model's prefill, which has no events of its own: read from the task's session once a
+second while the model works, and sent as "phase" events (the eval view shows "prefill 1200/3100 tokens")."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+def prefill_of(session: Any) -> tuple[int, int] | None:
+    """(tokens the model has run, tokens of the conversation) while `session` (a kvstore Session) prefills a turn;
+    None while it decodes, between turns, or for a backend without a session (a server, a replay)."""
+    if session is None or session.pending_prompt() is None:
+        return None
+    total = len(session.tokens)
+    return min(session.prefilled, total), total
+
+
+class PrefillWatch:
+    """Emits `emit("phase", step=..., phase="model", prefill=[done, total])` when the prefill has moved, every
+    `every` seconds while the model works on a step (from run_task's events: "backend", "model", then any other)."""
+
+    def __init__(self, emit: Callable[..., None], every: float = 1.0) -> None:
+        self.emit, self.every = emit, every
+        self.session: Any = None
+        self.step, self.watching, self.last = 0, False, None
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="prefill-watch", daemon=True)
+
+    def __enter__(self) -> PrefillWatch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=5)
+
+    def event(self, ev: dict[str, Any]) -> None:
+        if ev["kind"] == "backend":
+            self.session = getattr(ev["backend"], "session", None)
+        self.watching = ev["kind"] == "model"
+        self.step = ev.get("step", self.step)
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.every):
+            now = prefill_of(self.session) if self.watching else None
+            if now is not None and now != self.last:
+                self.last = now
+                self.emit("phase", step=self.step, phase="model", prefill=list(now))

