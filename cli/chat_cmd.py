@@ -13,17 +13,24 @@ from cli.options import raw_options
 from cli.safe_text import safe_text, say_to
 from pipeline import chat as cs
 from pipeline.config import RunError
-from pipeline.profiles.store import AUTO_PROFILE, CLIENT, LOCAL, resolve_profile
+from pipeline.profiles.store import AUTO_PROFILE, CLIENT, LOCAL, NO_PROFILE, resolve_profile
 
 
 @raw_options(
-    "model", "policy", "budget", "protocol", "protect", "profile", "device", "server", "learn",
+    "model", "policy", "budget", "protocol", "protect", "profile", "device", "server", "learn", "constrain",
     model=None, policy=None, budget=None, protocol=None, protect=None,
 )  # fmt: skip
 def chat_cmd(
     repo: Path = typer.Option(None, "--repo", "-r", help="The repository to work on (default: the current dir)."),
-    session: str = typer.Option(None, "--session", "-S", help="Session name (default: the repo's folder name)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the saved session (cache and messages)."),
+    session: str = typer.Option(
+        None, "--session", "-S", help="Session name (default: the repo's folder name; -2, -3... when it is taken)."
+    ),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue a saved session (default: this repo's most recently used one)."
+    ),
+    python_env: bool = typer.Option(
+        True, "--env/--no-env", help="Give the sandbox a Python env of the repo with pytest (built once, cached)."
+    ),
     yolo: bool = typer.Option(False, "--yolo", help="Run commands without asking first."),
     max_steps: int = typer.Option(20, "--max-steps", min=1, help="Most agent steps per request."),
     max_new_tokens: int = typer.Option(512, "--max-new-tokens", min=1, help="Most tokens in one reply."),
@@ -33,24 +40,29 @@ def chat_cmd(
 ) -> None:
     """Talk to the agent about a repo; it works in a bubblewrap sandbox bound to the repo (edits land there).
 
+    The sandbox has no network; only the repo and a private /tmp are writable; a Python env of the repo (the repo
+    installed editable, or its requirements, and pytest; built once per repo, cached) is first on PATH. Edits are
+    shown as diffs before you approve them and each turn's diff after it; /undo puts the repo back as it was before
+    the last turn; /show N prints a step's whole output; /sessions lists this repo's sessions. See docs/chat.md.
+
     A new session takes the session defaults (model, policy, budget, protocol, protect) for options not given; a
     resumed one keeps its saved settings and refuses options that differ from them. With --server URL the model
     runs in that `nexus-agent serve` (its model and cache settings apply) and the chat continues one server session.
-    Leaving a chat that has no memory profile learns one from its conversation for later sessions of the agent (with
-    --server the server learns it; --no-learn turns this off).
+    With --learn-profile (off by default), leaving a chat that has no memory profile and made a valid tool call learns
+    one into the profile store (with --server the server learns it); later sessions use it with --memory-profile auto.
     """
     from agent.loop import AgentConfig
     from kvstore.defaults import parse_budget
     from pipeline.backends import set_threads
 
-    name = session or (repo or Path.cwd()).resolve().name
-    folder = cs.session_dir(name)
     console = Console(highlight=False)
+    name = _session_name(console, session, repo, resume)
+    folder = cs.session_dir(name)
     agent_cfg = AgentConfig(
         max_steps=max_steps, max_steps_absolute=max_steps, max_new_tokens=max_new_tokens, temperature=temperature
     )
-    server, learn = given.pop("server"), given.pop("learn")
-    learn = learn and given["profile"] == AUTO_PROFILE  # learning fills the store that auto reads
+    server, learn, constrain = given.pop("server"), given.pop("learn"), given.pop("constrain")
+    learn = learn and given["profile"] in (AUTO_PROFILE, NO_PROFILE)  # --learn-profile fills the store auto reads
     if resume and given["profile"] == AUTO_PROFILE:  # a resumed session keeps the profile it started with
         given["profile"] = None
     else:
@@ -66,14 +78,50 @@ def chat_cmd(
             del given["budget"]
         set_threads(None)
         state, conversation = _resume(folder, repo, given) if resume else _start(folder, repo, given, seed, learn)
-    with cs.open_repo_sandbox(Path(state.repo), name) as sandbox:
+        if constrain is not None:  # else the model's default (agent.call_grammar.constrained_by_default)
+            conversation.model.constrain = constrain
+    env = _python_env(console, Path(state.repo)) if python_env else None
+    with cs.open_repo_sandbox(Path(state.repo), name, env) as sandbox:
         from cli.chat_loop import Chat
+        from pipeline.chat_env import describe
 
-        Chat(console, folder, name, state, conversation, sandbox, agent_cfg, yolo).run()
+        Chat(console, folder, name, state, conversation, sandbox, agent_cfg, yolo, describe(env)).run()
     if learn and state.learn:
         saved = cs.ChatState.load(folder)  # as the last complete step left it (a rollback replaces the chat's state)
         if saved.requests:
             _learn(console, folder, name, saved, getattr(conversation, "session", None))
+
+
+def _session_name(console: Console, session: str | None, repo: Path | None, resume: bool) -> str:
+    """--session, else for --resume this repo's most recently used session, else a new session named after the
+    repo (its folder name; -2, -3... when a session has that name already)."""
+    from pipeline import chat_sessions
+
+    if session:
+        return session
+    path = (repo or Path.cwd()).resolve()
+    base = path.name
+    if resume:
+        found = chat_sessions.sessions_of(path)
+        return found[0].name if found else base
+    name = chat_sessions.new_name(base)
+    if name != base:
+        console.print(safe_text(f"session {base!r} exists (continue it with --resume); this chat is a new session "
+                                f"{name!r}", "yellow"))  # fmt: skip
+    return name
+
+
+def _python_env(console: Console, repo: Path):
+    """The repo's Python env for the sandbox, built once (None, with a note, when it cannot be built)."""
+    from pipeline.chat_env import ensure
+    from swe_env.sandbox.base import SandboxError
+
+    try:
+        return ensure(repo, None, console.status)
+    except SandboxError as exc:
+        console.print(safe_text(f"no Python env for the sandbox ({exc}); python3 of the system only, no pytest; "
+                                "--no-env skips this", "yellow"))  # fmt: skip
+        return None
 
 
 def _learn(console: Console, folder: Path, name: str, saved: cs.ChatState, session) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,13 @@ from rich.text import Text
 
 from agent.protocols import ToolCall
 from agent.trajectory import tool_of
-from cli.safe_text import StreamFilter, safe_lines, safe_text
+from cli.chat_commands import HELP, QUIT, run_command
+from cli.chat_output import condensed, diff_text
+from cli.safe_text import StreamFilter, safe_text
 from pipeline import chat as cs
 
-HELP = "commands: /stats (cache stats per turn), /history (your requests), /yolo, /confirm, /help, /quit (or Ctrl-D)"
+TURN_DIFF_LINES = 80  # most lines of a turn's diff shown after it (/diff shows it all)
+DECLINED = "The user declined to run this call. Ask for or try something else."
 
 
 class Chat:
@@ -23,7 +27,10 @@ class Chat:
     `conversation`: where the model and its memory live: a LocalConversation (pipeline/chat_local.py, a kvstore
     Session in this process) or a ServedConversation (pipeline/chat_served.py, a model in a `nexus-agent serve`)."""
 
-    def __init__(self, console: Console, folder: Path, name: str, state, conversation, sandbox, agent_cfg, yolo: bool):
+    def __init__(
+        self, console: Console, folder: Path, name: str, state, conversation, sandbox, agent_cfg, yolo: bool,
+        env_line: str = "",
+    ):  # fmt: skip
         from agent.loop import Agent
         from agent.prompts import system_prompt
         from agent.trajectory import TrajectoryWriter
@@ -33,8 +40,12 @@ class Chat:
         self.conv = conversation
         self.conv.set_output(self._stream, self._note)
         self.writer = TrajectoryWriter(folder / cs.TRAJECTORY_FILE)
-        self.agent = Agent(self.conv.model, cs.ChatEnvironment(sandbox), agent_cfg, self.writer, f"chat:{name}",
+        self.env = cs.ChatEnvironment(sandbox)
+        self.agent = Agent(self.conv.model, self.env, agent_cfg, self.writer, f"chat:{name}",
                            on_step=self._on_step, before_execute=self._confirm)  # fmt: skip
+        self.env_line, self.timeout = env_line, agent_cfg.command_timeout
+        self.outputs: dict[int, tuple[str, str]] = {}  # step of the last turn -> (its call, its whole output)
+        self.cancelled = False  # Ctrl-C at an approval prompt of this turn declined a call; a second one stops it
         self.interrupt = cs.TurnInterrupt(self._note)
         self.git_dirs = cs.repo_git_dirs(Path(state.repo))  # before the agent runs: it can rewrite .git
         self.streamed = StreamFilter()  # the model's streamed text, without what a terminal would act on
@@ -44,6 +55,8 @@ class Chat:
         or emoji, so text from the model, the agent or the server is printed as it is (cli/safe_text.py)."""
         self.console.print(Text.assemble(*parts), **kwargs)
 
+    say = _print
+
     def _note(self, msg: str) -> None:  # also called from the SIGINT handler, mid-stream: the filter is left alone
         self._print("\n", safe_text(msg, "yellow"))
 
@@ -51,9 +64,10 @@ class Chat:
         self._banner()
         try:
             while (line := self._read()) is not None:
+                if line.lower() in QUIT:
+                    break
                 if line.startswith("/"):
-                    if not self._command(line):
-                        break
+                    run_command(self, line)
                 elif line:
                     self.request(line)
         finally:
@@ -68,52 +82,70 @@ class Chat:
             except EOFError:
                 return None
             except KeyboardInterrupt:
-                self.console.print("\n(type /quit or press Ctrl-D to leave)")
-
-    def _command(self, line: str) -> bool:
-        cmd = line.split()[0].lower()
-        if cmd in ("/quit", "/exit", "/q"):
-            return False
-        if cmd == "/stats":
-            for line in self.conv.stats_lines():
-                self._print(safe_text(line))
-        elif cmd == "/history":
-            for n, req in enumerate(self.state.requests, 1):
-                self._print(f"{n}. ", safe_text(req))
-        elif cmd in ("/yolo", "/confirm"):
-            self.yolo = cmd == "/yolo"
-            self.console.print("commands run without asking" if self.yolo else "asking before each command")
-        else:
-            self.console.print(HELP)
-        return True
+                self.console.print("\n(type exit or press Ctrl-D to leave)")
 
     def request(self, text: str) -> None:
-        """One request: an agent episode; Ctrl-C ends it (at a step boundary, or now with a rollback); a model error
-        (server down, HTTP error) is one line and a rollback to the last complete step."""
+        """One request: an agent episode on a snapshot of the repo (/undo), its diff shown at its end."""
+        first = not self.conv.has_history
+        msg = cs.request_message(text, first, self.state.unseen, self.sandbox.workdir, self.state.notice)
+        self._snapshot(len(self.state.requests) + 1)
+        self.state.requests.append(text)
+        self.state.unseen = self.state.notice = ""
+        self.outputs, self.cancelled = {}, False
+        messages = [{"role": "system", "content": self.system}, msg] if first else [msg]
+        result = self._run_turn(messages)
+        self._seal()
+        if result is not None:
+            self._save()
+            self._report(result)
+
+    def _run_turn(self, messages: list[dict[str, str]]):
+        """The agent's turn (None when it did not end by itself): Ctrl-C ends it (at a step boundary, or now with a
+        rollback); a model error (server down, HTTP error) is one line and a rollback to the last complete step."""
         from agent.errors import AgentError
 
-        first = not self.conv.has_history
-        msg = cs.request_message(text, first, self.state.unseen, self.sandbox.workdir)
-        self.state.requests.append(text)
-        self.state.unseen = ""
-        messages = [{"role": "system", "content": self.system}, msg] if first else [msg]
         try:
-            result = self._run_agent(messages)
+            return self._run_agent(messages)
         except cs.StopTurn:
             self._save()
             self._print(("turn stopped; the session keeps everything up to the last step", "yellow"))
-            return
         except KeyboardInterrupt:
             self._rollback()
             self._print(("turn stopped; the session is back at its last complete step", "yellow"))
-            return
         except AgentError as exc:  # its message can quote the model or the server
             self._rollback()
             how = " (the session is back at its last complete step; send the request again)"
             self._print(safe_text(f"\nerror: {exc}{how}", "red"))
-            return
-        self._save()
-        self._report(result)
+        return None
+
+    def _snapshot(self, turn: int) -> None:
+        """The repo as it is before this turn: what /undo restores and the turn's diff compares with."""
+        from pipeline import chat_snapshot as snap
+
+        try:
+            snap.take(Path(self.state.repo), self.folder, self.git_dirs, turn)
+        except (snap.SnapshotError, OSError) as exc:
+            (self.folder / snap.UNDO_DIR / "manifest.json").unlink(missing_ok=True)
+            self._print(safe_text(f"no undo for this turn: {exc}", "yellow"))
+
+    def _seal(self) -> None:
+        """The turn's end: what it left, so that /undo leaves alone what is changed after it."""
+        from pipeline import chat_snapshot as snap
+
+        try:
+            snap.seal(Path(self.state.repo), self.folder, self.git_dirs)
+        except (snap.SnapshotError, OSError) as exc:
+            self._print(safe_text(f"undo will take back every change since the turn started: {exc}", "yellow"))
+
+    def turn_diff(self) -> str:
+        """The diff of the repo against the snapshot of the last turn's start ("" when none or no change)."""
+        from pipeline import chat_snapshot as snap
+        from pipeline.chat_diff import turn_diff
+
+        try:
+            return turn_diff(snap.changes(Path(self.state.repo), self.folder, self.git_dirs))
+        except snap.SnapshotError as exc:
+            return f"(no diff: {exc})"
 
     def _run_agent(self, messages: list[dict[str, str]]):
         try:
@@ -140,8 +172,12 @@ class Chat:
         self.state.unseen = "" if rec["submitted"] else rec["observation"]
         self.conv.on_step(rec)
         self._save()
-        self._print("\n", (f"step {rec['step']}", "bold"), " ", safe_text(tool_of(rec)))
-        self._print(safe_lines(rec["observation"], 8))
+        result, self.env.last = self.env.last, None
+        raw = result.output if result is not None else rec["observation"]
+        code = f"  (exit {result.returncode})" if result is not None and result.returncode else ""
+        self.outputs[rec["step"]] = (tool_of(rec), raw)
+        self._print("\n", (f"step {rec['step']}", "bold"), " ", safe_text(tool_of(rec)), (code, "red"))
+        self._print(condensed(raw, rec["step"]))
         stats = TurnStats.from_dict(rec.get("stats") or {})
         if stats is not None:
             self._print(safe_text(stats.summary(), "dim"))
@@ -152,20 +188,41 @@ class Chat:
         if self.yolo or not cs.needs_confirmation(call):
             return None
         self.show_call(call)
-        try:
-            answer = input("[y]es / [n]o / [a]lways: ").strip().lower()
-        except (EOFError, KeyboardInterrupt):
-            raise cs.StopTurn from None  # the reply is complete, the session consistent
+        answer = self._ask("[y]es / [n]o / [a]lways: ")
+        if answer is None:  # Ctrl-C: this call is declined; a second Ctrl-C at a prompt of this turn stops it
+            if self.cancelled:
+                raise cs.StopTurn
+            self.cancelled = True
+            self._print(("call cancelled (Ctrl-C again at the next prompt stops the turn)", "yellow"))
+            return DECLINED
         if answer in ("a", "always"):
             self.yolo = True
         if answer in ("y", "yes", "a", "always"):
             return None
-        return "The user declined to run this call. Ask for or try something else."
+        return DECLINED
+
+    def _ask(self, prompt: str) -> str | None:
+        """The answer at the approval prompt (None: Ctrl-C); Ctrl-D stops the turn (the session is consistent)."""
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # not the turn's stop-after-step
+        try:
+            return input(prompt).strip().lower()
+        except KeyboardInterrupt:
+            return None
+        except EOFError:
+            raise cs.StopTurn from None
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
     def show_call(self, call: ToolCall) -> None:
         """The approval prompt's call, complete and as it runs: no markup, control characters shown as escapes,
         never wrapped by the console (a terminal's own wrapping keeps it whole when copied)."""
+        from pipeline.chat_diff import edit_preview
+
         self._print("\n", ("run?", "bold"), " ", safe_text(cs.describe(call), visible=True), soft_wrap=True)
+        preview = edit_preview(call, self.sandbox.read_file)
+        if preview:
+            self._print(("the edit's diff:", "bold"))
+            self._print(diff_text(preview))
 
     def _save(self) -> None:
         self.conv.save()
@@ -185,12 +242,27 @@ class Chat:
             self._print(safe_text(self.conv.token_limit_note(), "yellow"))
         changed = cs.changed_files(Path(self.state.repo), self.git_dirs)
         if changed:
-            self._print("changes in the repo:\n", safe_text(changed))
+            self._print("changes in the repo (git status):\n", safe_text(changed))
+        diff = self.turn_diff()
+        if diff:
+            self._print(("this turn's diff", "bold"), " (/undo takes it back):")
+            self._print(diff_text(diff, TURN_DIFF_LINES))
 
     def _banner(self) -> None:
         mode = "yolo: commands run without asking" if self.yolo else "confirm mode: asks before each command"
         where = f" on {self.state.repo} (at /testbed in the sandbox) | {self.conv.describe()} | {mode}"
         self._print("nexus-agent chat ", safe_text(self.name, "bold"), safe_text(where))
+        self._print(safe_text(self._sandbox_line(), "dim"))
         if self.state.requests:
             self._print(safe_text(f"resumed: {len(self.state.requests)} requests, {self.conv.attach()}"))
-        self._print(HELP)
+        self.console.print(HELP, markup=False, highlight=False)
+
+    def _sandbox_line(self) -> str:
+        """What the sandbox allows, said once at the start."""
+        limits = self.sandbox.config.limits
+        return (
+            f"sandbox: bubblewrap, no network; writable: the repo (/testbed) and a private /tmp, nothing else; "
+            f"PATH: the agent's tools, {self.env_line}, the system's /usr/bin; git is refused in the agent's shell "
+            f"(chat shows diffs and undoes turns itself); each command: {self.timeout:g} s, "
+            f"{limits.memory_mb} MiB memory, {limits.disk_mb} MiB of new files in all"
+        )

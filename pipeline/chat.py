@@ -22,7 +22,7 @@ from pipeline.files import atomic_write
 from pipeline.home import home
 
 SESSION_FILE, STATE_FILE, TRAJECTORY_FILE = "session.safetensors", "chat.json", "trajectory.jsonl"
-OPTIONAL_STATE = ("unseen", "server", "learn")  # chat.json keys that older sessions' files lack
+OPTIONAL_STATE = ("unseen", "server", "learn", "notice")  # chat.json keys that older sessions' files lack
 SERVED_FILE = "conversation.json"  # a --server chat's conversation (pipeline/chat_served.py)
 
 FIRST_REQUEST = """\
@@ -64,6 +64,7 @@ class ChatState:
     server: str = ""  # base URL of the `nexus-agent serve` the model runs in ("": a local model, `config`)
     learn: bool = False  # the session started with --learn, the default memory and --memory-profile auto: leaving it
     # while it has no profile keeps its conversation, to learn one from (pipeline.profiles.learn)
+    notice: str = ""  # what the model is told before the next request (the user undid its last turn's changes)
 
     def save(self, folder: Path) -> None:
         atomic_write(folder / STATE_FILE, json.dumps(asdict(self), indent=2) + "\n")
@@ -114,7 +115,8 @@ def _state_problem(data: Any) -> str:
     """What is wrong with the shape of chat.json's content ("" when nothing)."""
     if not isinstance(data, dict):
         return "not a JSON object"
-    expected = {"repo": str, "config": dict, "requests": list, "unseen": str, "server": str, "learn": bool}
+    expected = {"repo": str, "config": dict, "requests": list, "unseen": str, "server": str, "learn": bool,
+                "notice": str}  # fmt: skip
     for key, kind in expected.items():
         if key in OPTIONAL_STATE and key not in data:
             continue
@@ -125,22 +127,26 @@ def _state_problem(data: Any) -> str:
     return ""
 
 
-def request_message(request: str, first: bool, unseen: str, workdir: str) -> dict[str, str]:
-    """The user message of one request (the first one introduces the session)."""
+def request_message(request: str, first: bool, unseen: str, workdir: str, notice: str = "") -> dict[str, str]:
+    """The user message of one request (the first one introduces the session); `notice`: a note on what happened
+    since the last turn (an undo), put before the request."""
     if first:
         return {"role": "user", "content": FIRST_REQUEST.format(workdir=workdir, request=request.strip())}
     before = f"(Output of your last call, which you had not seen yet:)\n{unseen}\n\n" if unseen else ""
+    before += f"({notice})\n\n" if notice else ""
     return {"role": "user", "content": NEXT_REQUEST.format(unseen=before, request=request.strip())}
 
 
-def open_repo_sandbox(repo: Path, name: str):
-    """A bubblewrap sandbox whose /testbed IS the user's repo (edits land there), tools installed, no network."""
+def open_repo_sandbox(repo: Path, name: str, env=None):
+    """A bubblewrap sandbox whose /testbed IS the user's repo (edits land there), tools installed, no network;
+    `env`: the repo's Python env (pipeline.chat_env), first on PATH after the tools."""
+    from pipeline.chat_env import sandbox_settings
     from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
     from tasks.schema import Task
 
     head = _git(repo, "rev-parse", "HEAD") or "HEAD"
     task = Task(instance_id=f"chat:{name}", repo=f"local/{repo.name}", base_commit=head, problem_statement="chat")
-    return BwrapSandbox(task, BwrapConfig(python_env=False), repo=repo)
+    return BwrapSandbox(task, BwrapConfig(python_env=False, **sandbox_settings(env, repo)), repo=repo)
 
 
 def _git(repo: Path, *args: str, dirs: tuple[Path, Path] | None = None) -> str:
@@ -174,14 +180,17 @@ def changed_files(repo: Path, dirs: tuple[Path, Path] | None) -> str:
 
 @dataclass
 class ChatEnvironment:
-    """Runs tool calls in the sandbox; never stages anything in the user's repo (no `git add` for a patch)."""
+    """Runs tool calls in the sandbox; never stages anything in the user's repo (no `git add` for a patch). The
+    last call's whole output is kept for the chat to show (`last`, until the chat takes it)."""
 
     sandbox: Any
+    last: ToolResult | None = None
 
     def execute(self, call: ToolCall, timeout: float) -> ToolResult:
         from agent.environment import SandboxEnvironment
 
-        return SandboxEnvironment(self.sandbox).execute(call, timeout)
+        self.last = SandboxEnvironment(self.sandbox).execute(call, timeout)
+        return self.last
 
     def get_patch(self) -> str:
         return ""

@@ -119,6 +119,11 @@ class BwrapSandbox:
                 raise SandboxError(f"restoring the env's generated files failed: {res.output.strip()[-500:]}")
         return env
 
+    def build_env(self, script: str, env: PyEnv) -> None:
+        """Run `script` in build mode for `env` (chat builds its repo's env so: pipeline/chat_env.py); SandboxError
+        when it fails."""
+        self._build_env(script, env)
+
     def _build_env(self, script: str, env: PyEnv) -> None:
         """Build mode: network on, the env dir writable, the host's pip/proxy/CA settings passed in."""
         timeout = (self.config.pyenv or PyEnvConfig()).timeout

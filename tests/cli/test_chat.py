@@ -7,6 +7,7 @@ hold together.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -185,4 +186,25 @@ def test_second_ctrl_c_rolls_back_to_the_last_step(tmp_path: Path, repo: Path, t
         pytest.skip("the step ended between the two presses (machine too fast for this timing)")
     assert f"{saved_turns} turns" in _ask(chat, "/stats")  # the session in memory is the saved one
     chat.send("/quit")
+    assert chat.close() == 0
+
+
+@pytest.mark.slow  # end to end (subprocesses, a pty or a timeout): ~8-23 s
+def test_exit_words_and_a_second_chat_in_the_same_repo(tmp_path: Path, repo: Path, tiny_model_dir: Path) -> None:
+    env = cli_env(tmp_path / "home")
+    args = ["chat", "--repo", str(repo), "--model", str(tiny_model_dir), "--no-env", "--max-new-tokens", "4"]
+    chat = Pty(args, env, tmp_path)
+    banner = ANSI.sub("", chat.expect("you> "))
+    assert "sandbox: bubblewrap, no network" in banner and "no Python env" in banner
+    chat.send("exit")  # leaves: never a request for the agent
+    assert "--session proj --resume" in ANSI.sub("", chat.expect("--resume")) and chat.close() == 0
+    assert json.loads((tmp_path / "home" / "sessions" / "proj" / cs.STATE_FILE).read_text())["requests"] == []
+    chat = Pty(args, env, tmp_path)  # the repo's session exists: a new one, said so
+    out = ANSI.sub("", chat.expect("you> "))
+    assert "session 'proj' exists (continue it with --resume); this chat is a new session 'proj-2'" in out
+    chat.send("/sessions")
+    listed = ANSI.sub("", chat.expect("you> "))
+    assert "proj-2  0 request(s)" in listed and "proj  0 request(s)" in listed
+    os.write(chat.master, b"\x04")  # Ctrl-D
+    chat.expect("--session proj-2 --resume")
     assert chat.close() == 0

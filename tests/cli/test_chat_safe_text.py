@@ -149,8 +149,9 @@ def test_chat_shows_what_runs(
     assert "run? $ echo [/] ok\n" in text
     assert "run? $ printf '\\x1b]0;x\\x07' \\r echo :smile: hi\\u202e\n" in text
     assert "step 1 execute_bash[/][conceal]x[/conceal]\n" in text and "the server says [/]" in text
-    observation, submission = text.split("more lines)")
-    assert all(part in observation for part in _shown("\n".join(HOSTILE_LINES.splitlines()[:8])))
+    observation, submission = text.split("\ndone (")
+    head = "\n".join(terminal_safe(HOSTILE_LINES).splitlines()[:6])  # a long output: its head, its tail, /show N
+    assert all(part in observation for part in _shown(head)) and "lines hidden (/show 1)" in observation
     assert all(part in submission for part in _shown(HOSTILE_LINES))
 
 

@@ -1,0 +1,124 @@
+"""The slash commands of `nexus-agent chat` (cli/chat_loop.py reads the lines; these act on its Chat)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from cli.chat_output import diff_text, full
+from cli.safe_text import safe_text
+from pipeline import chat_sessions
+
+HELP = """\
+commands (or type a request for the agent):
+  /diff           the whole diff of the last turn (against the repo when that turn started)
+  /undo           put the repo back as it was before the last turn (new files removed, deleted ones back)
+  /show [N]       the full output of step N of the last turn (default: its last step)
+  /sessions       this repo's saved sessions;  /sessions delete NAME  deletes one
+  /stats          cache statistics per model turn;  /history  your requests
+  /yolo, /confirm run commands without asking / ask before each command that can change something
+  /help;  exit, quit, /quit or Ctrl-D leave (the session is saved: --resume continues it)"""
+QUIT = ("exit", "quit", "exit()", "quit()", ":q", "/quit", "/exit", "/q")
+UNDONE = ("The user undid every change your last turn made to the files of the repository ({what}); they are as "
+          "they were before that request. Take this into account.")  # fmt: skip
+
+
+def run_command(chat, line: str) -> None:
+    """One slash command (the caller handles the quit words)."""
+    words = line.split()
+    cmd, args = words[0].lower(), words[1:]
+    handler = COMMANDS.get(cmd)
+    if handler is None:
+        chat.console.print(HELP, highlight=False, markup=False)
+    else:
+        handler(chat, args)
+
+
+def _stats(chat, args: list[str]) -> None:
+    for text in chat.conv.stats_lines():
+        chat.say(safe_text(text))
+
+
+def _history(chat, args: list[str]) -> None:
+    for n, req in enumerate(chat.state.requests, 1):
+        chat.say(f"{n}. ", safe_text(req))
+
+
+def _mode(chat, yolo: bool) -> None:
+    chat.yolo = yolo
+    chat.say("commands run without asking" if yolo else "asking before each command that can change something")
+
+
+def _show(chat, args: list[str]) -> None:
+    if not chat.outputs:
+        chat.say(("no step has run yet in this chat", "yellow"))
+        return
+    if args and not args[0].isdigit():
+        chat.say(("usage: /show [N] (N: a step number of the last turn)", "yellow"))
+        return
+    step = int(args[0]) if args else max(chat.outputs)
+    if step not in chat.outputs:
+        chat.say((f"no step {step} in the last turn (steps: {', '.join(map(str, sorted(chat.outputs)))})", "yellow"))
+        return
+    chat.say(("step ", "bold"), (str(step), "bold"), " ", safe_text(chat.outputs[step][0]))
+    chat.say(full(chat.outputs[step][1]))
+
+
+def _diff(chat, args: list[str]) -> None:
+    text = chat.turn_diff()
+    chat.say(diff_text(text) if text else safe_text("no changes since the last turn started"))
+
+
+def _undo(chat, args: list[str]) -> None:
+    from pipeline import chat_snapshot as snap
+
+    try:
+        done = snap.restore(Path(chat.state.repo), chat.folder, chat.git_dirs)
+    except snap.SnapshotError as exc:
+        chat.say(safe_text(str(exc), "yellow"))
+        return
+    chat.say(("undo: ", "bold"), safe_text(done.summary()))
+    if done.unrestorable:
+        chat.say(safe_text(f"not restorable (too large to keep): {', '.join(done.unrestorable)}", "yellow"))
+    if done.changed or done.removed:
+        what = "; ".join(x for x in (_names("restored", done.changed), _names("removed", done.removed)) if x)
+        chat.state.notice = UNDONE.format(what=what)
+        chat.state.save(chat.folder)
+
+
+def _names(verb: str, paths: list[str]) -> str:
+    return f"{verb}: {', '.join(paths)}" if paths else ""
+
+
+def _sessions(chat, args: list[str]) -> None:
+    if args[:1] == ["delete"]:
+        if len(args) != 2:
+            chat.say(("usage: /sessions delete NAME", "yellow"))
+            return
+        from pipeline.config import RunError
+
+        try:
+            gone = chat_sessions.delete(args[1], chat.name)
+        except RunError as exc:
+            chat.say(safe_text(str(exc), "yellow"))
+            return
+        chat.say(safe_text(f"deleted session {gone.name} ({gone.requests} request(s), {gone.size / 2**20:.1f} MiB)"))
+        return
+    found = chat_sessions.sessions_of(Path(chat.state.repo))
+    chat.say(safe_text(f"sessions of {chat.state.repo} (resume one with: nexus-agent chat --session NAME --resume):"))
+    now = time.time()
+    for info in found:
+        mark = "  (this chat)" if info.name == chat.name else ""
+        chat.say("  ", safe_text(chat_sessions.describe(info, now) + mark))
+
+
+COMMANDS = {
+    "/stats": _stats,
+    "/history": _history,
+    "/yolo": lambda chat, args: _mode(chat, True),
+    "/confirm": lambda chat, args: _mode(chat, False),
+    "/show": _show,
+    "/diff": _diff,
+    "/undo": _undo,
+    "/sessions": _sessions,
+}

@@ -1,0 +1,100 @@
+"""A chat driven by a script: the real Chat loop, a real bubblewrap sandbox on a real git repo, and a model backend
+that answers with written replies (agent.backends.replay), so that what the chat shows can be asserted."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+from pathlib import Path
+
+from rich.console import Console
+
+from agent.backends.replay import ReplayModel
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "PATH": "/usr/bin:/bin"}  # fmt: skip
+CALC = "def add(a, b):\n    return a - b\n"
+TEST_CALC = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+
+
+def failing_repo(root: Path) -> Path:
+    """A small git repo (one commit) whose one test fails: add() subtracts."""
+    repo = root / "calc"
+    repo.mkdir(parents=True)
+    (repo / "calc.py").write_text(CALC)
+    (repo / "test_calc.py").write_text(TEST_CALC)
+    for cmd in (["git", "init", "-q"], ["git", "add", "."], ["git", "commit", "-qm", "init"]):
+        subprocess.run(cmd, cwd=repo, check=True, env=GIT_ENV)
+    return repo
+
+
+def call(name: str, **params: str) -> str:
+    """A model reply making one tool call."""
+    body = "".join(f"<parameter={k}>{v}</parameter>\n" for k, v in params.items())
+    return f"Next: {name}.\n<function={name}>\n{body}</function>"
+
+
+def bash(cmd: str) -> str:
+    return call("execute_bash", cmd=cmd)
+
+
+def finish(result: str = "done") -> str:
+    return call("finish", command="submit", result=result)
+
+
+class ScriptedConversation:
+    """The chat's conversation (cli/chat_loop.py's contract) over a ReplayModel: replies in order, no cache."""
+
+    def __init__(self, replies: list[str]) -> None:
+        self.model = ReplayModel(replies, name="scripted")
+        self.steps = 0
+
+    def set_output(self, on_token, notify) -> None:
+        pass
+
+    @property
+    def has_history(self) -> bool:
+        return self.steps > 0
+
+    def on_step(self, rec) -> None:
+        self.steps += 1
+
+    def save(self) -> None:
+        pass
+
+    def rollback(self) -> None:
+        pass
+
+    def attach(self) -> str:
+        return f"{self.steps} steps"
+
+    def stats_lines(self) -> list[str]:
+        return [f"{self.steps} steps (scripted model)"]
+
+    def describe(self) -> str:
+        return "a scripted model"
+
+    def token_limit_note(self) -> str:
+        return ""
+
+
+def open_chat(folder: Path, repo: Path, replies: list[str], sandbox, yolo: bool = True, env_line: str = "no env"):
+    """A Chat on `repo` whose console writes into a string (`chat.console.file.getvalue()`)."""
+    from agent.loop import AgentConfig
+    from cli.chat_loop import Chat
+    from pipeline import chat as cs
+
+    console = Console(file=io.StringIO(), width=200, force_terminal=False, highlight=False)
+    state = cs.ChatState(repo=str(repo))
+    folder.mkdir(parents=True, exist_ok=True)
+    state.save(folder)
+    cfg = AgentConfig(max_steps=10, max_steps_absolute=10, command_timeout=60)
+    return Chat(console, folder, "t", state, ScriptedConversation(replies), sandbox, cfg, yolo, env_line)
+
+
+def shown(chat) -> str:
+    """What the chat printed so far (and forget it)."""
+    text = chat.console.file.getvalue()
+    chat.console.file.seek(0)
+    chat.console.file.truncate()
+    return text
