@@ -251,11 +251,8 @@ class Scheduler(threading.Thread):
         if entry.session is None:
             entry.session = Session(self.model, self.tokenizer, self._config_of(entry))
         self.active.append(job)
-        if job.prepared is None:
-            entry.session.append(job.messages)
-        else:
-            with job.prepared.applied(entry.session.renderer):
-                entry.session.append(job.messages)
+        prepared = job.prepared.encoder(entry.session.renderer) if job.prepared is not None else None
+        entry.session.append(job.messages, encode=prepared)
         job.reply = ReplyInProgress(
             entry.session, job.max_new_tokens, temperature=job.temperature, top_p=job.top_p, stop=job.stop,
             on_token=lambda piece: job.events.put(("text", piece)), **options,

@@ -3,15 +3,14 @@
 The scheduler thread runs the model for every session; tokenizing a long prompt there would stall all of them. So
 the request side first refuses a prompt that cannot fit the model by its length in characters (no tokenizer), then
 renders and tokenizes the messages as the session's `append` will (kvstore.session.session: the protected opening
-apart, then the rest), and the scheduler appends them with those ids (`Prepared.applied`) instead of encoding
+apart, then the rest), and the scheduler appends them with those ids (`Prepared.encoder`) instead of encoding
 again. The ids are only used for the exact (messages, first) the session asks for, so the cache's tokens are the
 ones a fresh rendering gives; anything else (a session whose state changed meanwhile) is rendered as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from server.config import ServeError
@@ -43,19 +42,14 @@ class Prepared:
                 return list(part.ids), list(part.replies)
         return None
 
-    @contextmanager
-    def applied(self, renderer) -> Iterator[None]:
-        """Within: `renderer` (a session's ChatRenderer) answers these messages with the prepared ids."""
-        encode = renderer.encode_with_replies
+    def encoder(self, renderer) -> Callable[[list[dict], bool], tuple[list[int], list[tuple[int, int]]]]:
+        """The `encode` of Session.append: these messages answered with the prepared ids, anything else rendered
+        by `renderer` (the session's ChatRenderer)."""
 
-        def prepared_or_encoded(messages, first):
-            return self.ids_for(messages, first) or encode(messages, first)
+        def prepared_or_encoded(messages: list[dict], first: bool) -> tuple[list[int], list[tuple[int, int]]]:
+            return self.ids_for(messages, first) or renderer.encode_with_replies(messages, first)
 
-        renderer.encode_with_replies = prepared_or_encoded
-        try:
-            yield
-        finally:
-            del renderer.encode_with_replies  # the class's method again
+        return prepared_or_encoded
 
 
 def check_length(messages: list[dict], max_positions: int) -> None:

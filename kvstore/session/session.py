@@ -89,15 +89,19 @@ class Session:
         return cache
 
     # --- conversation ---------------------------------------------------------------------------------------------
-    def append(self, messages: list[dict[str, str]]) -> None:
-        """Add messages (role system/user/assistant/tool); only they are rendered and tokenized, nothing is run."""
+    def append(self, messages: list[dict[str, str]], encode: Callable | None = None) -> None:
+        """Add messages (role system/user/assistant/tool); only they are rendered and tokenized, nothing is run.
+
+        `encode(messages, first) -> (ids, replies)` tokenizes them: the renderer's `encode_with_replies` (default),
+        or ids a caller made in advance off its model thread (the server: server.prepare)."""
         if not messages:
             return
+        encode = encode or self.renderer.encode_with_replies
         profiles = self._profiles_for(messages)  # read (and checked) before anything changes
         cut = self._protected_count(messages)
         if cut:
             start = len(self.tokens)
-            self._grow(self.renderer.encode_messages(messages[:cut], first=not self.tokens))
+            self._grow(encode(messages[:cut], not self.tokens)[0])
             self.cache.signals.protect(start, len(self.tokens))
             try:
                 self.check_protected()
@@ -106,7 +110,7 @@ class Session:
                 raise
         if cut < len(messages):
             start = len(self.tokens)
-            ids, replies = self.renderer.encode_with_replies(messages[cut:], first=not self.tokens)
+            ids, replies = encode(messages[cut:], not self.tokens)
             self._grow(ids)
             for a, b in replies:  # replies of the agent given as history: their queries are the agent's
                 self.cache.signals.add_reply(start + a, start + b)
