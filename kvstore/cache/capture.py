@@ -68,8 +68,8 @@ def _make_wrapper(impl: str):
         if layer is not None:
             attention_mask = layer.head_mask(attention_mask, query, impl)
         fn = _base_function(impl, module)
-        if layer is not None and impl == "sdpa" and decode_attention.applies(query, attention_mask):
-            fn = decode_attention.decode_attention  # a CPU decode step: faster than torch's sdpa for one query
+        if getattr(layer, "fast_decode", False) and impl == "sdpa" and decode_attention.applies(query, attention_mask):
+            fn = decode_attention.decode_attention  # a CPU decode step of the static engine: faster than torch's sdpa
         out = fn(module, query, key, value, attention_mask, **kwargs)
         if layer is not None:
             layer.after_attention(query, scaling=kwargs.get("scaling"))

@@ -27,6 +27,7 @@ class EvictingLayer(DynamicLayer):
         super().__init__()
         self.layer_idx = layer_idx
         self.owner = owner
+        self.fast_decode = owner.config.engine == "static"  # a CPU decode step reads its keys by decode_attention
         self.seen = 0  # tokens seen (new tokens continue at this position)
         self.window_q: torch.Tensor | None = None  # [B, Hq, <=W, D]
         self.query: torch.Tensor | None = None  # [B, Hq, q, D] the current attention call's queries (for observers)
