@@ -125,13 +125,9 @@ def _exists(repo: Path, rel: str) -> bool:
 
 def _record(repo: Path, rel: str, store: Path, before: Entry | None, budget: list[int]) -> Entry | None:
     """The entry of one path (None: missing, not a file or link, or too large to keep)."""
-    try:
-        st = os.lstat(repo / rel)
-    except OSError:
-        return None
-    if stat.S_ISLNK(st.st_mode):
-        target = os.readlink(repo / rel)
-        return Entry("link", 0, _sha(target.encode("utf-8", "surrogateescape")), target)
+    st, link = _lstat(repo, rel)
+    if st is None or link is not None:
+        return link
     if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
         return None
     stamp, mode = _stamp(repo, rel), stat.S_IMODE(st.st_mode)
@@ -245,14 +241,22 @@ def _link_text(entry: Entry | None) -> str:
     return f"-> {entry.target}" if entry.kind == "link" else "a file"
 
 
-def _current(repo: Path, rel: str) -> Entry | None:
+def _lstat(repo: Path, rel: str) -> tuple[os.stat_result | None, Entry | None]:
+    """The path's lstat (None: missing) and, for a symlink, its entry (the link itself, never followed)."""
     try:
         st = os.lstat(repo / rel)
     except OSError:
-        return None
-    if stat.S_ISLNK(st.st_mode):
-        target = os.readlink(repo / rel)
-        return Entry("link", 0, _sha(target.encode("utf-8", "surrogateescape")), target)
+        return None, None
+    if not stat.S_ISLNK(st.st_mode):
+        return st, None
+    target = os.readlink(repo / rel)
+    return st, Entry("link", 0, _sha(target.encode("utf-8", "surrogateescape")), target)
+
+
+def _current(repo: Path, rel: str) -> Entry | None:
+    st, link = _lstat(repo, rel)
+    if st is None or link is not None:
+        return link
     data = read_inside(repo, rel) if stat.S_ISREG(st.st_mode) else None
     return None if data is None else Entry("file", stat.S_IMODE(st.st_mode), _sha(data))
 
