@@ -1,6 +1,8 @@
 """`nexus-agent bench replay`: fidelity of each memory on recorded agent conversations.
 
-Each conversation is replayed teacher-forced through a Session in true-eviction mode, once on the full cache (the
+Each conversation, rendered as the model would see it (benchmarks.replay_trace: the recorded system message, tools,
+tool calls and reasoning through the chat template; `--system project` for this project's prompt and call format), is
+replayed teacher-forced through a Session in true-eviction mode, once on the full cache (the
 reference) and once per spec x budget x seed; every assistant token's next-token distribution is compared with the
 full cache's: mean KL(full || policy), extra NLL of the recorded token, top-1 agreement (benchmarks.replay_run).
 """
@@ -24,17 +26,18 @@ from benchmarks.replay_bound import LABEL as BOUND
 from benchmarks.replay_bound import check_model, query_top_b
 from benchmarks.replay_data import default_traces
 from benchmarks.replay_oracle import HORIZONS, ReplyAttention, oracle_session, parse_horizons
+from benchmarks.replay_profiles import check_cross_fit, cross_fit, first_statement_variants, learn_first
 from benchmarks.replay_report import curves, plot, run_label, summarize, summary_table, target_rows, target_table
 from benchmarks.replay_run import Spec, budget_tokens, compare, reference, session_for
+from benchmarks.replay_trace import Replayed, check_system, load_replayed
 from kvstore import POLICIES
 from kvstore.cache.config import parse_policy_spec
 from kvstore.defaults import DEFAULT_POLICY, DEFAULT_PROTOCOL, parse_budget
 from kvstore.errors import KVStoreError
 from kvstore.policies import uses_profile
 from kvstore.session.config import PROTOCOLS
-from kvstore.session.render import ChatRenderer
-from kvstore.session.teacher import plan
-from pipeline.conversations import Conversation, conversation_files, conversation_name, load_conversation
+from kvstore.session.teacher import Plan, plan
+from pipeline.conversations import Conversation, conversation_files
 
 # one conversation, its first ~3k tokens (the shared traces' openings are 2.1-4.2k tokens), three specs, one budget
 QUICK = {"traces": 1, "max_tokens": 3072, "budgets": (0.5,), "specs": ("streaming", "nexus", "nexus-agent")}
@@ -54,6 +57,7 @@ class ReplayConfig:
     oracle: tuple[str, ...] = ()  # also replay these set oracles at every budget: "next", "future" (replay_oracle)
     fold_profiles: dict[Path, Path] = field(default_factory=dict)  # --cross-fit / --learn: each trace's own profile
     learn: int = 0  # --learn N: the first N traces without a profile, the rest with one learned from them
+    system: str = "recorded"  # the recorded system message, or "project": this project's (benchmarks.replay_trace)
 
 
 def parse_spec(text: str) -> Spec:
@@ -85,27 +89,51 @@ def replay_budget(text: str) -> float | int:
     return value
 
 
+def skip_reason(conv: Conversation, limit: int) -> str:
+    """Why `plan` found nothing to replay in a conversation."""
+    if not any(m["role"] == "user" for m in conv.messages):
+        return "no user message: nothing opens the conversation"
+    if not any(m["role"] == "assistant" for m in conv.messages):
+        return "no reply recorded (the recording ended before the first)"
+    return f"not even the opening and the first reply fit in {limit} tokens"
+
+
+def prepare(path: Path, cfg: ReplayConfig, tokenizer, limit: int, result: dict) -> tuple[Replayed, Plan] | None:
+    """A conversation rendered for the replay and its plan; None (recorded in `result["failed"]` with the reason,
+    and said) when nothing of it can be replayed. What the trace holds that could not be rendered is said too."""
+    rep = load_replayed(path, tokenizer, cfg.system)
+    conv = rep.conversation
+    for warning in rep.warnings:
+        console.print(f"[yellow]{conv.name}: {warning}")
+    p = plan(conv.messages, rep.renderer, limit)
+    if p is None:
+        reason = skip_reason(conv, limit)
+        result["failed"].append({"conversation": conv.name, "spec": None, "budget": None, "error": reason})
+        console.print(f"[yellow]{conv.name}: {reason}; skipped")
+        return None
+    return rep, p
+
+
 def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
     """Replay every conversation: the reference once, then every spec x budget x seed against it."""
-    renderer = ChatRenderer(tokenizer)
     limit = min(cfg.max_tokens or 10**9, int(model.config.max_position_embeddings))
     result: dict = {"conversations": [], "runs": [], "failed": []}
     for path in cfg.traces:
         profile = cfg.fold_profiles.get(path, cfg.profile)
         profile = None if profile is None else str(profile)
-        conv: Conversation = load_conversation(path)
-        p = plan(conv.messages, renderer, limit)
-        if p is None:
-            console.print(f"[yellow]{conv.name}: not even the opening and one reply fit in {limit} tokens; skipped")
+        prepared = prepare(path, cfg, tokenizer, limit, result)
+        if prepared is None:
             continue
+        (rep, p), conv = prepared, prepared[0].conversation
         t0 = time.perf_counter()
-        full = session_for(model, tokenizer, Spec("full"), None, 0)
+        full = session_for(model, tokenizer, Spec("full"), None, 0, renderer=rep.renderer)
         record = ReplyAttention(len(full.cache.layers)) if cfg.oracle else None
         with record.recording(model) if record is not None else nullcontext():
             ref = reference(full, p, record)
         replies = sum(m["role"] == "assistant" for m in p.rest)
         info = {"name": conv.name, "tokens": p.tokens, "messages": 1 + len(p.rest), "replies": replies}
         info |= {"scored_tokens": sum(len(t) for t in ref.targets), "reference_s": time.perf_counter() - t0}
+        info |= {"reasoning_chars": rep.reasoning_chars, "warnings": rep.warnings}
         result["conversations"].append(info)
         for budget in cfg.budgets:
             tokens = budget_tokens(budget, p.tokens)
@@ -115,7 +143,7 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
                     label = spec_label(spec, profile is not None, cfg.learn > 0)
                     run_ = {"spec": label, "budget": budget, "budget_tokens": tokens, "seed": seed}
                     try:
-                        session = session_for(model, tokenizer, spec, tokens, seed, profile)
+                        session = session_for(model, tokenizer, spec, tokens, seed, profile, rep.renderer)
                         turns = compare(session, p, ref)
                     except KVStoreError as e:  # e.g. a budget that cannot hold the protected opening
                         result["failed"].append(run_ | {"conversation": conv.name, "error": str(e)})
@@ -132,9 +160,12 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
                 t1 = time.perf_counter()
                 if horizon is None:
                     with query_top_b(model, tokens):
-                        turns = compare(session_for(model, tokenizer, Spec("full"), None, 0), p, ref)
+                        full = session_for(model, tokenizer, Spec("full"), None, 0, None, rep.renderer)
+                        turns = compare(full, p, ref)
                 else:
-                    turns = compare(oracle_session(model, tokenizer, tokens, record, horizon), p, ref)
+                    session = oracle_session(model, tokenizer, tokens, record, horizon)
+                    session.renderer = rep.renderer  # the trace's template tools, as every replayed session
+                    turns = compare(session, p, ref)
                 run_ = {"spec": label, "budget": budget, "budget_tokens": tokens, "seed": 0}
                 run_ |= {"conversation": conv.name, "seconds": time.perf_counter() - t1}
                 result["runs"].append(run_ | {"turns": [t.to_dict() for t in turns]})
@@ -142,84 +173,6 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
                     on_progress(result)
         console.print(f"{conv.name}: {p.tokens} tokens, {replies} replies, {time.perf_counter() - t0:.0f}s")
     return result
-
-
-def folds(traces: list[Path], k: int) -> list[list[Path]]:
-    """The conversations in `k` consecutive folds of (nearly) equal size, the larger ones first."""
-    if k < 2 or k > len(traces) // 2:
-        raise KVStoreError(
-            f"--cross-fit {k}: give at least 2 folds, and at most half as many as the {len(traces)} conversations "
-            "(each profile is calibrated on conversations outside its fold)"
-        )
-    size, extra = divmod(len(traces), k)
-    bounds = [i * size + min(i, extra) for i in range(k + 1)]
-    return [traces[bounds[i] : bounds[i + 1]] for i in range(k)]
-
-
-def check_cross_fit(traces: list[Path], k: int, sources: int) -> None:
-    folds(traces, k)
-    if sources < 2:
-        raise KVStoreError(f"--calibrate-on {sources}: a profile needs at least two conversations")
-
-
-def cross_fit(
-    traces: list[Path], k: int, sources: int, model, tokenizer, max_tokens: int | None, where: Path
-) -> tuple[dict[Path, Path], list[dict]]:
-    """One profile per fold, calibrated on the first `sources` conversations outside it (in the given order), so
-    that no conversation is replayed with a profile that saw it; (trace -> profile file, what each fold got).
-    The caller checks `k` and `sources` first (check_cross_fit), before the model loads."""
-    mapping, record = {}, []
-    for i, fold in enumerate(folds(traces, k)):
-        others = [t for t in traces if t not in fold][:sources]
-        path = where / f"fold{i + 1}.pt"
-        what = f"fold {i + 1}/{k} ({len(fold)} conversations)"
-        profile = _calibrate_to(path, others, model, tokenizer, max_tokens, what, {"fold": i + 1})
-        mapping |= {t: path for t in fold}
-        names = [conversation_name(t) for t in fold]
-        record.append(
-            {"fold": i + 1, "conversations": names, "profile": profile.summary, "sources": profile.meta["sources"]}
-        )
-    return mapping, record
-
-
-def learn_first(
-    traces: list[Path], n: int, model, tokenizer, max_tokens: int | None, where: Path
-) -> tuple[dict[Path, Path], dict]:
-    """What a user's runs of the default memory get when it learns as it goes (`solve` and `chat` learn from one
-    conversation, `eval --warmup N` from N): a profile calibrated on the first `n` conversations (one: with its task
-    statement marked, see first_statement_variants), for every later one; (trace -> profile, the record)."""
-    path = where / "learned.pt"
-    variants = first_statement_variants(traces) if n == 1 else []
-    what = f"--learn {n}"
-    profile = _calibrate_to(path, traces[:n], model, tokenizer, max_tokens, what, {"learned": n}, variants)
-    return {t: path for t in traces[n:]}, {"first": n, "profile": profile.summary, "sources": profile.meta["sources"]}
-
-
-def first_statement_variants(traces: list[Path]) -> list[list[dict]]:
-    """The first conversation's opening with its task statement replaced
-    (kvstore.profiles.calibrate.statement_variants),
-    what `--learn 1` calibrates one conversation with; a KVStoreError when its statement is not marked."""
-    from pipeline.conversations import marked_variants, unmarked
-
-    conv = load_conversation(traces[0])
-    variants = marked_variants(conv)
-    if not variants:
-        raise KVStoreError(f"--learn 1: {unmarked(conv.name)}; give --learn 2 or more")
-    return variants
-
-
-def _calibrate_to(
-    path: Path, sources: list[Path], model, tokenizer, max_tokens: int | None, what: str, meta: dict, variants=()
-):
-    """A profile calibrated on the conversations `sources` (and `variants`, kvstore.profiles.calibrate), saved at `path`
-    (saying so for `what`); the profile."""
-    from pipeline.conversations import calibrate_recorded
-
-    conversations = [load_conversation(t) for t in sources]
-    console.print(f"{what}: calibrating on {', '.join(c.name for c in conversations)}")
-    profile = calibrate_recorded(model, tokenizer, conversations, console.print, max_tokens, meta, variants)
-    profile.save(path)
-    return profile
 
 
 def finish(result: dict, cfg_info: dict, json_path: Path | None, plot_path: Path | None, table_path: Path | None):
@@ -299,6 +252,13 @@ def replay_cmd(
             "--warmup N run (runs labelled SPEC+learned); 0: off",
         ),
     ] = 0,
+    system: Annotated[
+        str,
+        typer.Option(
+            help="recorded: each trace's own system message, tools and tool calls through the chat template; "
+            "project: this project's system prompt and call format"
+        ),
+    ] = "recorded",
     quick: Annotated[bool, typer.Option(help="1 conversation, 3072 tokens, 3 specs, budget 0.5")] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
     plot_out: Annotated[Path | None, typer.Option("--plot", help="write the PNG plot")] = None,
@@ -328,6 +288,7 @@ def replay_cmd(
     files = files[:limit] if limit else files
     specs_ = tuple(parse_spec(s) for s in spec_list)
     cfg = ReplayConfig(specs_, tuple(budget_list), max_tokens, seeds, files, profile, bound, horizons, learn=learn)
+    cfg.system = check_system(system)
     if sum(x is not None and x != 0 for x in (profile, cross_fit_folds, learn)) > 1:
         raise KVStoreError("give one of --profile, --cross-fit and --learn")
     if learn and not learn < len(files):
@@ -348,6 +309,7 @@ def replay_cmd(
     cfg_info["budgets"] = budget_list
     cfg_info |= {"max_tokens": max_tokens, "seeds": seeds, "traces": [str(f) for f in files], "bound": bound}
     cfg_info["oracle"] = list(horizons)
+    cfg_info["system"] = system
     cfg_info["machine"] = machine(next(m.parameters()).device)
 
     def checkpoint(result: dict) -> None:  # a stopped run keeps the replays it finished
@@ -355,8 +317,11 @@ def replay_cmd(
 
     with tempfile.TemporaryDirectory(prefix="nexus-cross-fit-") as where:
         if cross_fit_folds is not None:
-            cfg.fold_profiles, record = cross_fit(files, cross_fit_folds, calibrate_on, m, tok, max_tokens, Path(where))
+            cfg.fold_profiles, record = cross_fit(
+                files, cross_fit_folds, calibrate_on, m, tok, max_tokens, Path(where), cfg.system
+            )
             cfg_info["cross_fit"] = {"folds": cross_fit_folds, "calibrate_on": calibrate_on, "profiles": record}
         if learn:
-            cfg.fold_profiles, cfg_info["learn"] = learn_first(files, learn, m, tok, max_tokens, Path(where))
+            learned = learn_first(files, learn, m, tok, max_tokens, Path(where), cfg.system)
+            cfg.fold_profiles, cfg_info["learn"] = learned
         finish(run(cfg, m, tok, checkpoint if json_out else None), cfg_info, json_out, plot_out, table_out)

@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 TRACES_DIR = "agent-traces/deepseek-chat-swebench-lite-dev"  # under the shared data folder
+# the reasoning set: DeepSeek-reasoner's thinking in `reasoning_content`, native tool calls (12, five without a reply)
+REASONER_TRACES_DIR = "agent-traces/deepseek-reasoner-swebench-lite-dev"
 
 
 def shared_data_dir() -> Path | None:
@@ -17,7 +19,8 @@ def shared_data_dir() -> Path | None:
     return next((p for p in candidates if p.is_dir()), None)
 
 
-def default_traces() -> list[Path]:
-    """The shared mini-swe-agent traces (sorted), or [] when the shared data folder is absent."""
+def default_traces(folder: str = TRACES_DIR) -> list[Path]:
+    """The shared mini-swe-agent traces of `folder` (sorted; by default the chat set), or [] when the shared data
+    folder is absent."""
     root = shared_data_dir()
-    return sorted((root / TRACES_DIR).glob("*.traj.json")) if root else []
+    return sorted((root / folder).glob("*.traj.json")) if root else []

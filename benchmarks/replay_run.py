@@ -98,8 +98,12 @@ def turn_result(turn: int, start: int, full: torch.Tensor, pol: torch.Tensor, y:
     return TurnResult(turn, start, len(y), float(kl.sum()), float(nll.sum()), int(top1.sum()), held)
 
 
-def session_for(model, tokenizer, spec: Spec, budget: int | None, seed: int, profile: str | None = None) -> Session:
-    """A fresh session for one replay (budget None: the full cache; profile: a memory profile file)."""
+def session_for(
+    model, tokenizer, spec: Spec, budget: int | None, seed: int, profile: str | None = None, renderer=None
+) -> Session:
+    """A fresh session for one replay (budget None: the full cache; profile: a memory profile file; renderer: the
+    kvstore.session.render.ChatRenderer it renders with, the tokenizer's plain one by default: a replayed trace's
+    carries the tools its template renders, benchmarks.replay_trace)."""
     config = SessionConfig(
         policy=spec.policy,
         budget=budget,
@@ -109,4 +113,7 @@ def session_for(model, tokenizer, spec: Spec, budget: int | None, seed: int, pro
         profile=profile,
         protocol=spec.protocol,
     )
-    return Session(model, tokenizer, config)
+    session = Session(model, tokenizer, config)
+    if renderer is not None:
+        session.renderer = renderer
+    return session
