@@ -187,12 +187,15 @@ def test_the_memory_profile_option_resolves_auto_none_and_paths(tmp_path: Path, 
     assert resolve_profile("auto") is None  # an empty store
     assert resolve_profile("auto", SERVE) == store.resolve()  # a server reads it even while empty
     (store / "p.pt").write_bytes(profile_file.read_bytes())
-    assert resolve_profile("auto") == store.resolve() and RunConfig().memory.profile == store.resolve()
+    auto = run_memory(profile="auto")  # the store only when asked for: the default is none
+    assert resolve_profile("auto") == store.resolve() and RunConfig(memory=auto).memory.profile == store.resolve()
+    assert RunConfig().memory.profile is None
     assert resolve_profile("auto", CLIENT) is None  # a server applies its own
     assert resolve_profile("none") is None and RunConfig(memory=run_memory(profile="none")).memory.profile is None
     assert resolve_profile(str(profile_file)) == profile_file.resolve()
     # the predictions' label names the profile (a file by its stem, the store by its folder); none: as before
-    assert RunConfig().model_label().endswith("true-eviction-profile-profiles")
+    assert RunConfig(memory=run_memory(profile="auto")).model_label().endswith("true-eviction-profile-profiles")
+    assert RunConfig().model_label().endswith("-true-eviction")
     label = RunConfig(memory=run_memory(profile=str(profile_file))).model_label()
     assert label.endswith(f"-profile-{profile_file.stem}")
     assert RunConfig(memory=run_memory(profile="none")).model_label().endswith("-true-eviction")
@@ -202,5 +205,5 @@ def test_the_memory_profile_option_resolves_auto_none_and_paths(tmp_path: Path, 
         RunConfig(memory=run_memory(profile=str(profile_file)), server="http://127.0.0.1:1/v1")
     (store / "q.pt").write_bytes(b"junk")  # a corrupt profile in the store stops a run before its first task
     with pytest.raises(KVStoreError, match="q.pt cannot be read"):
-        RunConfig()
+        RunConfig(memory=run_memory(profile="auto"))
     assert RunConfig(memory=run_memory(profile="none")).memory.profile is None
