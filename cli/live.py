@@ -62,6 +62,14 @@ def call_text(tool: str, params: dict[str, Any] | None, width: int = 60) -> str:
     return f"{tool}: {detail}" if detail else tool
 
 
+def env_words(ev: dict[str, Any]) -> str:
+    """A Python env build event ("env_build", "env_built": swe_env.pyenv) in words."""
+    what = " ".join(str(x) for x in (ev.get("repo"), ev.get("version")) if x)
+    if ev.get("kind") == "env_built" or ev.get("phase") == "env_built":
+        return f"the Python environment for {what} built in {ev.get('seconds', 0):.0f} s; opening the sandbox"
+    return f"building the Python environment for {what} (first use; cached afterwards)"
+
+
 class TaskNow:
     """What one task is doing now, from run_task's events, its tokens and its steps; `line()` says it in words."""
 
@@ -87,7 +95,9 @@ class TaskNow:
         elif kind == "grading":
             self._to("grading the patch (the task's tests)")
         elif kind == "sandbox":
-            self._to(f"opening the sandbox ({ev.get('backend')}; a task's first run builds its environment)")
+            self._to(f"opening the sandbox ({ev.get('backend')})")
+        elif kind in ("env_build", "env_built"):
+            self._to(env_words(ev))
 
     def token(self, piece: str) -> None:
         self.chars += len(piece)
@@ -187,7 +197,7 @@ class PlainSolveView:
 
     def on_event(self, ev: dict[str, Any]) -> None:
         self.now.event(ev)
-        if ev["kind"] in ("sandbox", "loading", "grading"):
+        if ev["kind"] in ("sandbox", "env_build", "env_built", "loading", "grading"):
             self.say(self.now.phase)
         elif ev["kind"] == "backend":
             self.say(f"agent ready ({time.monotonic() - self.now.start:.0f} s elapsed)")
@@ -269,6 +279,8 @@ class EvalView:
                 self._say(f"started {ev['instance_id']} (worker {ev['worker']})")
         elif ev["kind"] == "phase":
             row.update(step=ev.get("step", row.get("step", 0)), doing=_phase_words(ev), since=now)
+            if self.plain and ev.get("phase") in ("env_build", "env_built"):
+                self._say(f"{ev['instance_id']} (worker {ev['worker']}): {row['doing']}")
         elif ev["kind"] == "step":
             row.update(step=ev["step"], doing=f"{ev['tool']} done", held=ev.get("held_tokens", 0), since=now)
             row["evicted"] = row.get("evicted", 0) + (ev.get("evicted_tokens") or 0)
@@ -324,10 +336,12 @@ def _phase_words(ev: dict[str, Any]) -> str:
         return f"the model reads the conversation (prefill {done}/{total} tokens)"
     if phase == "tool":
         return "running " + call_text(ev.get("tool") or "-", ev.get("params"), 40)
+    if phase in ("env_build", "env_built"):
+        return env_words(ev)
     return {
         "model": "the model reads the conversation and replies",
         "loading": "loading the model",
         "backend": "starting the agent",
-        "sandbox": "opening the sandbox (a task's first run builds its environment)",
+        "sandbox": "opening the sandbox",
         "grading": "grading the patch",
     }.get(phase or "", str(phase))

@@ -116,13 +116,15 @@ def run_task(
 ) -> dict[str, Any]:
     """Solve `task` in a sandbox, grade the patch, write trajectory/patch/report into `out_dir`; the report.
     `on_finish(backend)` once the report is written (solve learns a memory profile with the backend's model);
-    `on_event(event)`: progress for live views: {"kind": "sandbox"|"loading"|"backend"|"model"|"tool"|"grading", ...}
-    ("backend" carries the backend, whose session a view may read prefill progress from)."""
+    `on_event(event)`: progress for live views: {"kind": "sandbox"|"env_build"|"env_built"|"loading"|"backend"|"model"|
+    "tool"|"grading", ...} ("backend" carries the backend, whose session a view may read prefill progress from;
+    "env_build"/"env_built": a first use building the task's Python env, swe_env.pyenv.build_progress)."""
     from agent.environment import SandboxEnvironment
     from agent.loop import Agent
     from agent.prompts import initial_messages
     from agent.trajectory import TrajectoryWriter
     from pipeline.backends import make_backend, server_settings
+    from swe_env.pyenv import build_progress
     from swe_env.sandbox.factory import SandboxConfig, open_sandbox
 
     start = time.monotonic()
@@ -132,7 +134,9 @@ def run_task(
     emit = on_event or (lambda _event: None)
     box = SandboxConfig(repo_cache=cfg.repo_cache)
     emit({"kind": "sandbox", "backend": cfg.sandbox})
-    with open_sandbox(task, cfg.sandbox, box) as sandbox:  # first: a missing sandbox fails before a model loads
+    with build_progress(emit):  # a first use builds the task's env (minutes): "env_build", then "env_built"
+        sandbox = open_sandbox(task, cfg.sandbox, box)
+    with sandbox:  # first: a missing sandbox fails before a model loads
         emit({"kind": "loading"})
         backend, recorded = make_backend(cfg, task.instance_id, on_token)
         emit({"kind": "backend", "backend": backend})

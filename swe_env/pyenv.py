@@ -10,6 +10,10 @@ install generates (setuptools_scm's `_version.py`, egg-info) work. Those generat
 
 The cache key holds the repo, version, the base commit (when the repo itself is installed), the interpreter's
 version and a hash of interpreter path + recipe: a changed recipe or interpreter builds a new env.
+
+A first build takes minutes: whoever opens a sandbox can hear of it with `build_progress(listener)`, which gets
+{"kind": "env_build", "repo", "version", "key"} when a build starts and {"kind": "env_built", ..., "seconds"} when
+it is done (solve and eval show them: pipeline/run.py).
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ import re
 import shlex
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,6 +91,25 @@ class PyEnv:
 # Runs the build script inside the sandbox (network on, env path writable); raises SandboxError when it fails.
 Builder = Callable[[str, "PyEnv"], None]
 
+# Who hears of env builds in this context (a thread's or task's own: eval workers do not hear each other's).
+_LISTENER: ContextVar[Callable[[dict], None] | None] = ContextVar("nexus_env_build_listener", default=None)
+
+
+@contextmanager
+def build_progress(listener: Callable[[dict], None]) -> Iterator[None]:
+    """While in this block, `listener` gets an "env_build" event when a first use builds an env, then "env_built"."""
+    token = _LISTENER.set(listener)
+    try:
+        yield
+    finally:
+        _LISTENER.reset(token)
+
+
+def _tell(kind: str, task: Task, env: PyEnv, **more: object) -> None:
+    listener = _LISTENER.get()
+    if listener is not None:
+        listener({"kind": kind, "repo": task.repo, "version": task.version, "key": env.key, **more})
+
 
 def plan_env(task: Task, repo: Path, cfg: PyEnvConfig | None = None) -> PyEnv:
     """The env the task uses (recipe, interpreter, cache path), whether built yet or not."""
@@ -116,18 +141,21 @@ def ensure_env(task: Task, repo: Path, cfg: PyEnvConfig | None, build: Builder) 
             shutil.rmtree(env.path, ignore_errors=True)  # a half-built env from an interrupted run
             env.path.mkdir(parents=True)
             start = time.monotonic()
+            _tell("env_build", task, env)
             try:
                 build(build_script(env, cfg, time.time()), env)
             except BaseException:
                 shutil.rmtree(env.path, ignore_errors=True)
                 raise
-            _stamp(env, time.monotonic() - start)
+            took = round(time.monotonic() - start, 1)
+            _stamp(env, took)
+            _tell("env_built", task, env, seconds=took)
     return env
 
 
 def _stamp(env: PyEnv, seconds: float) -> None:
     info = json.loads((env.path / READY).read_text())
-    info["build_s"] = round(seconds, 1)
+    info["build_s"] = seconds
     (env.path / READY).write_text(json.dumps(info, indent=1))
 
 

@@ -1,11 +1,16 @@
 """A worker's view of its model's prefill, which has no events of its own: read from the task's session once a
-second while the model works, and sent as "phase" events (the eval view shows "prefill 1200/3100 tokens")."""
+second while the model works, and sent as "phase" events (the eval view shows "prefill 1200/3100 tokens"). The
+watch also passes on the first build of a task's Python env ("env_build", "env_built": swe_env.pyenv), which takes
+minutes before the model is even loaded."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
 from typing import Any
+
+# run_task's events on a task's Python env build, and the fields a worker sends of them (cli/live.py words them)
+ENV_EVENTS = {"env_build": ("repo", "version"), "env_built": ("repo", "version", "seconds")}
 
 
 def prefill_of(session: Any) -> tuple[int, int] | None:
@@ -37,6 +42,8 @@ class PrefillWatch:
         self.thread.join(timeout=5)
 
     def event(self, ev: dict[str, Any]) -> None:
+        if ev["kind"] in ENV_EVENTS:
+            self.emit("phase", phase=ev["kind"], **{k: ev[k] for k in ENV_EVENTS[ev["kind"]] if k in ev})
         if ev["kind"] == "backend":
             self.session = getattr(ev["backend"], "session", None)
         self.watching = ev["kind"] == "model"

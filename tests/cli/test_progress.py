@@ -8,7 +8,7 @@ import time
 import pytest
 from rich.console import Console
 
-from cli.live import EvalView, SolveView, TaskNow, call_text, exit_words, plural
+from cli.live import EvalView, PlainSolveView, SolveView, TaskNow, call_text, exit_words, plural
 from pipeline.executors.progress import PrefillWatch, prefill_of
 
 
@@ -89,3 +89,59 @@ def test_words_a_user_knows() -> None:
     assert plural(1, "turn") == "1 turn" and plural(2, "turn") == "2 turns"
     assert call_text("file_editor", {"command": "view", "path": "/testbed/a.py"}) == "file_editor: view /testbed/a.py"
     assert call_text("execute_bash", {"cmd": "x" * 100}, 20) == "execute_bash: " + "x" * 19 + "…"
+
+
+def _built_env_events(tmp_path) -> list[dict]:
+    """run_task's events of a real first build: an offline env for a one-commit mirror, in a bubblewrap sandbox."""
+    import subprocess
+
+    from swe_env.pyenv import PyEnvConfig, build_progress
+    from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
+    from tasks.schema import Task
+
+    repo = tmp_path / "mirrors" / "acme__widget"
+    (repo / "widget").mkdir(parents=True)
+    (repo / "widget" / "__init__.py").write_text("")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "init"]):
+        subprocess.run([*git, *cmd], cwd=repo, check=True)
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    pyenv = PyEnvConfig(tmp_path / "envs", test_packages=(), pip_args=("--no-index",))
+    cfg = BwrapConfig(repo_cache=repo.parent, install_tools=False, pyenv=pyenv)
+    heard: list[dict] = []
+    with (
+        build_progress(heard.append),
+        BwrapSandbox(Task("acme__widget-1", "acme/widget", sha, "x", version="0.1"), cfg),
+    ):
+        pass
+    return heard
+
+
+def test_a_first_env_build_is_said_with_its_time(tmp_path, bwrap_installed) -> None:
+    start, done = _built_env_events(tmp_path)
+    building = "building the Python environment for acme/widget 0.1 (first use; cached afterwards)"
+    now = TaskNow(5)
+    now.event(start)
+    assert now.line().startswith(building + ", 0 s so far | ")  # the live view's line, with its time
+    plain = Console(record=True, width=300, force_terminal=False)
+    view = PlainSolveView(plain, "task", 5)
+    view.on_event(start)
+    view.on_event(done)
+    lines = plain.export_text().splitlines()
+    assert (
+        lines[1] == building
+        and lines[2]
+        == f"the Python environment for acme/widget 0.1 built in {done['seconds']:.0f} s; opening the sandbox"
+    )
+    sent: list[dict] = []  # an eval worker passes both on (pipeline.executors.work -> PrefillWatch)
+    with PrefillWatch(lambda kind, **data: sent.append({"kind": kind, **data})) as watch:
+        watch.event(start)
+        watch.event(done)
+    assert [e["phase"] for e in sent] == ["env_build", "env_built"] and sent[1]["seconds"] == done["seconds"]
+    console = Console(record=True, width=300, force_terminal=False)
+    eval_view = EvalView(console, 3)
+    eval_view.event({"kind": "start", "worker": "w1", "instance_id": "task-1"})
+    for ev in sent:
+        eval_view.event({"worker": "w1", "instance_id": "task-1", **ev})
+    said = console.export_text()
+    assert f"task-1 (worker w1): {building}" in said and "built in" in said

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from swe_env.pyenv import PyEnvConfig, import_root
+from swe_env.pyenv import PyEnvConfig, build_progress, import_root
 from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
 from swe_env.sandbox.common import SYSTEM_PATH
 from swe_env.sandbox.docker import DockerConfig, DockerSandbox
@@ -57,7 +57,8 @@ def _make_mirror(tmp_path: Path, setup_py: str | None = None, version: str = "0.
 def test_env_is_built_in_the_sandbox_once_and_reused(tmp_path, bwrap_installed):
     repo, task = _make_mirror(tmp_path)
     cfg = BwrapConfig(repo_cache=repo.parent, install_tools=False, pyenv=PyEnvConfig(tmp_path / "envs", **OFFLINE))
-    with BwrapSandbox(task, cfg) as sb:
+    heard: list[dict] = []
+    with build_progress(heard.append), BwrapSandbox(task, cfg) as sb:
         env = sb.python_env
         res = sb.execute(f"python -c '{PROBE}'")
         assert res.returncode == 0, res.output
@@ -68,10 +69,13 @@ def test_env_is_built_in_the_sandbox_once_and_reused(tmp_path, bwrap_installed):
         assert env.bin_dir in path and (host_bin not in path or host_bin in SYSTEM_PATH)  # never the host's by accident
     info = env.info()
     assert info["key"] == env.key and env.key.startswith("shared__0.1__py") and "build_s" in info
+    said = {"repo": "acme/widget", "version": "0.1", "key": env.key}  # what a live view says is being built
+    assert heard == [{"kind": "env_build", **said}, {"kind": "env_built", **said, "seconds": info["build_s"]}]
     start = time.monotonic()
-    with BwrapSandbox(task, cfg) as sb:
+    with build_progress(heard.append), BwrapSandbox(task, cfg) as sb:
         assert sb.python_env.info() == info  # reused, not rebuilt
     assert time.monotonic() - start < 5.0
+    assert len(heard) == 2  # a cached env is no news
 
 
 def test_import_root(tmp_path):
