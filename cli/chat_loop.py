@@ -262,7 +262,8 @@ class Chat:
         limits = self.sandbox.config.limits
         return (
             f"sandbox: bubblewrap, no network; writable: the repo (/testbed) and a private /tmp, nothing else; "
-            f"PATH: the agent's tools, {self.env_line}, the system's /usr/bin; git is refused in the agent's shell "
-            f"(chat shows diffs and undoes turns itself); each command: {self.timeout:g} s, "
+            f"PATH: the agent's tools, {self.env_line}, the system's /usr/bin; the agent's shell runs read-only git "
+            f"(status, diff, log, show, blame, ls-files, grep) and refuses the rest (chat shows diffs and undoes turns "
+            f"itself); each command: {self.timeout:g} s, "
             f"{limits.memory_mb} MiB memory, {limits.disk_mb} MiB of new files in all"
         )

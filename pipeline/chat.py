@@ -34,8 +34,10 @@ The user's request:
 {request}
 </request>
 
-Use the tools to do what is asked (look before you change anything, and check your changes). When the request is \
-done, call finish with command=submit and put your answer, or a short account of what you changed, in `result`."""
+Use the tools to do what is asked (look before you change anything, and check your changes). In this session the \
+shell may run read-only git (status, diff, log, show, blame, ls-files, grep); other git commands are refused. When \
+the request is done, call finish with command=submit and put your answer, or a short account of what you changed, \
+in `result`."""
 
 NEXT_REQUEST = """\
 {unseen}The user's next request:
@@ -137,16 +139,24 @@ def request_message(request: str, first: bool, unseen: str, workdir: str, notice
     return {"role": "user", "content": NEXT_REQUEST.format(unseen=before, request=request.strip())}
 
 
+# What chat's shell tool may run that a task's may not: git's read-only subcommands (swe_env/tools/execute_bash.py),
+# which take no optional lock (`git status` leaves the index file as it is).
+CHAT_TOOL_ENV = (("NEXUS_GIT_READ_ONLY", "1"), ("GIT_OPTIONAL_LOCKS", "0"))
+
+
 def open_repo_sandbox(repo: Path, name: str, env=None):
-    """A bubblewrap sandbox whose /testbed IS the user's repo (edits land there), tools installed, no network;
-    `env`: the repo's Python env (pipeline.chat_env), first on PATH after the tools."""
+    """A bubblewrap sandbox whose /testbed IS the user's repo (edits land there), tools installed, no network, the
+    shell tool allowed read-only git; `env`: the repo's Python env (pipeline.chat_env), first on PATH after the
+    tools."""
     from pipeline.chat_env import sandbox_settings
     from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
     from tasks.schema import Task
 
     head = _git(repo, "rev-parse", "HEAD") or "HEAD"
     task = Task(instance_id=f"chat:{name}", repo=f"local/{repo.name}", base_commit=head, problem_statement="chat")
-    return BwrapSandbox(task, BwrapConfig(python_env=False, **sandbox_settings(env, repo)), repo=repo)
+    settings = sandbox_settings(env, repo)
+    settings["extra_env"] = (*settings.get("extra_env", ()), *CHAT_TOOL_ENV)
+    return BwrapSandbox(task, BwrapConfig(python_env=False, **settings), repo=repo)
 
 
 def _git(repo: Path, *args: str, dirs: tuple[Path, Path] | None = None) -> str:

@@ -7,6 +7,8 @@ The output is the command's stdout and stderr, each under its own header (a very
 end), and the exit code is the command's (124 on a timeout). Interactive or state-changing commands (git,
 ipython, jupyter, nohup, editors, terminal multiplexers) are refused with a message and exit code 1: the
 environment takes the patch from git itself, and an interactive program would only hang until the timeout.
+With $NEXUS_GIT_READ_ONLY=1 in its environment (chat's sandbox sets it: the user's repo has no patch to collect)
+git's read-only subcommands run (status, diff, log, show, blame, ls-files, grep); every other git is still refused.
 Standard library only; runs under any python3 >= 3.8.
 """
 
@@ -36,6 +38,11 @@ BLOCKED = {
     "screen": "terminal multiplexers cannot be used here",
     "tmux": "terminal multiplexers cannot be used here",
 }
+GIT_READ_ONLY_ENV = "NEXUS_GIT_READ_ONLY"  # "1": the read-only git subcommands below are allowed (chat)
+GIT_READ_ONLY = {"status", "diff", "log", "show", "blame", "ls-files", "grep"}
+GIT_GLOBAL_OK = {"--no-pager", "-P", "--no-optional-locks"}  # options before the subcommand that change nothing
+# options of those subcommands that write a file or start a program: refused even then (and `git -c`, a config)
+GIT_WRITING = ("--output", "--open-files-in-pager", "--ext-diff")
 OPERATOR_CHARS = ";&|()`\n"  # tokens made only of these end one command and start the next
 # words after which the next word is again a command: shell keywords and programs that run their argument
 PREFIXES = {"if", "then", "elif", "else", "while", "until", "do", "!", "{", "}", "$"}
@@ -76,8 +83,8 @@ def strip_heredocs(cmd: str) -> str:
     return "\n".join(out)
 
 
-def command_words(cmd: str) -> list:
-    """The words in command position: the first word of every simple command in `cmd`."""
+def simple_commands(cmd: str) -> list:
+    """The simple commands in `cmd`, each as its words from the one in command position to the next operator."""
     lexer = shlex.shlex(strip_heredocs(cmd), posix=True, punctuation_chars=OPERATOR_CHARS)
     lexer.whitespace = " \t\r"
     lexer.commenters = ""
@@ -85,19 +92,44 @@ def command_words(cmd: str) -> list:
         tokens = list(lexer)
     except ValueError:  # unbalanced quotes: bash will complain itself; check the first word only
         tokens = cmd.split()[:1]
-    words, expect = [], True
+    commands, current = [], None
     for token in tokens:
         if set(token) <= set(OPERATOR_CHARS):
-            expect = True
-        elif expect and not (token in PREFIXES or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", token)):
-            words.append(token)
-            expect = False
-    return words
+            current = None
+        elif current is not None:
+            current.append(token)
+        elif not (token in PREFIXES or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", token)):
+            current = [token]
+            commands.append(current)
+    return commands
 
 
-def blocked_reason(cmd: str) -> str | None:
-    for word in command_words(cmd):
-        name = os.path.basename(word)
+def command_words(cmd: str) -> list:
+    """The words in command position: the first word of every simple command in `cmd`."""
+    return [words[0] for words in simple_commands(cmd)]
+
+
+def git_reads_only(args: list) -> bool:
+    """Whether `git ARGS` is one of the read-only subcommands, with no option that writes a file or runs a program."""
+    rest = list(args)
+    while rest and rest[0].startswith("-"):  # options before the subcommand
+        option = rest.pop(0)
+        if option == "-C" and rest:
+            rest.pop(0)
+        elif option not in GIT_GLOBAL_OK:
+            return False
+    if not rest or rest[0] not in GIT_READ_ONLY:
+        return False
+    writes = [a for a in rest[1:] if a.startswith(GIT_WRITING) or (rest[0] == "grep" and a.startswith("-O"))]
+    return not writes
+
+
+def blocked_reason(cmd: str, git_read_only: bool = False) -> str | None:
+    """The refusal of `cmd` (None: it may run); `git_read_only`: git's read-only subcommands may run."""
+    for words in simple_commands(cmd):
+        name = os.path.basename(words[0])
+        if name == "git" and git_read_only and git_reads_only(words[1:]):
+            continue
         if name in BLOCKED:
             return f"Bash command '{name}' is not allowed ({BLOCKED[name]}). Please use a different command or tool."
     return None
@@ -211,7 +243,7 @@ def parse_cmd(argv: list | None) -> str:
 def main(argv: list | None = None) -> int:
     try:
         cmd = parse_cmd(argv)
-        reason = blocked_reason(cmd)
+        reason = blocked_reason(cmd, os.environ.get(GIT_READ_ONLY_ENV) == "1")
         if reason:
             emit(reason)
             return 1

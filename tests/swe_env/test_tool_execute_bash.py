@@ -18,8 +18,8 @@ def tools(tmp_path: Path) -> str:
     return str(tmp_path / "tools")
 
 
-def bash_tool(tools: str, cwd: Path, cmd: str, timeout: str = "90") -> tuple[str, int]:
-    env = dict(os.environ, NEXUS_EXEC_TIMEOUT=timeout)
+def bash_tool(tools: str, cwd: Path, cmd: str, timeout: str = "90", **env_vars: str) -> tuple[str, int]:
+    env = dict(os.environ, NEXUS_EXEC_TIMEOUT=timeout, **env_vars)
     proc = subprocess.run(
         ["bash", "-c", command_for("execute_bash", {"cmd": cmd}, tools)],
         cwd=cwd,
@@ -78,6 +78,64 @@ def test_blocked_commands(tools: str, tmp_path: Path, cmd: str) -> None:
     assert rc != 0
     assert "is not allowed" in out
     assert not (tmp_path / "ran").exists()  # nothing at all was run
+
+
+def _git_repo(path: Path) -> Path:
+    """A real repository with one commit (a.py) and one uncommitted change to it."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    path.mkdir()
+    (path / "a.py").write_text("x = 1\n")
+    for cmd in (["init", "-q"], ["add", "a.py"], ["commit", "-qm", "first commit"]):
+        subprocess.run([*git, *cmd], cwd=path, check=True, capture_output=True)
+    (path / "a.py").write_text("x = 2\n")
+    return path
+
+
+READ_ONLY_GIT = {  # command -> what its real output holds
+    "git status --short": "M a.py",
+    "git diff": "+x = 2",
+    "git log --oneline": "first commit",
+    "git --no-pager show --stat HEAD": "a.py",
+    "git blame HEAD -- a.py": "x = 1",
+    "git ls-files": "a.py",
+    "git grep -n x HEAD": "HEAD:a.py:1:x = 1",
+    "cd /tmp && git -C {repo} diff --stat": "a.py",
+    "git log -1 --format=%s | tr a-z A-Z": "FIRST COMMIT",
+}
+
+
+@pytest.mark.parametrize("cmd", sorted(READ_ONLY_GIT))
+def test_read_only_git_runs_when_the_chat_allows_it(tools: str, tmp_path: Path, cmd: str) -> None:
+    repo = _git_repo(tmp_path / "repo")
+    out, rc = bash_tool(tools, repo, cmd.format(repo=repo), NEXUS_GIT_READ_ONLY="1")
+    assert rc == 0 and READ_ONLY_GIT[cmd] in out, out
+    out, rc = bash_tool(tools, repo, cmd.format(repo=repo))  # solve and eval: every git is refused
+    assert rc == 1 and "Bash command 'git' is not allowed (the environment manages the repository" in out
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        "git commit -am x",
+        "git add a.py",
+        "git checkout -- a.py",
+        "git reset --hard",
+        "git stash",
+        "git",
+        "git status && git commit -am x",
+        "git -c core.pager=touch\\ ran log",
+        "git --git-dir=/elsewhere log",
+        "git diff --output=patch.txt",
+        "git grep -Otouch x",
+        "git log $(git rev-parse HEAD)",
+    ],
+)
+def test_other_git_is_still_refused_in_chat(tools: str, tmp_path: Path, cmd: str) -> None:
+    repo = _git_repo(tmp_path / "repo")
+    out, rc = bash_tool(tools, repo, f"touch ran; {cmd}", NEXUS_GIT_READ_ONLY="1")
+    assert rc == 1 and "Bash command 'git' is not allowed" in out
+    assert not (repo / "ran").exists() and not (repo / "patch.txt").exists()  # nothing at all was run
+    assert (repo / "a.py").read_text() == "x = 2\n"
 
 
 @pytest.mark.parametrize("cmd", ["echo git", "grep -c git words.txt", "cat <<EOF\ngit is data\nEOF", 'echo "a; git"'])
