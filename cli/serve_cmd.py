@@ -36,7 +36,9 @@ def serve_cmd(
         None, "--park-dir", help="Folder of parked sessions, kept across restarts (default: a temp folder, deleted)."
     ),
     park_quota: str = typer.Option(
-        f"{_D.park_quota >> 30}GiB", "--park-quota", help="Disk for parked sessions, e.g. 10GiB, or none (LRU closed)."
+        f"{_D.park_quota >> 30}GiB",
+        "--park-quota",
+        help="Bytes for parked sessions, disk files and --park host memory together, e.g. 10GiB, or none (LRU closed).",
     ),
     queue_timeout: float = typer.Option(_D.queue_timeout_s, "--queue-timeout", help="Seconds a request may wait."),
     max_new_tokens: int = shared("max_new_tokens", _D.max_new_tokens, help="Reply length without max_tokens."),

@@ -54,6 +54,7 @@ class ChatRequest:
     tools: list[dict[str, Any]] | None = None  # function tools (server.tools.check_tools)
     tool_choice: str = "none"  # "none" | "auto" | "required" | a function name
     constraint: tuple[str, Any] | None = None  # ("tool_call" | "json_schema", schema): decoding is constrained
+    parallel_tool_calls: bool = True  # False: at most one tool call is returned (the first)
 
 
 def parse_request(body: object, header_session: str | None, config: ServeConfig) -> ChatRequest:
@@ -72,7 +73,7 @@ def parse_request(body: object, header_session: str | None, config: ServeConfig)
     temperature, top_p = _number(body, "temperature", 1.0, 0.0, 2.0), _number(body, "top_p", 1.0, 0.0, 1.0)
     tools = check_tools(body.get("tools"))
     choice = check_choice(body.get("tool_choice"), tools)
-    _boolean(body, "parallel_tool_calls")
+    parallel = body.get("parallel_tool_calls") is None or _boolean(body, "parallel_tool_calls")
     logprobs, top = _logprob_fields(body)
     return ChatRequest(
         messages=normalize(body.get("messages"), tools),
@@ -92,6 +93,7 @@ def parse_request(body: object, header_session: str | None, config: ServeConfig)
         tools=tools,
         tool_choice=choice,
         constraint=constraint_spec(body.get("response_format"), tools, choice),
+        parallel_tool_calls=parallel,
     )
 
 
@@ -210,32 +212,41 @@ def _no_non_finite(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
-def reply_options(req: ChatRequest, tokenizer) -> dict[str, Any]:
-    """The request's sampling options as kvstore.session.reply.ReplyInProgress arguments: this reply's generator
-    (seeded by `seed`, else by a fresh random seed), penalties and logit bias, logprobs, and its constraint. A 400
-    for a logit_bias id outside the vocabulary, or tools the model's template cannot render."""
-    from kvstore.session.sampling import LogitAdjust
-
+def check_for_model(req: ChatRequest, tokenizer) -> Any:
+    """On the request's side (a worker thread), before its turn is queued: a 400 for a logit_bias id outside the
+    vocabulary, tools the model's template cannot render, or a grammar that does not compile; else the request's
+    compiled constraint (kvstore.session.grammar.Constraint of its tool_choice or response_format; None: free).
+    Compiling takes about a second the first time per tokenizer, which the scheduler must never spend."""
     check_bias(req.logit_bias, len(tokenizer))
     if req.tools:
         check_template(tokenizer)
+    return None if req.constraint is None else make_constraint(*req.constraint, tokenizer)
+
+
+def reply_options(req: ChatRequest, constraint: Any = None) -> dict[str, Any]:
+    """The request's sampling options as kvstore.session.reply.ReplyInProgress arguments: this reply's generator
+    (seeded by `seed`, else by a fresh random seed), penalties and logit bias, logprobs, and `constraint` (compiled by
+    check_for_model)."""
+    from kvstore.session.sampling import LogitAdjust
+
     seed = secrets.randbits(64) if req.seed is None else req.seed
     options = {
         "generator": torch.Generator(device="cpu").manual_seed(seed),
         "adjust": LogitAdjust(req.presence_penalty, req.frequency_penalty, req.logit_bias) or None,
         "top_logprobs": req.top_logprobs if req.logprobs else None,
     }
-    if req.constraint is not None:
-        options["constraint"] = make_constraint(*req.constraint, tokenizer)
+    if constraint is not None:
+        options["constraint"] = constraint
     return options
 
 
 def answer(req: ChatRequest | None, text: str, finish_reason: str, records: list, tokenizer) -> dict[str, Any]:
     """The reply's part of a result: its content and tool calls (parsed when the request has tools and tool_choice
-    is not "none"; finish_reason "tool_calls" when it made some), and its logprobs when asked."""
+    is not "none"; only the first with parallel_tool_calls false; finish_reason "tool_calls" when it made some), and
+    its logprobs when asked."""
     content, calls = text, []
     if req is not None and req.tools and req.tool_choice != "none":
-        content, calls = parse_reply(text)
+        content, calls = parse_reply(text, first_only=not req.parallel_tool_calls)
     logprobs = logprob_content(records, tokenizer) if req is not None and req.logprobs else None
     return {
         "text": content,

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from kvstore.errors import KVStoreError
-from server.api import ChatRequest
+from server.api import ChatRequest, check_for_model
 from server.asgi import build_app
 from server.batching import Job, Scheduler
 from server.config import ServeConfig, ServeError
@@ -109,11 +109,13 @@ class Server:
             self.scheduler.join(STOP_WAIT_S)
 
     def submit(self, req: ChatRequest, events=None) -> Job:
-        """Find or open the request's session, tokenize its new messages (server.prepare: on the caller's thread, not
-        the scheduler's) and queue its turn (ServeError: refused, e.g. too many sessions, too long). `events`: where
-        the scheduler puts the job's events (default: a queue.Queue)."""
+        """Compile the request's grammar (api.check_for_model), find or open its session, tokenize its new messages
+        (server.prepare), all on the caller's thread, not the scheduler's, and queue its turn (ServeError: refused,
+        e.g. too many sessions, too long). `events`: where the scheduler puts the job's events (default: a
+        queue.Queue)."""
         if self.scheduler.stopping:
             raise ServeError("the server is shutting down; retry against its next start", 503, "server_shutdown")
+        constraint = check_for_model(req, self.scheduler.tokenizer)  # a grammar compiles here, not on the scheduler
         entry, known = self.registry.claim(req.messages, req.session_id, req.seed)
         messages = req.messages[known:]
         try:
@@ -124,7 +126,7 @@ class Server:
         job = Job(
             entry=entry, messages=messages, max_new_tokens=req.max_new_tokens, temperature=req.temperature,
             top_p=req.top_p, stop=req.stop, continued=bool(entry.transcript), prepared=prepared, request=req,
-            **({} if events is None else {"events": events}),
+            constraint=constraint, **({} if events is None else {"events": events}),
         )  # fmt: skip
         self.scheduler.submit(job)
         return job

@@ -17,10 +17,11 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from kvstore.errors import KVStoreError
-from server import api
+from server import api, heap
 from server.calls import Calls
 from server.config import ServeConfig, ServeError
 from server.memory import bytes_per_token, cache_bytes, peak_tokens, session_cache_options
@@ -54,6 +55,7 @@ class Job:
     batch_rows: int = 0  # sum over this reply's decode steps of the batch size
     prepared: Any = None  # server.prepare.Prepared: its new messages tokenized on the request side (None: not yet)
     request: Any = None  # its server.api.ChatRequest: seed, penalties, logprobs, tools, constraint (None: plain)
+    constraint: Any = None  # its grammar, compiled on the request side (api.check_for_model; None: free decoding)
 
 
 class Scheduler(threading.Thread):
@@ -86,6 +88,7 @@ class Scheduler(threading.Thread):
         self.prefilling: Job | None = None  # the newcomer whose prefill runs chunk by chunk between decode steps
         self._halt = threading.Event()  # not `_stop`: threading.Thread has a method of that name
         self.on_stop: list = []  # callables(scheduler) run on this thread after its loop ends (_wind_down)
+        self.trim = heap.IdleTrim()  # returns freed host memory to the system when idle
 
     def submit(self, job: Job) -> None:
         self.inbox.put(job)
@@ -112,6 +115,9 @@ class Scheduler(threading.Thread):
     def run(self) -> None:
         while not self._halt.is_set():
             self.loop_once()
+            if not self.active and not self.waiting:
+                c = self.metrics.counters  # what frees memory: turns ending, sessions parked or closed
+                self.trim((c.get("turns_total", 0), c.get("sessions_parked_total", 0), self.registry.closed_total))
         self._wind_down()
 
     def _wind_down(self) -> None:
@@ -243,7 +249,7 @@ class Scheduler(threading.Thread):
 
         entry = job.entry
         job.started = time.monotonic()
-        options = api.reply_options(job.request, self.tokenizer) if job.request is not None else {}
+        options = api.reply_options(job.request, job.constraint) if job.request is not None else {}
         if entry.parked is not None:
             restore(entry, self.model, self.tokenizer, self._config_of(entry))
             job.restored = True
@@ -255,7 +261,7 @@ class Scheduler(threading.Thread):
         entry.session.append(job.messages, encode=prepared)
         job.reply = ReplyInProgress(
             entry.session, job.max_new_tokens, temperature=job.temperature, top_p=job.top_p, stop=job.stop,
-            on_token=lambda piece: job.events.put(("text", piece)), **options,
+            on_token=partial(_put_text, job.events), **options,  # no closure over the job: no job-reply cycle
         )  # fmt: skip
         job.reply.begin_prefill()
         self.prefilling = job
@@ -335,6 +341,7 @@ class Scheduler(threading.Thread):
             self._abort(job, ServeError(str(exc), 500, "internal_error"))
             return
         self.active.remove(job)
+        session.logits = None  # [V] floats an idle session never reads again: its next turn prefills first
         entry.held_bytes = cache_bytes(session.cache)
         entry.history_tokens = len(session.tokens)
         text = cut_at_stop(reply.text, job.stop) if reply.finish_reason == "stop" else reply.text
@@ -380,6 +387,10 @@ class Scheduler(threading.Thread):
             return
         self.registry.release(job.entry, None if job.reply is not None or not job.entry.transcript else [])
         job.events.put(("error", error))
+
+
+def _put_text(events, piece: str) -> None:
+    events.put(("text", piece))
 
 
 def internal_error(exc: Exception) -> ServeError:

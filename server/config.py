@@ -45,7 +45,8 @@ class ServeConfig:
     park: str = "disk"  # where idle sessions go under memory pressure: "disk" (session files) or "host" (CPU RAM)
     park_dir: Path | None = None  # folder of parked sessions, kept across restarts: idle sessions are parked there at
     # shutdown and adopted at start (None: a temporary folder, deleted at close)
-    park_quota: int | None = 10 * 2**30  # bytes of parked session files; past it the least recently used are closed
+    park_quota: int | None = 10 * 2**30  # bytes of parked sessions (files on disk plus tensors in host memory); past
+    # it the least recently used are closed
     profile_max_bytes: int = 64 * 2**20  # largest profile POST /v1/nexus/profiles takes, sent or stored, inflated
     max_profiles: int = 256  # most profile files the profile directory may hold (a new one past it: HTTP 507)
     queue_timeout_s: float = 120.0  # seconds a request may wait for memory or a batch slot before HTTP 503

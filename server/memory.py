@@ -7,9 +7,10 @@ from typing import Any
 
 
 def cache_bytes(cache) -> int:
-    """Bytes an evicting cache's storage takes on its device (all layers): its preallocated buffers' capacity, not
-    only the tokens held, since that is what the memory cap must count."""
-    return sum(layer.allocated_bytes() for layer in cache.layers)
+    """Bytes of keys and values an evicting cache holds (all layers): what admission reserves a turn's peak in. The
+    storage's headroom (kvstore.cache.buffers: an evicting layer's one prefill chunk, a full cache's doubling) is
+    not counted; `allocated_bytes()` has it."""
+    return sum(layer.nbytes() for layer in cache.layers)
 
 
 def bytes_per_token(model) -> int:

@@ -42,13 +42,16 @@ def session_path(folder: Path, session_id: str) -> Path:
 
 def park(entry: Entry, mode: str, registry: Registry) -> bool:
     """Move `entry`'s cache off the device (its `session` becomes None); False when a disk park failed and the
-    session was closed instead. After a disk park, sessions past the park quota are closed (least recently used)."""
+    session was closed instead. After a park, parked sessions past the park quota are closed (least recently used;
+    host-parked ones count their tensors' bytes, so host memory is bounded like disk)."""
     if mode == "host":
         session = entry.session
         tensors, meta = session.cache.export_state()  # contiguous CPU copies
         session.cache = None
         entry.parked, entry.session, entry.held_bytes = (session, tensors, meta), None, 0
-        return True
+        entry.parked_bytes = sum(t.untyped_storage().nbytes() for t in tensors.values())
+        enforce_quota(registry)
+        return entry.parked is not None
     path = session_path(registry.park_dir, entry.id)
     try:
         entry.session.save(path)
@@ -66,7 +69,8 @@ def park(entry: Entry, mode: str, registry: Registry) -> bool:
 
 
 def enforce_quota(registry: Registry) -> None:
-    """Close the least recently used parked sessions (their files deleted) until the rest fit the park quota."""
+    """Close the least recently used parked sessions (files deleted, host tensors freed) until the rest fit the park
+    quota."""
     for victim in registry.over_quota():
         log(f"closed parked session {victim.id}: the park folder is over its quota of {registry.config.park_quota} B")
         registry.drop(victim)
@@ -94,7 +98,7 @@ def restore(entry: Entry, model, tokenizer, config) -> None:
     else:
         session, tensors, meta = entry.parked
         session.cache = kvstore.restore_cache(model, tensors, meta)
-    entry.session, entry.parked = session, None
+    entry.session, entry.parked, entry.parked_bytes = session, None, 0
     entry.restores += 1
 
 

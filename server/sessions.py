@@ -4,8 +4,9 @@ The registry is shared by the HTTP threads (finding or opening the session of a 
 (the only one that runs the model, parks and restores). A session in use by a request is `busy` and is neither
 matched by another request nor parked. `max_sessions` bounds the *resident* sessions (their caches on the model's
 device): when it is reached, the scheduler parks the least recently used idle one to disk before another comes in
-(server.parking), and a request is refused (429) only when every resident session is busy. Parked sessions are
-bounded by the disk quota of the park folder (`park_quota`): past it, the least recently used are closed.
+(server.parking), and a request is refused (429) only when every resident session is busy. Parked sessions, on disk
+or in host memory (`--park host`), are bounded together by `park_quota` (bytes of their session files and host
+tensors): past it, the least recently used are closed.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class Entry:
     last_used: float = field(default_factory=time.monotonic)
     history_tokens: int = 0  # tokens in its conversation, as last measured by the scheduler
     held_bytes: int = 0  # KV bytes of its cache, as last measured by the scheduler (0 while parked)
-    parked_bytes: int = 0  # bytes of its files in the park folder while parked to disk
+    parked_bytes: int = 0  # bytes of its files in the park folder, or of its tensors in host memory, while parked
     restores: int = 0  # times it was brought back from parking
 
     @property
@@ -180,10 +181,12 @@ class Registry:
                 self._close(entry)
 
     def over_quota(self) -> list[Entry]:
-        """Sessions parked to disk to close, least recently used first, until the rest fit the park quota."""
+        """Parked sessions (on disk or in host memory) to close, least recently used first, until the rest fit the
+        park quota."""
         quota = self.config.park_quota
         with self.lock:
-            parked = sorted((e for e in self.entries.values() if e.on_disk and not e.busy), key=lambda e: e.last_used)
+            parked = [e for e in self.entries.values() if e.parked is not None and not e.busy]
+            parked.sort(key=lambda e: e.last_used)
         total, out = sum(e.parked_bytes for e in parked), []
         while quota is not None and parked and total > quota:
             out.append(parked.pop(0))

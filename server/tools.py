@@ -98,9 +98,12 @@ def _renders_tools(tokenizer) -> bool:
     return "nexus_probe" in with_tools
 
 
-def parse_reply(text: str) -> tuple[str | None, list[dict[str, Any]]]:
+def parse_reply(text: str, first_only: bool = False) -> tuple[str | None, list[dict[str, Any]]]:
     """(content, tool_calls) of a reply in the native syntax: the text outside the calls (None when empty) and
-    OpenAI's call objects. A reply whose calls do not all parse is plain content, with no calls."""
+    OpenAI's call objects. A reply whose calls do not all parse is plain content, with no calls. `first_only`
+    (parallel_tool_calls false): the reply ends at its first call; what follows it is dropped, calls included."""
+    first = CALL.search(text) if first_only else None
+    text = text[: first.end()] if first is not None else text
     calls = []
     for body in CALL.findall(text):
         try:

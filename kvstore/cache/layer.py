@@ -3,6 +3,7 @@ queries, and the eviction step (score -> plan -> gather) that runs right after a
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 import torch
@@ -26,7 +27,7 @@ class EvictingLayer(DynamicLayer):
         self.store = make_store(owner.config.engine)  # keys, values, positions, valid, state.* (kvstore.cache.buffers)
         super().__init__()
         self.layer_idx = layer_idx
-        self.owner = owner
+        self._owner = weakref.ref(owner)  # not a cycle: a cache no one holds frees its buffers at once, not at a gc
         self.fast_decode = owner.config.engine == "static"  # a CPU decode step reads its keys by decode_attention
         self.seen = 0  # tokens seen (new tokens continue at this position)
         self.window_q: torch.Tensor | None = None  # [B, Hq, <=W, D]
@@ -34,6 +35,11 @@ class EvictingLayer(DynamicLayer):
         self.pending_q: list[torch.Tensor] = []  # [B, Hq, q, D] each: queries of the last positions not yet observed
         self.last_q_len = 0
         self.stats = LayerStats()
+
+    @property
+    def owner(self) -> EvictingCache:
+        """The cache this layer belongs to."""
+        return self._owner()
 
     # --- the held tokens: views of the store (kvstore.cache.buffers), [B, Hkv, T_held, ...] ----------------------
     keys = property(lambda self: self.store.get("keys"), lambda self, t: self.store.set("keys", t))

@@ -170,6 +170,19 @@ def test_past_the_park_quota_the_least_recently_used_parked_sessions_are_closed(
     assert len(list((tmp_path / "one").iterdir())) == 2
 
 
+def test_host_parked_sessions_count_against_the_park_quota(make_server) -> None:
+    """`--park host` keeps parked caches in host memory: the park quota bounds their bytes as it bounds files."""
+    for quota, kept in ((1, False), (2**30, True)):  # no parked session fits 1 byte: closed as soon as it is parked
+        server = make_server(memory_cap=280 * KIB, park="host", park_quota=quota)
+        c = client(server)
+        ida, idb = (
+            ask(c, [{"role": "user", "content": words(300, t)}]).model_extra["nexus"]["session_id"] for t in "ab"
+        )
+        states = {s["id"]: s["state"] for s in sessions(server)}  # b's turn did not fit beside idle a: a was parked
+        assert states == ({ida: "parked", idb: "idle"} if kept else {idb: "idle"})
+        assert server.registry.counts()["parked"] == int(kept)
+
+
 def test_two_clients_extending_one_conversation_get_their_own_sessions(make_server) -> None:
     server = make_server()
     c = client(server)

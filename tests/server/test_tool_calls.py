@@ -198,3 +198,33 @@ def test_chunk_stream_shapes_parse_with_the_sdk_types() -> None:
     tool_deltas = [tc for p in parsed if p.choices for tc in p.choices[0].delta.tool_calls or []]
     assert [(d.index, d.function.name, d.function.arguments) for d in tool_deltas] == [(0, "done", "{}")]
     assert [p.choices[0].logprobs.content[0].logprob for p in parsed if p.choices and p.choices[0].logprobs] == [-1.0]
+
+
+def test_parallel_tool_calls_false_returns_the_first_call_only() -> None:
+    text = 'Two.\n<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>\nThen.\n'
+    text += '<tool_call>\n{"name": "done", "arguments": {}}\n</tool_call>'
+    body, config = {"messages": [USER], "tools": TOOLS}, serve_config(model="tiny-qwen3")
+    both = api.answer(api.parse_request(body, None, config), text, "stop", [], None)
+    one = api.answer(api.parse_request(body | {"parallel_tool_calls": False}, None, config), text, "stop", [], None)
+    assert [c["function"]["name"] for c in both["tool_calls"]] == ["bash", "done"] and "Then." in both["text"]
+    assert [c["function"]["name"] for c in one["tool_calls"]] == ["bash"] and one["text"] == "Two."
+    assert one["finish_reason"] == "tool_calls"
+    assert api.parse_request(body | {"parallel_tool_calls": True}, None, config).parallel_tool_calls
+
+
+def test_the_grammar_compiles_on_the_request_side_and_a_bad_one_is_a_400_before_any_session(make_server) -> None:
+    from kvstore.session.grammar import Constraint
+
+    server = make_server()
+    body = {"messages": [USER], "tools": TOOLS, "tool_choice": "required", "max_tokens": 60, "temperature": 0}
+    job = server.submit(api.parse_request(body, None, server.config))
+    assert isinstance(job.constraint, Constraint)  # compiled here, on the caller's thread: the scheduler only runs it
+    kind, result = job.events.get(timeout=120)
+    while kind == "text":
+        kind, result = job.events.get(timeout=120)
+    assert kind == "done" and len(result["tool_calls"]) == 1
+    sessions = len(server.sessions_info())
+    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "(("}}}
+    with pytest.raises(openai.BadRequestError, match="does not compile"):
+        ask(client(server), [{"role": "user", "content": "another conversation"}], response_format=bad)
+    assert len(server.sessions_info()) == sessions  # refused before a session was opened
