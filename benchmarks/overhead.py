@@ -58,7 +58,7 @@ def observe_step(cache, q_len: int) -> None:
     if not cache.policy.observes:
         return
     for layer in cache.layers:
-        ctx = layer.score_context()
+        ctx = layer.score_context(new=q_len)  # the reply mask of these q_len queries (every one the reply's)
         ctx.state = {k: v.clone() for k, v in ctx.state.items()}
         b, hq, _, d = layer.window_q.shape
         q = torch.randn(b, hq, q_len, d, device=layer.keys.device, dtype=layer.window_q.dtype)

@@ -147,33 +147,65 @@ def attention_received(
     queries: [Hq, q, D], the queries at the last q key positions (causal: query i sees keys j <= T - q + i).
     keys: [Hkv, T, D] (GQA: query head h reads kv head h // (Hq / Hkv)). key_valid: [Hkv, T] bool or None.
     Returns [Hq, T] float32: the sum (or max) over the queries of softmax(q k^T * scale), each query's row scaled
-    by `weights` [q] when given (a sum only). At most `max_elems`
-    probabilities ([Hq, chunk, T]) exist at once, so memory stays O(Hq * T) however many queries come.
+    by `weights` [q] when given (a sum only). At most `max_elems` logits ([Hq, chunk, T]) exist at once, in one
+    buffer reused chunk after chunk, so memory stays O(Hq * T) however many queries come.
     """
+    if reduce == "sum":
+        coefs = torch.ones(1, queries.shape[1]) if weights is None else weights[None]
+        return received_sums(queries, keys, scale, key_valid, max_elems, coefs)[0]
+    out = torch.zeros(queries.shape[0], keys.shape[1], device=keys.device)
+    for _, logits in _masked_logits(queries, keys, scale, key_valid, max_elems):
+        torch.maximum(out, torch.softmax(logits, dim=-1).amax(1), out=out)
+    return out
+
+
+def received_sums(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    scale: float | None,
+    key_valid: torch.Tensor | None,
+    max_elems: int,
+    coefs: torch.Tensor,
+) -> torch.Tensor:
+    """attention_received's sums for k weightings of the queries in one pass: coefs [k, q] -> [k, Hq, T], row r
+    the sum over the queries i of coefs[r, i] x softmax(q_i k^T * scale). Each chunk's probabilities are left
+    unnormalised in the logits' buffer (exp(l - max)) and summed by one matmul with coefs / (each row's sum)."""
+    hq, t = queries.shape[0], keys.shape[1]
+    out = torch.zeros(hq, coefs.shape[0], t, device=keys.device)  # [Hq, k, T]
+    for c0, logits in _masked_logits(queries, keys, scale, key_valid, max_elems):  # [Hq, c, T]
+        logits.sub_(logits.amax(-1, keepdim=True)).exp_()
+        w = coefs[:, c0 : c0 + logits.shape[1]].to(logits)[None] / logits.sum(-1)[:, None, :]  # [Hq, k, c]
+        out.baddbmm_(w, logits)
+    return out.transpose(0, 1)
+
+
+def _masked_logits(
+    queries: torch.Tensor, keys: torch.Tensor, scale: float | None, key_valid: torch.Tensor | None, max_elems: int
+):
+    """(c0, logits [Hq, c, T]) for the consecutive chunks of queries starting at c0: q k^T * scale, -inf where a
+    query may not look (its future keys, invalid keys). Every chunk is written into the same buffer (a fresh
+    buffer this large costs more in page faults than its matmul): use each before asking for the next."""
     hq, q, d = queries.shape
     hkv, t, _ = keys.shape
-    g = hq // hkv
+    g, dev = hq // hkv, keys.device
     scale = scale if scale is not None else 1.0 / math.sqrt(d)
-    rows = max(1, max_elems // max(1, hq * t))
+    rows = max(1, min(q, max_elems // max(1, hq * t)))
     kt = keys.float().transpose(1, 2)  # [Hkv, D, T]
-    j = torch.arange(t, device=keys.device)
+    buf = torch.empty(hq * rows * t, device=dev)
     bad_key = None if key_valid is None else ~key_valid.repeat_interleave(g, 0)[:, None, :]  # [Hq, 1, T]
-    out = torch.zeros(hq, t, device=keys.device)
     for c0 in range(0, q, rows):
-        qc = queries[:, c0 : c0 + rows].float() * scale  # [Hq, c, D] (scaled here: no second [Hq, c, T] buffer)
-        c = qc.shape[1]
-        logits = torch.matmul(qc.reshape(hkv, g * c, d), kt).view(hq, c, t)  # [Hq, c, T]
-        future = j[None, :] > (t - q + c0 + torch.arange(c, device=keys.device))[:, None]  # [c, T]
-        logits.masked_fill_(future, float("-inf"))
+        c = min(rows, q - c0)
+        qc = queries[:, c0 : c0 + c].float() * scale  # [Hq, c, D] (scaled here: the [Hq, c, T] buffer stays one)
+        logits = torch.matmul(qc.reshape(hkv, g * c, d), kt, out=buf[: hq * c * t].view(hkv, g * c, t))
+        logits = logits.view(hq, c, t)
+        sees = t - q + c0 + 1  # query i of the chunk sees keys j < sees + i: only columns >= sees are masked
+        first = max(sees, 0)  # (more queries than keys: the first ones see none, their rows come out NaN)
+        if first < t:
+            future = torch.arange(first, t, device=dev)[None, :] >= (sees + torch.arange(c, device=dev))[:, None]
+            logits[..., first:].masked_fill_(future, float("-inf"))
         if bad_key is not None:
             logits.masked_fill_(bad_key, float("-inf"))
-        p = torch.softmax(logits, dim=-1)
-        del logits
-        if weights is not None:
-            p.mul_(weights[c0 : c0 + c].to(p)[None, :, None])
-        out = out + p.sum(1) if reduce == "sum" else torch.maximum(out, p.amax(1))
-        del p  # at most two [Hq, chunk, T] buffers alive at once
-    return out
+        yield c0, logits
 
 
 def per_kv_head(s: torch.Tensor, hkv: int, how: str = "mean") -> torch.Tensor:
@@ -201,6 +233,23 @@ def head_token_attention(
             )
         rows.append(s)
     return torch.stack(rows)
+
+
+def head_token_sums(ctx: ScoreContext, queries: torch.Tensor, coefs: torch.Tensor) -> torch.Tensor:
+    """head_token_attention's sums for k weightings of the same `queries` [B, Hq, q, D] (coefs [k, q], e.g. every
+    query and the reply's only): [k, B, Hkv, T], from one pass over the logits on the torch path (the fused kernel
+    runs once per weighting)."""
+    b, hkv, t = ctx.keys.shape[:3]
+    rows = []
+    for i in range(b):
+        valid = None if ctx.valid is None else ctx.valid[i]
+        fused = [received_triton(queries[i], ctx.keys[i], ctx.scaling, valid, w) for w in coefs] if ctx.triton else []
+        if fused and all(s is not None for s in fused):
+            rows.append(torch.stack(fused))
+            continue
+        s = received_sums(queries[i], ctx.keys[i], ctx.scaling, valid, ctx.max_elems, coefs)  # [k, Hq, T]
+        rows.append(s.view(len(coefs), hkv, -1, t).mean(2))
+    return torch.stack(rows, 1)
 
 
 def mean_received(acc: torch.Tensor, ctx: ScoreContext) -> torch.Tensor:

@@ -8,7 +8,7 @@ import torch
 
 from kvstore.cache.scoring import block_spread
 from kvstore.errors import KVStoreError
-from kvstore.policies.base import ScoreContext, head_token_attention, mean_received
+from kvstore.policies.base import ScoreContext, head_token_attention, head_token_sums, mean_received
 from kvstore.policies.nexus import NexusHeadPolicy, NexusSettings
 
 
@@ -71,23 +71,25 @@ class NexusAgentPolicy(NexusHeadPolicy):
         self.reads_own = self.settings.own_weight > 0
 
     def observe(self, ctx: ScoreContext, new_queries: torch.Tensor) -> None:
-        received = head_token_attention(ctx, new_queries)
-        ctx.state["acc"] += received
         mask = ctx.reply_queries  # which new queries (at positions [seen - q, seen)) are the agent's reply's
-        if "reply_acc" not in ctx.state or mask is None:
-            return
-        q, m = new_queries.shape[-2], int(mask.sum())
+        q = new_queries.shape[-2]
+        m = 0 if "reply_acc" not in ctx.state or mask is None else int(mask.sum())
         if m == 0:
+            ctx.state["acc"] += head_token_attention(ctx, new_queries)
             return
+        if m == q:  # every query is the reply's: one sum serves both terms
+            received = reply = head_token_attention(ctx, new_queries)
+        else:  # both sums from the same logits: every query's, and the reply queries' only
+            received, reply = head_token_sums(ctx, new_queries, torch.stack([torch.ones(q), mask.float()]))
+        ctx.state["acc"] += received
+        ctx.state["reply_acc"] += reply
         seen = ctx.state["reply_seen"]  # per held token: the reply queries that could attend it
         if bool(mask[q - m :].all()):  # a suffix: the reply running now (or a whole reply's forward)
-            ctx.state["reply_acc"] += received if m == q else head_token_attention(ctx, new_queries[..., q - m :, :])
             seen += m  # every held token could be attended by all m, except the m newest (causal)
             if m > 1:  # the new tokens are the last slots, in order: the i-th newest but one saw i fewer
                 seen[..., -m:] -= torch.arange(m, device=seen.device, dtype=seen.dtype)
             return
         # earlier replies inside a chunk (a re-prefill runs the whole history again): only their queries count
-        ctx.state["reply_acc"] += head_token_attention(ctx, new_queries, weights=mask.float())
         at = torch.arange(ctx.seen - q, ctx.seen)[mask].to(ctx.positions.device)  # the reply queries' positions
         seen += (len(at) - torch.searchsorted(at, ctx.positions.contiguous())).to(seen)
 

@@ -6,7 +6,7 @@ import torch
 from tinymodels import random_ids, tiny_model
 
 import kvstore
-from kvstore.policies.base import attention_received
+from kvstore.policies.base import attention_received, received_sums
 
 
 def _dense(q, k, scale, valid=None):
@@ -32,6 +32,25 @@ def test_chunked_statistics_equal_the_dense_ones(max_elems):
         torch.testing.assert_close(got, _dense(q, k, 0.3, v), atol=1e-5, rtol=1e-5)
     top = attention_received(q, k, 0.3, None, max_elems=max_elems, reduce="max")
     assert top.shape == (4, 50) and float(top.max()) <= 1.0
+
+
+@pytest.mark.parametrize("max_elems", [1, 3 * 4 * 50, 1 << 24])
+def test_several_weightings_in_one_pass_equal_each_alone(max_elems):
+    g = torch.Generator().manual_seed(2)
+    q, k = torch.randn(4, 37, 8, generator=g), torch.randn(2, 50, 8, generator=g)
+    reply = (torch.rand(37, generator=g) > 0.5).float()
+    coefs = torch.stack([torch.ones(37), reply, torch.rand(37, generator=g)])
+    got = received_sums(q, k, 0.3, None, max_elems, coefs)  # [3, Hq, T]
+    for row, weights in zip(got, coefs, strict=True):
+        torch.testing.assert_close(row, _dense_weighted(q, k, 0.3, weights), atol=1e-5, rtol=1e-5)
+
+
+def _dense_weighted(q, k, scale, weights):
+    hq, n, _ = q.shape
+    hkv, t, _ = k.shape
+    logits = torch.einsum("hqd,htd->hqt", q, k.repeat_interleave(hq // hkv, 0)) * scale
+    causal = torch.arange(t)[None, :] > (t - n + torch.arange(n))[:, None]
+    return (logits.masked_fill(causal, float("-inf")).softmax(-1) * weights[None, :, None]).sum(1)
 
 
 def test_h2o_accumulates_the_models_own_attention():
