@@ -10,6 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kvstore.errors import KVStoreError
+
+
+class ServedError(KVStoreError):
+    """The server under benchmark refused a request or cut its stream (printed as one line)."""
+
 
 @dataclass
 class Timed:
@@ -43,7 +49,10 @@ def stream_chat(
     try:
         resp = urllib.request.urlopen(req, timeout=timeout)
     except urllib.error.HTTPError as exc:
-        raise RuntimeError(f"HTTP {exc.code}: {exc.read().decode(errors='replace')[:500]}") from None
+        raise ServedError(
+            f"the server refused a benchmark request (HTTP {exc.code}: {exc.read().decode(errors='replace')[:300]}); "
+            "on this machine, try fewer --clients or a shorter --prompt-tokens"
+        ) from None
     with resp:
         for raw in resp:
             line = raw.decode().strip()
@@ -51,7 +60,7 @@ def stream_chat(
                 continue
             event = json.loads(line[6:])
             if "error" in event:
-                raise RuntimeError(event["error"]["message"])
+                raise ServedError(f"a benchmark stream ended with an error: {event['error']['message']}")
             for choice in event.get("choices", []):
                 if piece := choice["delta"].get("content"):
                     ttft = ttft if ttft is not None else time.perf_counter() - t0
