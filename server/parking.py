@@ -155,8 +155,7 @@ def _remove(reason: str, *paths: Path) -> None:
 
 def _read_entry(sidecar: Path, path: Path, model, session_config) -> Entry:
     """The registry entry of a parked session, after checking its session file (format, checksum, model, config)."""
-    from kvstore.session.config import SessionConfig
-    from kvstore.session.persist import _check_config, _check_model, read_session_file
+    from kvstore.session.persist import check_session_file
 
     doc = json.loads(sidecar.read_text())
     if doc.get("format") != FORMAT or doc.get("version") != VERSION:
@@ -164,9 +163,7 @@ def _read_entry(sidecar: Path, path: Path, model, session_config) -> Entry:
     if session_path(sidecar.parent, doc["id"]) != path:
         raise ValueError("its session id does not name this file")
     try:
-        saved, _ = read_session_file(path)
-        _check_model(path, saved["model"], model)
-        _check_config(path, SessionConfig.from_dict(saved["config"]), replace(session_config, seed=int(doc["seed"])))
+        check_session_file(path, model, replace(session_config, seed=int(doc["seed"])))
     except KVStoreError as exc:
         raise ValueError(str(exc)) from None
     idle = max(0.0, time.time() - float(doc["last_used"]))

@@ -121,6 +121,16 @@ def _checksum(header: str, tensors: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
+def check_session_file(path: Path, model, expect) -> None:
+    """KVStoreError unless `path` is a readable session file (format, checksum) that `model` with the cache config
+    `expect` (a SessionConfig) can continue, as `load_session` would find; nothing is loaded onto the model."""
+    from kvstore.session.session import SessionConfig
+
+    doc, _ = read_session_file(path)
+    _check_config(path, SessionConfig.from_dict(doc["config"]), expect)
+    _check_model(path, doc["model"], model)
+
+
 def _check_config(path: Path, saved, expect) -> None:
     for name in _CHECKED_CONFIG:
         if getattr(saved, name) != getattr(expect, name):
