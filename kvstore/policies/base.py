@@ -221,29 +221,29 @@ def head_token_attention(
     queries and averaged over the query heads of each kv head: [B, Hkv, T]. Queries sit at the last positions;
     `weights` [q] weighs each query's share of a sum (e.g. 0/1: only some queries count)."""
     q = ctx.queries if queries is None else queries
-    b, hkv = ctx.keys.shape[:2]
+    if reduce == "sum":
+        return head_token_sums(ctx, q, [weights])[0]
+    hkv = ctx.keys.shape[1]
     rows = []
-    for i in range(b):
+    for i in range(ctx.keys.shape[0]):  # the max: the torch path only
         valid = None if ctx.valid is None else ctx.valid[i]
-        fused = ctx.triton and reduce == "sum"
-        s = received_triton(q[i], ctx.keys[i], ctx.scaling, valid, weights) if fused else None
-        if s is None:  # the torch path: the CPU, a max, or no working Triton here
-            s = per_kv_head(
-                attention_received(q[i], ctx.keys[i], ctx.scaling, valid, ctx.max_elems, reduce, weights), hkv
-            )
-        rows.append(s)
+        rows.append(per_kv_head(attention_received(q[i], ctx.keys[i], ctx.scaling, valid, ctx.max_elems, reduce), hkv))
     return torch.stack(rows)
 
 
-def head_token_sums(ctx: ScoreContext, queries: torch.Tensor, coefs: torch.Tensor) -> torch.Tensor:
-    """head_token_attention's sums for k weightings of the same `queries` [B, Hq, q, D] (coefs [k, q], e.g. every
-    query and the reply's only): [k, B, Hkv, T], from one pass over the logits on the torch path (the fused kernel
-    runs once per weighting)."""
+def head_token_sums(ctx: ScoreContext, queries: torch.Tensor, weightings: list[torch.Tensor | None]) -> torch.Tensor:
+    """head_token_attention's sums for k weightings of the same `queries` [B, Hq, q, D] (each [q], or None: every
+    query once; e.g. every query and the reply's only): [k, B, Hkv, T], from one pass over the logits on the torch
+    path (the fused Triton kernel, where it runs, once per weighting)."""
     b, hkv, t = ctx.keys.shape[:3]
+    q = queries.shape[2]
+    coefs = torch.stack([torch.ones(q) if w is None else w.float().cpu() for w in weightings])  # [k, q]
     rows = []
     for i in range(b):
         valid = None if ctx.valid is None else ctx.valid[i]
-        fused = [received_triton(queries[i], ctx.keys[i], ctx.scaling, valid, w) for w in coefs] if ctx.triton else []
+        fused = (
+            [received_triton(queries[i], ctx.keys[i], ctx.scaling, valid, w) for w in weightings] if ctx.triton else []
+        )
         if fused and all(s is not None for s in fused):
             rows.append(torch.stack(fused))
             continue

@@ -80,7 +80,7 @@ class NexusAgentPolicy(NexusHeadPolicy):
         if m == q:  # every query is the reply's: one sum serves both terms
             received = reply = head_token_attention(ctx, new_queries)
         else:  # both sums from the same logits: every query's, and the reply queries' only
-            received, reply = head_token_sums(ctx, new_queries, torch.stack([torch.ones(q), mask.float()]))
+            received, reply = head_token_sums(ctx, new_queries, [None, mask.float()])
         ctx.state["acc"] += received
         ctx.state["reply_acc"] += reply
         seen = ctx.state["reply_seen"]  # per held token: the reply queries that could attend it
