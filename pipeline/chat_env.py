@@ -24,6 +24,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from pipeline.chat_snapshot import read_inside
 from pipeline.files import safe_name
 from swe_env.pyenv import READY, PyEnv, PyEnvConfig
 
@@ -39,10 +40,11 @@ def plan(repo: Path, cfg: PyEnvConfig | None = None) -> PyEnv:
     from swe_env.envs.recipes import Recipe, host_python
 
     cfg = cfg or PyEnvConfig()
-    if any((repo / f).is_file() for f in PACKAGING):
+    found = {name: read_inside(repo, name) for name in KEY_FILES}  # never through a link the agent planted
+    if any(found[f] is not None for f in PACKAGING):
         recipe = Recipe(host_python(), install="python -m pip install -e .", source="the repo installed editable")
-    elif (repo / REQUIREMENTS).is_file():
-        lines = (repo / REQUIREMENTS).read_text(errors="replace").splitlines()
+    elif found[REQUIREMENTS] is not None:
+        lines = found[REQUIREMENTS].decode(errors="replace").splitlines()
         reqs = tuple(x.strip() for x in lines if x.strip() and not x.lstrip().startswith(("#", "-e")))
         recipe = Recipe(host_python(), requirements=reqs, source=f"its {REQUIREMENTS} installed")
     else:
@@ -50,7 +52,7 @@ def plan(repo: Path, cfg: PyEnvConfig | None = None) -> PyEnv:
     interp = find_interpreter(recipe.python)
     files = hashlib.sha256()
     for name in KEY_FILES:
-        files.update(name.encode() + b"\0" + ((repo / name).read_bytes() if (repo / name).is_file() else b"") + b"\0")
+        files.update(name.encode() + b"\0" + (found[name] or b"") + b"\0")
     files.update(f"{interp.executable}\0{recipe.digest()}\0{' '.join(cfg.test_packages)}".encode())
     if recipe.install:  # the repo itself is in it: one env per repo
         where = hashlib.sha256(str(repo.resolve()).encode()).hexdigest()[:10]
