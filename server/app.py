@@ -17,7 +17,7 @@ from kvstore.errors import KVStoreError
 from server.api import ChatRequest, check_for_model
 from server.asgi import build_app
 from server.batching import Job, Scheduler
-from server.config import ServeConfig, ServeError
+from server.config import ServeConfig, ServeError, shutting_down
 from server.listen import bind, make_uvicorn
 from server.metrics import Metrics
 from server.parking import keep_across_restarts
@@ -114,7 +114,7 @@ class Server:
         e.g. too many sessions, too long). `events`: where the scheduler puts the job's events (default: a
         queue.Queue)."""
         if self.scheduler.stopping:
-            raise ServeError("the server is shutting down; retry against its next start", 503, "server_shutdown")
+            raise shutting_down()
         constraint = check_for_model(req, self.scheduler.tokenizer)  # a grammar compiles here, not on the scheduler
         entry, known = self.registry.claim(req.messages, req.session_id, req.seed)
         messages = req.messages[known:]

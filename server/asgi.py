@@ -26,14 +26,13 @@ from starlette.routing import Route
 
 from server import api
 from server.batching import Job, internal_error
-from server.config import ServeError
+from server.config import ServeError, shutting_down
 
 if TYPE_CHECKING:
     from server.app import Server
 
 OPEN_PATHS = ("/health", "/metrics")  # answered without the API key (load balancers, Prometheus scrapers)
 POLL_S = 1.0  # how often a request waiting on the scheduler checks that it still runs
-GONE = ServeError("the server is shutting down; retry against its next start", 503, "server_shutdown")
 
 
 class Events:
@@ -55,7 +54,7 @@ class Events:
                 return await asyncio.wait_for(self.queue.get(), POLL_S)
             except TimeoutError:
                 if not alive():
-                    return "error", GONE
+                    return "error", shutting_down()
 
 
 def build_app(server: Server):

@@ -23,7 +23,7 @@ from typing import Any
 from kvstore.errors import KVStoreError
 from server import api, heap
 from server.calls import Calls
-from server.config import ServeConfig, ServeError
+from server.config import ServeConfig, ServeError, shutting_down
 from server.memory import bytes_per_token, cache_bytes, peak_tokens, session_cache_options
 from server.messages import Said, cut_at_stop
 from server.metrics import Metrics
@@ -125,7 +125,7 @@ class Scheduler(threading.Thread):
         waiting or decoding ends with an error (its stream with an error event), then the `on_stop` hooks run (e.g.
         keeping the idle sessions), with the model still this thread's alone."""
         self._take(block=False)
-        gone = ServeError("the server is shutting down; retry against its next start", 503, "server_shutdown")
+        gone = shutting_down()
         for job in list(self.active) + self.waiting:
             self._fail(job, gone)
         self.waiting, self.prefilling = [], None

@@ -24,6 +24,11 @@ class ServeError(KVStoreError):
         self.status, self.kind = status, kind
 
 
+def shutting_down() -> ServeError:
+    """What a request still waiting or decoding gets once the server stops (its stream: an error event)."""
+    return ServeError("the server is shutting down; retry against its next start", 503, "server_shutdown")
+
+
 @dataclass
 class ServeConfig:
     """What one server process holds and how it shares it among sessions."""
