@@ -5,7 +5,8 @@
 are what the cache calls: the Triton kernels on CUDA when triton is importable (or on the CPU when NEXUS_FORCE_TRITON=1
 and TRITON_INTERPRET=1, for tests), the torch paths otherwise. Triton is optional (extra `gpu`): nothing here imports it
 until a kernel runs. A kernel that fails to compile or run sends every later call of this process to the torch paths,
-with one warning.
+with one warning. `decode_attention_triton` (one decoded query's attention output and the mass each held key receives,
+in one pass over the keys) is for the cache's attention wrapper.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ import torch
 from kvstore.cache.scoring import kv_head_block_scores, window_block_scores
 
 __all__ = [
+    "decode_attention_triton",
     "kv_head_block_scores_auto",
     "received_triton",
     "triton_available",
+    "triton_decode_attention",
     "triton_error",
     "triton_received_attention",
     "triton_window_block_scores",
@@ -80,6 +83,21 @@ def triton_received_attention(
     return kernel(queries, keys, scale, key_valid, weights)
 
 
+def triton_decode_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scale: float | None = None,
+    key_valid: torch.Tensor | None = None,
+    lengths: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused decode attention (out [B, 1, Hq, D], mass [B, Hkv, T]) of `kvstore.kernels.triton_decode` (needs triton;
+    see its docstring)."""
+    from kvstore.kernels.triton_decode import triton_decode_attention as kernel
+
+    return kernel(query, key, value, scale, key_valid, lengths)
+
+
 def _triton_or_none(kernel, keys: torch.Tensor, *args):
     """kernel(..., keys, ...) when the Triton path runs for `keys`' device; None when it does not or fails (the
     caller takes its torch path). `args` are the kernel's arguments, `keys` among them."""
@@ -126,3 +144,20 @@ def received_triton(
     if queries.dtype != keys.dtype or queries.shape[-2] < MIN_FUSED_ROWS:
         return None
     return _triton_or_none(triton_received_attention, keys, queries, keys, scale, key_valid, weights)
+
+
+def decode_attention_triton(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scale: float | None = None,
+    key_valid: torch.Tensor | None = None,
+    lengths: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Attention output [B, 1, Hq, D] of one decoded query per sequence (query [B, Hq, 1, D], key/value
+    [B, Hkv, T, D]) and the mass each held key receives [B, Hkv, T] fp32, fused (`kvstore.kernels.triton_decode`),
+    when the Triton path runs; None: take the torch path (`kvstore.cache.decode_attention.decode_attention_with_mass`),
+    also for more than one query or mixed dtypes."""
+    if query.dim() != 4 or query.shape[-2] != 1 or not (query.dtype == key.dtype == value.dtype):
+        return None
+    return _triton_or_none(triton_decode_attention, key, query, key, value, scale, key_valid, lengths)
