@@ -7,7 +7,10 @@ one 512-token prefill chunk, the peak extra memory of each (benchmarks.memtrack)
 decoded token: (eviction_step / decode_slack + observe) / decode_step for policies that evict in decode;
 prefill-only policies evict once per multi-token forward (observe only, here zero). Per context also the
 time of one 512-token prefill chunk of the full cache (an agent turn's new message arrives in such chunks) and each
-policy's share of it: (observe_chunk + eviction_step) / prefill_chunk.
+policy's share of it: (observe_chunk + eviction_step) / prefill_chunk, where observe_chunk is the statistics in a pass
+of their own; and the same chunk onto the policy's cache, timed alternately with the full cache's from the same saved
+states (`chunk_with_stats_ms`, `stats_in_chunk_pct`): what the statistics cost inside a real forward, where the
+static engine computes them in the attention pass (kvstore.cache.prefill_attention).
 
 The contexts run on a random-weight model: the tiny Qwen3 (CPU, seconds) or, with `--shape qwen3-8b|qwen3-32b`, a
 model of that real shape in bf16 (`--device cuda`: the cost on a GPU at the product model's size; `--layers` builds
@@ -27,6 +30,7 @@ from rich.console import Console
 import kvstore
 from benchmarks.common import console, median_time, table, tiny_qwen3, write_json
 from benchmarks.memtrack import peak_extra_bytes
+from kvstore.cache.snapshot import export_state, restore_cache
 from kvstore.defaults import DEFAULT_MODEL
 
 PREFILL_CHUNK = 512
@@ -37,7 +41,8 @@ MIB = 1 << 20
 def _filled_cache(model, policy: str, context: int, chunk: int, **options):
     """A cache holding `context` tokens (budget above context, so nothing is evicted while filling), measured as
     inside an agent's reply: every new query is the reply's too (nexus-agent's reply term works on every call)."""
-    cache = kvstore.make_cache(model, policy, budget=context + 64, seed=0, **options)
+    # room for one more prefill chunk: the chunk timed beside the full cache's observes but does not evict
+    cache = kvstore.make_cache(model, policy, budget=context + 64 + PREFILL_CHUNK, seed=0, **options)
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(0))
     kvstore.prefill(model, cache, ids.to(model.device), chunk_size=chunk)
@@ -90,29 +95,40 @@ def measure(
     then give this context's rows the time of one 512-token prefill chunk and each policy's share of it."""
     full = _filled_cache(model, "full", context, chunk=1024)
     decode_one = _decode_timer(model, full)
-    first = len(rows)
+    full_saved = export_state(full)
     for policy in policies:
         cache = _filled_cache(model, policy, context, chunk=1024, **options)
         row = {"model": name, "context": context, "policy": policy, "triton": options.get("use_triton") is not False}
-        rows.append(row | _measure(cache, decode_one, repeats))
-        console.print(f"  {policy}: evict {rows[-1]['eviction_step_ms']:.2f} ms")
+        row |= _measure(cache, decode_one, repeats)
+        # a turn's new message, per chunk: the policy's statistics and one eviction step, beside the full cache
+        full_s, policy_s = chunk_pair(model, full_saved, export_state(cache), PREFILL_CHUNK_REPEATS)
+        row["prefill_chunk_ms"], row["chunk_with_stats_ms"] = full_s * 1e3, policy_s * 1e3
+        row["prefill_overhead_pct"] = 100.0 * (row["observe_chunk_ms"] + row["eviction_step_ms"]) / (full_s * 1e3)
+        row["stats_in_chunk_pct"] = 100.0 * (policy_s - full_s) / full_s
+        rows.append(row)
+        console.print(
+            f"  {policy}: evict {row['eviction_step_ms']:.2f} ms, chunk {policy_s:.2f} s vs {full_s:.2f} s full"
+        )
         del cache  # one policy's cache at a time (a 32K context of a 32B model holds 8 GiB)
         if save:
             save()
-    device = full.layers[0].keys.device
-    chunk_s = median_time(_chunk_timer(model, full), PREFILL_CHUNK_REPEATS, device, warmup=1)
-    for r in rows[first:]:  # a turn's new message, per chunk: the policy's statistics and one eviction step
-        r["prefill_chunk_ms"] = chunk_s * 1e3
-        r["prefill_overhead_pct"] = 100.0 * (r["observe_chunk_ms"] + r["eviction_step_ms"]) / r["prefill_chunk_ms"]
-    if save:
-        save()
 
 
-def _chunk_timer(model, full):
-    """One 512-token prefill chunk onto the full cache (it grows by the chunk each time: 2K tokens over the
-    warm-up and the timed repetitions, measured after every policy's rows)."""
-    ids = torch.ones(1, PREFILL_CHUNK, dtype=torch.int64, device=next(model.parameters()).device)
-    return lambda: kvstore.forward(model, full, ids)
+def chunk_pair(model, full_saved, policy_saved, repeats: int) -> tuple[float, float]:
+    """Median seconds of one 512-token prefill chunk onto the full cache and onto the policy's (its budget leaves
+    room: nothing is evicted, so the difference is what its statistics cost inside the forward, where they are
+    computed in the attention pass or beside it), alternated and each from the same saved state, after one
+    untimed pair."""
+    device = next(model.parameters()).device
+    ids = torch.ones(1, PREFILL_CHUNK, dtype=torch.int64, device=device)
+    times: dict[int, list[float]] = {0: [], 1: []}
+    for _ in range(repeats + 1):
+        for which, saved in enumerate((full_saved, policy_saved)):
+            cache = restore_cache(model, *saved)
+            cache.reply_from = 0  # inside the agent's reply, as the other columns measure
+            times[which].append(median_time(lambda c=cache: kvstore.forward(model, c, ids), 1, device, warmup=0))
+            del cache
+    return statistics.median(times[0][1:]), statistics.median(times[1][1:])
 
 
 def _measure(cache, decode_one, repeats: int) -> dict:
@@ -158,6 +174,8 @@ COLUMNS = [
     "amortized_overhead_pct",
     "prefill_chunk_ms",
     "prefill_overhead_pct",
+    "chunk_with_stats_ms",
+    "stats_in_chunk_pct",
 ]
 
 

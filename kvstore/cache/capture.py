@@ -4,7 +4,10 @@ A wrapper of the model's own attention function is registered in transformers' `
 matching mask function in `AttentionMaskInterface`) under "nexus_<impl>". The cache layer that was just updated
 hands itself over here (`hand_over`); the wrapper then (1) aligns the mask to that layer's held keys, (2) calls the
 real kernel, and (3) gives the layer the queries exactly as attention used them (after RoPE / q-norm), after which
-the layer may evict. With no evicting layer pending (e.g. a plain DynamicCache), the wrapper is a pass-through.
+the layer may evict. The static engine's layers take faster paths where they apply (`_fused`): a decode step by
+kvstore.cache.decode_attention, and a multi-token forward by kvstore.cache.prefill_attention, each also giving the
+policy the attention its held keys received, so that its statistics need no pass of their own. With no evicting
+layer pending (e.g. a plain DynamicCache), the wrapper is a pass-through.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
-from kvstore.cache import decode_attention
+from kvstore.cache import decode_attention, prefill_attention
 from kvstore.errors import KVStoreError
 
 PREFIX = "nexus_"
@@ -45,14 +48,6 @@ def _base_function(impl: str, module: torch.nn.Module):
     return AttentionInterface._global_mapping[impl]
 
 
-def causal_mask(q: int, kv: int, device: torch.device) -> torch.Tensor:
-    """The mask sdpa implies for q new queries after kv - q held keys: [1, 1, q, kv] bool, every held key and the
-    new keys up to each query."""
-    j = torch.arange(kv, device=device)
-    i = torch.arange(q, device=device)
-    return (j[None, :] <= kv - q + i[:, None])[None, None]
-
-
 def _align_mask(mask: torch.Tensor | None, kv_len: int) -> torch.Tensor | None:
     """Keep the right-most kv_len columns: the cache reports the largest held length over layers, and a layer
     holding fewer keys must keep the causal block of the new tokens aligned to the right edge."""
@@ -67,8 +62,12 @@ def _make_wrapper(impl: str):
         attention_mask = _align_mask(attention_mask, key.shape[-2])
         if layer is not None:
             attention_mask = layer.head_mask(attention_mask, query, impl)
+        out = _fused(layer, impl, query, key, value, attention_mask, kwargs)
+        if out is not None:  # the layer observed what the attention pass computed, and may have evicted
+            return out, None
         fn = _base_function(impl, module)
-        if getattr(layer, "fast_decode", False) and impl == "sdpa" and decode_attention.applies(query, attention_mask):
+        fast = getattr(layer, "fast_attention", False) and impl == "sdpa"
+        if fast and decode_attention.applies(query, attention_mask, **kwargs):
             fn = decode_attention.decode_attention  # a CPU decode step of the static engine: faster than torch's sdpa
         out = fn(module, query, key, value, attention_mask, **kwargs)
         if layer is not None:
@@ -77,6 +76,31 @@ def _make_wrapper(impl: str):
 
     attention.__name__ = f"{PREFIX}{impl}_attention"
     return attention
+
+
+def _fused(layer, impl: str, query, key, value, attention_mask, kwargs) -> torch.Tensor | None:
+    """The attention output, where the static engine's pass also gives the layer what its policy observes (handed
+    over with after_attention): a multi-token forward on the CPU (kvstore.cache.prefill_attention), a decode step on
+    the CPU (sdpa's place) or on a GPU with triton (any implementation's place; kvstore.cache.decode_attention). None:
+    attend as before, and the policy observes in its own pass."""
+    if not getattr(layer, "fast_attention", False) or not decode_attention.plain(kwargs):
+        return None
+    scaling = kwargs.get("scaling")
+    if query.shape[-2] == 1 and attention_mask is None and (impl == "sdpa" or query.device.type == "cuda"):
+        fused = decode_attention.attention_with_mass(query, key, value, scaling) if layer.observes_by_sums() else None
+        if fused is None:
+            return None
+        out, mass = fused
+        layer.after_attention(query, scaling=scaling, mass=mass)
+        return out
+    if impl == "sdpa" and prefill_attention.applies(query, key, attention_mask, **kwargs):
+        coefs = layer.fused_weightings(query.shape[-2])
+        if coefs is None:
+            return None
+        out, sums = prefill_attention.attention_with_sums(query, key, value, scaling, coefs)
+        layer.after_attention(query, scaling=scaling, sums=sums)
+        return out
+    return None
 
 
 def install(model: torch.nn.Module) -> str:

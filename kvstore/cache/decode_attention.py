@@ -5,7 +5,11 @@ call took 1.8x as long as this matmul-softmax-matmul at 1K held keys and 2.1x at
 full cache ran 1.31x (1K) and 2.0x (4K) faster with it in sdpa's place (docs/benchmarks.md, "Decode by KV storage
 engine"). It reads the held keys and values as they are (views of the layer's buffers, kvstore.cache.buffers): no
 repeat of the kv heads, no copy. Same signature and result as transformers' sdpa attention function for q = 1
-without a mask. Not routed to yet: that is one condition in kvstore.cache.capture's wrapper (`applies`).
+without a mask (`applies`: kvstore.cache.capture's wrapper routes the static engine's CPU decode steps here).
+
+A policy that accumulates the attention its held tokens receive (H2O, the default memory) gets it from the same
+pass (`attention_with_mass`: the probabilities are there already), instead of a second pass over the keys for every
+`observe_batch` decoded tokens.
 """
 
 from __future__ import annotations
@@ -13,9 +17,31 @@ from __future__ import annotations
 import torch
 
 
-def applies(query: torch.Tensor, attention_mask: torch.Tensor | None) -> bool:
-    """Whether `decode_attention` stands for sdpa here: one query per sequence, no mask, on the CPU."""
-    return query.shape[-2] == 1 and attention_mask is None and query.device.type == "cpu"
+def applies(query: torch.Tensor, attention_mask: torch.Tensor | None, **kwargs) -> bool:
+    """Whether `decode_attention` stands for sdpa here: one query per sequence, no mask, no attention variant
+    (sliding window, soft-capping, sinks, dropout), on the CPU."""
+    return query.shape[-2] == 1 and attention_mask is None and query.device.type == "cpu" and plain(kwargs)
+
+
+def plain(kwargs: dict) -> bool:
+    """Whether an attention function's keyword arguments ask for plain softmax attention: no dropout, no sliding
+    window, soft-capping or attention sinks (which these paths do not implement)."""
+    return not kwargs.get("dropout") and all(
+        kwargs.get(name) is None for name in ("sliding_window", "softcap", "s_aux")
+    )
+
+
+def attention_with_mass(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """One decoded query per sequence: the output [B, 1, Hq, D] and the mass each held key receives [B, Hkv, T]
+    fp32 from the same pass over the keys. On the CPU `decode_attention_with_mass`; on a GPU the fused Triton kernel
+    (kvstore.kernels.triton_decode), or None where it does not run (no triton: the caller attends as before)."""
+    if query.device.type == "cpu":
+        return decode_attention_with_mass(query, key, value, scale)
+    from kvstore.kernels import decode_attention_triton
+
+    return decode_attention_triton(query, key, value, scale)
 
 
 def decode_attention(
@@ -35,3 +61,38 @@ def decode_attention(
     logits = torch.matmul(grouped, key.transpose(-1, -2)).float() * scale  # [B, Hkv, G, T]
     out = torch.matmul(logits.softmax(-1).to(value.dtype), value)  # [B, Hkv, G, D]
     return out.reshape(b, hq, 1, d).transpose(1, 2).contiguous(), None
+
+
+def decode_attention_with_mass(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scale: float | None = None,
+    key_valid: torch.Tensor | None = None,
+    lengths: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`decode_attention`'s output and the attention mass each held key receives, the torch path (and reference) of
+    `kvstore.kernels.triton_decode.triton_decode_attention`.
+
+    query [B, Hq, 1, D], key/value [B, Hkv, T, D]; key_valid [B, Hkv, T] bool (the slots that hold a token; None:
+    all); lengths [B] (keys from lengths[b] on are not held; None: T). Returns out [B, 1, Hq, D] (without a mask,
+    `decode_attention`'s exactly) and mass [B, Hkv, T] float32: the softmax probability of each key per query head,
+    averaged over the query heads of its kv head (`per_kv_head(attention_received(...))` of the one query). A
+    sequence that holds no key gets output 0 and mass 0.
+    """
+    b, hq, _, d = query.shape
+    hkv, t = key.shape[1], key.shape[2]
+    grouped = query.reshape(b, hkv, hq // hkv, d)  # query head h reads kv head h // (Hq / Hkv)
+    scale = scale if scale is not None else d**-0.5
+    logits = torch.matmul(grouped, key.transpose(-1, -2)).float() * scale  # [B, Hkv, G, T]
+    held = None if key_valid is None else key_valid.to(logits.device, torch.bool)
+    if lengths is not None:
+        in_length = torch.arange(t, device=logits.device) < lengths.to(logits.device)[:, None]  # [B, T]
+        held = in_length[:, None] if held is None else held & in_length[:, None]
+    if held is not None:
+        logits.masked_fill_(~held[:, :, None], float("-inf"))
+    probs = logits.softmax(-1)
+    if held is not None:
+        probs = probs.nan_to_num_(0.0)  # a sequence (kv head) that holds no key: softmax over -inf only
+    out = torch.matmul(probs.to(value.dtype), value)  # [B, Hkv, G, D]
+    return out.reshape(b, hq, 1, d).transpose(1, 2).contiguous(), probs.mean(2)

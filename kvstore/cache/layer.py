@@ -12,9 +12,10 @@ from transformers.cache_utils import DynamicLayer
 from kvstore.cache import capture
 from kvstore.cache.buffers import make_store
 from kvstore.cache.eviction import plan_eviction
+from kvstore.cache.prefill_attention import causal_mask
 from kvstore.cache.stats import LayerStats
 from kvstore.errors import KVStoreError
-from kvstore.policies.base import ScoreContext
+from kvstore.policies.base import Policy, ScoreContext
 
 if TYPE_CHECKING:
     from kvstore.cache.evicting import EvictingCache
@@ -28,11 +29,13 @@ class EvictingLayer(DynamicLayer):
         super().__init__()
         self.layer_idx = layer_idx
         self._owner = weakref.ref(owner)  # not a cycle: a cache no one holds frees its buffers at once, not at a gc
-        self.fast_decode = owner.config.engine == "static"  # a CPU decode step reads its keys by decode_attention
+        # the static engine's CPU attention paths (kvstore.cache.capture): decode_attention, prefill_attention
+        self.fast_attention = owner.config.engine == "static"
         self.seen = 0  # tokens seen (new tokens continue at this position)
         self.window_q: torch.Tensor | None = None  # [B, Hq, <=W, D]
         self.query: torch.Tensor | None = None  # [B, Hq, q, D] the current attention call's queries (for observers)
         self.pending_q: list[torch.Tensor] = []  # [B, Hq, q, D] each: queries of the last positions not yet observed
+        self.pending_mass: list[torch.Tensor] = []  # [B, Hkv, T_i] each: what decode step i's attention pass gave
         self.last_q_len = 0
         self.stats = LayerStats()
 
@@ -73,6 +76,8 @@ class EvictingLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         bsz, hkv, q, _ = key_states.shape
         dev = key_states.device
+        if q > 1 and self.pending_q and len(self.pending_mass) == len(self.pending_q):
+            self.flush_observations()  # decoded tokens' masses, while they are still the last positions
         fresh = {"keys": key_states, "values": value_states}
         fresh["positions"] = torch.arange(self.seen, self.seen + q, device=dev).expand(bsz, hkv, q)
         for name in self.owner.policy.token_state:
@@ -112,26 +117,61 @@ class EvictingLayer(DynamicLayer):
         kv = self.valid.shape[-1]
         allowed = self.valid.repeat_interleave(hq // self.valid.shape[1], dim=1)[:, :, None, :]  # [B, Hq, 1, kv]
         if mask is None:  # the causal mask sdpa would have implied: held keys are past, new ones causal
-            mask = capture.causal_mask(q, kv, query.device)
+            mask = causal_mask(q, kv, query.device)
         if mask.dtype == torch.bool:
             return mask & allowed
         return mask.masked_fill(~allowed, torch.finfo(mask.dtype).min)
 
-    def after_attention(self, query: torch.Tensor, scaling: float | None = None) -> None:
-        """Record the window queries, let the policy observe, and evict if this layer is over budget + slack."""
+    def observes_by_sums(self) -> bool:
+        """Whether the policy's statistics are attention sums over the held keys (Policy.observe_weightings) that
+        an attention pass may hand over: it observes, says which sums, and heads are not masked."""
+        policy = self.owner.policy
+        return (
+            policy.observes and type(policy).observe_weightings is not Policy.observe_weightings and self.valid is None
+        )
+
+    def fused_weightings(self, q: int) -> torch.Tensor | None:
+        """[k, q]: the weightings of a multi-token forward's q queries whose attention sums the policy observes,
+        for the attention pass to compute them (kvstore.cache.prefill_attention); None where the policy observes in
+        its own pass: it does not observe by sums, or decoded queries are still pending without their masses (they
+        are observed together)."""
+        if not self.observes_by_sums() or self.pending_q:
+            return None
+        weightings = self.owner.policy.observe_weightings(self.score_context(with_prior=False, new=q))
+        return torch.stack([torch.ones(q) if w is None else w.float().cpu() for w in weightings])
+
+    def after_attention(
+        self,
+        query: torch.Tensor,
+        scaling: float | None = None,
+        sums: torch.Tensor | None = None,
+        mass: torch.Tensor | None = None,
+    ) -> None:
+        """Record the window queries, let the policy observe and evict if this layer is over budget + slack.
+        What the attention pass computed, where it did: `sums` [k, B, Hkv, T] for the weightings of
+        `fused_weightings` (a multi-token forward), or `mass` [B, Hkv, T] (a decode step: what each held key
+        received from the one query, observed with the next batch)."""
         self.query = query.detach()
         try:
-            self._after_attention(scaling)
+            self._after_attention(scaling, sums, mass)
         finally:
             self.query = None
 
-    def _after_attention(self, scaling: float | None) -> None:
+    def _after_attention(self, scaling: float | None, sums: torch.Tensor | None, mass: torch.Tensor | None) -> None:
         w = self.owner.policy.window
         query = self.query
         q = query[..., -w:, :]
         self.window_q = q if self.window_q is None else torch.cat([self.window_q, q], dim=-2)[..., -w:, :]
         self.scaling = scaling
-        if self.owner.policy.observes:
+        if sums is not None:  # observed in the attention pass (nothing was pending: fused_weightings flushed it)
+            t0 = self.owner.timer()
+            ctx = self.score_context(with_prior=False, new=query.shape[-2])
+            ctx.sums = sums
+            self.owner.policy.observe(ctx, query)
+            self.stats.score_s += self.owner.timer() - t0
+        elif self.owner.policy.observes:
+            if mass is not None and len(self.pending_mass) == len(self.pending_q):
+                self.pending_mass.append(mass)
             self.pending_q.append(query)  # joined once, when observed (not copied on every decoded token)
             if query.shape[-2] > 1 or len(self.pending_q) >= self.owner.config.observe_batch:
                 self.flush_observations()
@@ -144,13 +184,19 @@ class EvictingLayer(DynamicLayer):
         once; decoded tokens' statistics wait for `observe_batch` tokens (one call instead of one per token: on a GPU
         each call is dozens of kernel launches per layer) or the next multi-token forward, eviction step, saved state
         or dry-run plan, whichever comes first. The same sums as observing each forward alone: nothing is evicted
-        while queries wait, and they sit at the last positions, where the statistics mask them causally."""
+        while queries wait, and they sit at the last positions, where the statistics mask them causally. Where each
+        decoded token's attention pass gave what the held keys received (`pending_mass`, one per pending query), the
+        sums are those masses weighted, not a pass of their own."""
         if not self.pending_q:
             return
         pending = self.pending_q[0] if len(self.pending_q) == 1 else torch.cat(self.pending_q, dim=-2)
-        self.pending_q = []
+        masses = self.pending_mass if len(self.pending_mass) == len(self.pending_q) else None
+        self.pending_q, self.pending_mass = [], []
         t0 = self.owner.timer()
-        self.owner.policy.observe(self.score_context(with_prior=False, new=pending.shape[-2]), pending)
+        ctx = self.score_context(with_prior=False, new=pending.shape[-2])
+        if masses is not None:
+            ctx.sums = _weighted_masses(masses, self.owner.policy.observe_weightings(ctx), self.held())
+        self.owner.policy.observe(ctx, pending)
         self.stats.score_s += self.owner.timer() - t0
 
     # --- eviction ---------------------------------------------------------------------------------------------
@@ -245,3 +291,11 @@ class EvictingLayer(DynamicLayer):
     def allocated_bytes(self) -> int:
         """Bytes the layer's storage takes (buffer capacity included, per-token state and positions too)."""
         return self.store.allocated_bytes() if self.is_initialized else 0
+
+
+def _weighted_masses(masses: list[torch.Tensor], weightings: list[torch.Tensor | None], t: int) -> torch.Tensor:
+    """[k, B, Hkv, t]: the decoded tokens' masses ([B, Hkv, T_i] each, T_i growing by one a token: the keys after
+    a token are the later tokens', which it could not attend, so zero) summed with each weighting ([n] or None)."""
+    stacked = torch.stack([torch.nn.functional.pad(m, (0, t - m.shape[-1])) for m in masses])  # [n, B, Hkv, T]
+    coefs = torch.stack([torch.ones(len(masses)) if w is None else w.float().cpu() for w in weightings])
+    return torch.einsum("kn,nbht->kbht", coefs.to(stacked), stacked)

@@ -36,6 +36,7 @@ class ScoreContext:
     reply_queries: torch.Tensor | None = None  # [q] bool on the CPU: which of this call's new queries are the reply's
     triton: bool = True  # False: the torch paths even where the fused kernels run (CacheConfig.use_triton=False)
     own: torch.Tensor | None = None  # [B, Hkv, T] bool: held tokens the agent's replies wrote (policies reading it)
+    sums: torch.Tensor | None = None  # [k, B, Hkv, T]: the observed sums the attention pass computed (observe only)
 
 
 @dataclass
@@ -86,6 +87,12 @@ class Policy:
 
     def observe(self, ctx: ScoreContext, new_queries: torch.Tensor) -> None:
         """Called after every attention call with that call's queries [B, Hq, q, D] (H2O accumulates here)."""
+
+    def observe_weightings(self, ctx: ScoreContext) -> list[torch.Tensor | None] | None:
+        """The weightings ([q] each, or None: every query once) of the new queries whose `head_token_sums` observe
+        reads (`observed_sums`), so that the attention pass can compute them on the way (ScoreContext.sums); None:
+        observe needs something else."""
+        return None
 
     def weights(self, cand: torch.Tensor) -> torch.Tensor:
         """The candidates' scores [..., N_cand] as the selector weighs them (before protected ones are pinned)."""
@@ -250,6 +257,16 @@ def head_token_sums(ctx: ScoreContext, queries: torch.Tensor, weightings: list[t
         s = received_sums(queries[i], ctx.keys[i], ctx.scaling, valid, ctx.max_elems, coefs)  # [k, Hq, T]
         rows.append(s.view(len(coefs), hkv, -1, t).mean(2))
     return torch.stack(rows, 1)
+
+
+def observed_sums(ctx: ScoreContext, queries: torch.Tensor, weightings: list[torch.Tensor | None]) -> torch.Tensor:
+    """`head_token_sums` of the observed queries for `weightings` (a policy's observe_weightings): the ones the
+    attention pass computed (ctx.sums, kvstore.cache.prefill_attention) or a pass of their own."""
+    if ctx.sums is not None:
+        if ctx.sums.shape[0] != len(weightings):
+            raise ValueError(f"{ctx.sums.shape[0]} sums were computed for {len(weightings)} weightings")
+        return ctx.sums
+    return head_token_sums(ctx, queries, weightings)
 
 
 def mean_received(acc: torch.Tensor, ctx: ScoreContext) -> torch.Tensor:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from kvstore.cache.config import named
-from kvstore.policies.base import Policy, ScoreContext, head_token_attention, mean_received
+from kvstore.policies.base import Policy, ScoreContext, mean_received, observed_sums
 
 
 @dataclass
@@ -36,8 +36,11 @@ class H2OPolicy(Policy):
     def default_recent(self) -> float:
         return 0.5
 
+    def observe_weightings(self, ctx: ScoreContext) -> list[torch.Tensor | None]:
+        return [None]  # every new query once
+
     def observe(self, ctx: ScoreContext, new_queries: torch.Tensor) -> None:
-        ctx.state["h2o_acc"] += head_token_attention(ctx, new_queries)
+        ctx.state["h2o_acc"] += observed_sums(ctx, new_queries, [None])[0]
 
     def score(self, ctx: ScoreContext) -> torch.Tensor:
         acc = ctx.state["h2o_acc"]

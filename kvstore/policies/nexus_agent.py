@@ -8,7 +8,7 @@ import torch
 
 from kvstore.cache.scoring import block_spread
 from kvstore.errors import KVStoreError
-from kvstore.policies.base import ScoreContext, head_token_attention, head_token_sums, mean_received
+from kvstore.policies.base import ScoreContext, mean_received, observed_sums
 from kvstore.policies.nexus import NexusHeadPolicy, NexusSettings
 
 
@@ -70,18 +70,26 @@ class NexusAgentPolicy(NexusHeadPolicy):
         self.token_state = ("acc",) + replies + tuple(self.token_state)
         self.reads_own = self.settings.own_weight > 0
 
-    def observe(self, ctx: ScoreContext, new_queries: torch.Tensor) -> None:
+    def _replies(self, ctx: ScoreContext) -> int:
+        """How many of the observed queries are the agent's reply's (0 without the reply term)."""
         mask = ctx.reply_queries  # which new queries (at positions [seen - q, seen)) are the agent's reply's
+        return 0 if "reply_acc" not in ctx.state or mask is None else int(mask.sum())
+
+    def observe_weightings(self, ctx: ScoreContext) -> list[torch.Tensor | None]:
+        m = self._replies(ctx)
+        if m == 0 or m == len(ctx.reply_queries):  # every query once serves both terms (or the only one)
+            return [None]
+        return [None, ctx.reply_queries.float()]  # both sums from the same logits: every query's, the reply's only
+
+    def observe(self, ctx: ScoreContext, new_queries: torch.Tensor) -> None:
+        mask = ctx.reply_queries
         q = new_queries.shape[-2]
-        m = 0 if "reply_acc" not in ctx.state or mask is None else int(mask.sum())
-        if m == 0:
-            ctx.state["acc"] += head_token_attention(ctx, new_queries)
-            return
-        if m == q:  # every query is the reply's: one sum serves both terms
-            received = reply = head_token_attention(ctx, new_queries)
-        else:  # both sums from the same logits: every query's, and the reply queries' only
-            received, reply = head_token_sums(ctx, new_queries, [None, mask.float()])
+        m = self._replies(ctx)
+        sums = observed_sums(ctx, new_queries, self.observe_weightings(ctx))
+        received, reply = sums[0], sums[-1]
         ctx.state["acc"] += received
+        if m == 0:
+            return
         ctx.state["reply_acc"] += reply
         seen = ctx.state["reply_seen"]  # per held token: the reply queries that could attend it
         if bool(mask[q - m :].all()):  # a suffix: the reply running now (or a whole reply's forward)

@@ -1,6 +1,8 @@
 """Decoded tokens' attention statistics are gathered `observe_batch` tokens at a time (EvictingLayer.
 flush_observations): the same per-token state, the same kept tokens and the same saved state as observing every
-decoded token alone, in fewer calls."""
+decoded token alone, in fewer calls. This is the path where the decode attention does not give the statistics itself
+(the eager engine here; on a GPU without triton): the static engine's CPU decode step observes what its own pass
+computed, every token (tests/kvstore/test_prefill_attention.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ def _decoded(policy: str, observe_batch: int, steps: int, budget: int = 160, rep
     """Prefill 300 tokens, then decode `steps` tokens one at a time (as the agent's reply when `reply`); the cache
     and how many times the policy observed."""
     model = tiny_chat_model("qwen3", 4096)
-    cache = kvstore.make_cache(model, policy, budget=budget, block=16, observe_batch=observe_batch)
+    cache = kvstore.make_cache(model, policy, budget=budget, block=16, observe_batch=observe_batch, engine="eager")
     g = torch.Generator().manual_seed(3)
     kvstore.prefill(model, cache, torch.randint(0, 1000, (1, 300), generator=g), chunk_size=100)
     calls = []
