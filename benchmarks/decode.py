@@ -121,6 +121,7 @@ def step(model, run: dict) -> None:
     sync(device)
     run["times"].append(time.perf_counter() - t0)
     run["tokens"] = logits.argmax(-1)
+    run["greedy"].append(int(run["tokens"].view(-1)[0]))  # the first row's tokens, for the engines' agreement
     run["kv_bytes"].append(sum(layer.nbytes() for c in caches for layer in c.layers))
 
 
@@ -128,7 +129,7 @@ def decode_group(model, cfg: DecodeConfig, state: tuple, token: torch.Tensor, ba
     """Every engine decoding `steps` tokens from the same state, batch rows each, in turns step by step."""
     runs = [
         {"engine": e, "caches": copies(model, state, e, batch), "tokens": token.view(1).repeat(batch)}
-        | {"times": [], "kv_bytes": []}
+        | {"times": [], "kv_bytes": [], "greedy": []}
         for e in cfg.engines
     ]
     for _ in range(cfg.steps):
@@ -152,6 +153,7 @@ def row(run: dict, spec: str, context: int, batch: int, weights: int, bw: float)
         "bound_ms": bound_s * 1e3,
         "of_bound": bound_s / statistics.median(times),
         "allocated_mib": sum(layer.allocated_bytes() for c in run["caches"] for layer in c.layers) / 2**20,
+        "greedy": run["greedy"],
     }
 
 
@@ -181,12 +183,21 @@ def measure(cfg: DecodeConfig) -> dict[str, Any]:
 
 
 def with_ratios(rows: list[dict]) -> list[dict]:
-    """Each row's tokens/s over the eager engine's in the same (policy, context, batch)."""
-    base = {(r["policy"], r["context"], r["batch"]): r["tok_s"] for r in rows if r["engine"] == "eager"}
+    """Each row's tokens/s over the eager engine's in the same (policy, context, batch), and `agree`: the share of
+    its greedy tokens (first batch row) before the first that differs from the eager engine's (1.0: all the same;
+    in bf16 the engines' attention rounds differently, so a near tie may flip)."""
+    base = {(r["policy"], r["context"], r["batch"]): r for r in rows if r["engine"] == "eager"}
     for r in rows:
         b = base.get((r["policy"], r["context"], r["batch"]))
-        r["x_eager"] = r["tok_s"] / b if b else None
+        r["x_eager"] = r["tok_s"] / b["tok_s"] if b else None
+        r["agree"] = _leading_agreement(r["greedy"], b["greedy"]) if b else None
     return rows
+
+
+def _leading_agreement(a: list[int], b: list[int]) -> float:
+    """The share of a's tokens before the first position where a and b differ."""
+    same = next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(a))
+    return same / max(1, len(a))
 
 
 def targets(result: dict) -> list[list[Any]]:
@@ -203,7 +214,19 @@ def targets(result: dict) -> list[list[Any]]:
 
 def show(result: dict) -> None:
     out = Console(width=max(console.width, 150))  # tables stay whole when the output is a file
-    cols = ["policy", "context", "batch", "engine", "tok_s", "x_eager", "ms_step", "kv_mib", "bound_ms", "of_bound"]
+    cols = [
+        "policy",
+        "context",
+        "batch",
+        "engine",
+        "tok_s",
+        "x_eager",
+        "agree",
+        "ms_step",
+        "kv_mib",
+        "bound_ms",
+        "of_bound",
+    ]
     cols.append("allocated_mib")
     title = (
         f"Decode: tokens/s, ms/step (median), KV read per step, the bound (weights + KV at "

@@ -35,7 +35,8 @@ def test_quick_decode_bench_prints_its_tables_and_rows(tmp_path: Path) -> None:
     for r in rows:
         assert r["tok_s"] > 0 and r["ms_step"] > 0 and r["bound_ms"] > 0 and r["of_bound"] > 0
         if r["engine"] == "eager":
-            assert r["x_eager"] == 1.0
+            assert r["x_eager"] == 1.0 and r["agree"] == 1.0
+        assert len(r["greedy"]) == 40 and 0 <= r["agree"] <= 1  # --quick decodes 40 tokens
         if r["policy"] == "full":  # the full cache holds the prompt and the decoded tokens of every row
             assert r["kv_mib"] * 2**20 >= r["batch"] * r["context"] * 4 * 2 * 2 * 32 * 4
     evicting = [r for r in rows if r["policy"] != "full"]
