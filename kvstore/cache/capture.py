@@ -59,6 +59,10 @@ def _align_mask(mask: torch.Tensor | None, kv_len: int) -> torch.Tensor | None:
 def _make_wrapper(impl: str):
     def attention(module, query, key, value, attention_mask, **kwargs):
         layer = _take(getattr(module, "layer_idx", None))
+        if getattr(layer, "ragged", None) is not None:  # a batch of sessions (kvstore.session.batch)
+            if decode_attention.plain(kwargs):
+                return layer.attend(query, kwargs.get("scaling")), None  # each over its own buffers
+            key, value = layer.padded()
         attention_mask = _align_mask(attention_mask, key.shape[-2])
         if layer is not None:
             attention_mask = layer.head_mask(attention_mask, query, impl)

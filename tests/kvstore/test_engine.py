@@ -137,6 +137,43 @@ def test_batched_decode_matches_solo_on_either_engine() -> None:
         assert all(torch.equal(x.positions, y.positions) for x, y in zip(a.layers, b.layers, strict=True))
 
 
+def test_a_batch_on_the_cpu_attends_each_session_over_its_own_buffers(monkeypatch) -> None:
+    """No padded copy of the sessions' keys (kvstore.session.batch, `attend`), the policies' statistics from each
+    row's pass, the logits of solo steps; an attention variant the per-row pass does not do takes the padded batch."""
+    from kvstore.cache import capture
+    from kvstore.session import batch
+
+    model = tiny_model()
+    caches, solo = ([kvstore.make_cache(model, p, budget=256) for p in ("nexus-agent", "h2o", "full")] for _ in "ab")
+    for i, (a, b) in enumerate(zip(caches, solo, strict=True)):
+        for cache in (a, b):
+            kvstore.prefill(model, cache, random_ids(300 + 150 * i, seed=i), chunk_size=256)
+    padded = []
+    real = batch._right_aligned
+    monkeypatch.setattr(batch, "_right_aligned", lambda *a: padded.append(1) or real(*a))
+    for step in range(40):
+        ids = [(5 * step + i) % 100 for i in range(3)]
+        got = batched_decode(model, caches, ids)
+        want = torch.cat(
+            [kvstore.forward(model, c, torch.tensor([[t]]))[:, -1] for c, t in zip(solo, ids, strict=True)]
+        )
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    assert padded == []
+    for a, b in zip(caches, solo, strict=True):
+        a.flush_observations(), b.flush_observations()
+        for x, y in zip(a.layers, b.layers, strict=True):
+            assert torch.equal(x.positions, y.positions)
+            for name, value in y.state.items():
+                torch.testing.assert_close(x.state[name], value, atol=1e-5, rtol=1e-5)
+    # an attention variant (a sliding window, soft-capping: what `plain` refuses) takes the padded batch
+    monkeypatch.setattr(capture.decode_attention, "plain", lambda kwargs: False)
+    ids = [1, 2, 3]
+    got = batched_decode(model, caches, ids)
+    want = torch.cat([kvstore.forward(model, c, torch.tensor([[t]]))[:, -1] for c, t in zip(solo, ids, strict=True)])
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    assert len(padded) == 2 * len(caches[0].layers)  # keys and values of every layer, once
+
+
 def test_engine_option_is_checked_and_older_saves_take_the_default() -> None:
     with pytest.raises(KVStoreError, match="engine must be"):
         kvstore.make_cache(tiny_model(), "h2o", budget=256, engine="compiled-ish")
