@@ -38,6 +38,7 @@ __all__ = [
 # docs/benchmarks.md "On a GPU"; at 8K it took 0.7x). Fewer rows than this take the torch path.
 MIN_FUSED_ROWS = 16
 _failure: list[str] = []  # the first error of the Triton path in this process; the torch path is used from then on
+_verified: set[tuple[torch.device, torch.dtype]] = set()  # where the fused decode kernel matched the torch path
 
 
 def triton_error() -> str | None:
@@ -160,4 +161,28 @@ def decode_attention_triton(
     also for more than one query or mixed dtypes."""
     if query.dim() != 4 or query.shape[-2] != 1 or not (query.dtype == key.dtype == value.dtype):
         return None
-    return _triton_or_none(triton_decode_attention, key, query, key, value, scale, key_valid, lengths)
+    got = _triton_or_none(triton_decode_attention, key, query, key, value, scale, key_valid, lengths)
+    if got is None or (query.device, query.dtype) in _verified:
+        return got
+    return _checked(got, query, key, value, scale, key_valid, lengths)
+
+
+def _checked(got: tuple[torch.Tensor, torch.Tensor], query, key, value, scale, key_valid, lengths):
+    """`got`, the fused decode kernel's first result for this device and dtype, if it agrees with the torch path
+    on the same inputs; else None, and every later call of this process takes the torch paths, with one warning.
+    The kernel is tested under triton's interpreter; this guards a GPU's compiled code, which replaces the model's
+    own attention in decode."""
+    from kvstore.cache.decode_attention import decode_attention_with_mass
+
+    out, mass = decode_attention_with_mass(query, key, value, scale, key_valid, lengths)
+    tol = (1e-3, 1e-4) if query.dtype == torch.float32 else (1e-1, 1e-2)  # bf16: the torch path rounds its logits
+    out_err = float((got[0].float() - out.float()).abs().max())
+    mass_err = float((got[1].float() - mass.float()).abs().max())
+    if out_err <= tol[0] and mass_err <= tol[1]:
+        _verified.add((query.device, query.dtype))
+        return got
+    _failure.append(
+        f"the fused decode kernel disagreed with the torch path (output {out_err:.3g}, mass {mass_err:.3g})"
+    )
+    warnings.warn(f"a Triton kernel failed, using the torch paths from now on: {_failure[0]}", stacklevel=3)
+    return None

@@ -135,3 +135,23 @@ def test_dispatch(td, monkeypatch):
     _close(got, decode_attention_with_mass(q, k, v, 0.1), atol=(2e-6, 1e-6), rtol=1e-5)
     assert kernels.decode_attention_triton(q.expand(2, 4, 3, 64), k, v) is None
     assert kernels.decode_attention_triton(q.double(), k, v) is None
+
+
+def test_a_kernel_that_disagrees_on_its_first_call_is_given_up(td, monkeypatch):
+    """A compiled kernel that runs but gives other numbers than the torch path (the first call per device and dtype
+    is compared) sends the caller to the torch path from then on, with one warning."""
+    from kvstore import kernels
+
+    monkeypatch.setenv("NEXUS_FORCE_TRITON", "1")
+    monkeypatch.setattr(kernels, "_failure", [])
+    monkeypatch.setattr(kernels, "_verified", set())
+    q, k, v = _inputs(1, 4, 2, 64, 30)
+    real = kernels.triton_decode_attention
+    monkeypatch.setattr(kernels, "triton_decode_attention", lambda *a: (lambda o, m: (o + 1.0, m))(*real(*a)))
+    with pytest.warns(UserWarning, match="disagreed with the torch path"):
+        assert kernels.decode_attention_triton(q, k, v) is None
+    assert "disagreed" in kernels.triton_error()
+    assert kernels.decode_attention_triton(q, k, v) is None  # no second try: the torch paths from now on
+    monkeypatch.setattr(kernels, "_failure", [])
+    monkeypatch.setattr(kernels, "triton_decode_attention", real)
+    assert kernels.decode_attention_triton(q, k, v) is not None and kernels._verified  # a kernel that agrees
