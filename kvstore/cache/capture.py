@@ -22,6 +22,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 
 from kvstore.cache import decode_attention, prefill_attention
 from kvstore.errors import KVStoreError
+from kvstore.kernels import decode_attention_triton
 
 PREFIX = "nexus_"
 SUPPORTED = ("eager", "sdpa", "flash_attention_2", "flash_attention_3")
@@ -91,7 +92,7 @@ def _fused(layer, impl: str, query, key, value, attention_mask, kwargs) -> torch
         return None
     scaling = kwargs.get("scaling")
     if query.shape[-2] == 1 and attention_mask is None and (impl == "sdpa" or query.device.type == "cuda"):
-        fused = decode_attention.attention_with_mass(query, key, value, scaling) if layer.observes_by_sums() else None
+        fused = _attention_with_mass(query, key, value, scaling) if layer.observes_by_sums() else None
         if fused is None:
             return None
         out, mass = fused
@@ -105,6 +106,15 @@ def _fused(layer, impl: str, query, key, value, attention_mask, kwargs) -> torch
         layer.after_attention(query, scaling=scaling, sums=sums)
         return out
     return None
+
+
+def _attention_with_mass(query, key, value, scale: float | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """One decoded query per sequence: the output [B, 1, Hq, D] and the mass each held key receives [B, Hkv, T]
+    fp32 from the same pass over the keys. On the CPU decode_attention_with_mass; on a GPU the fused Triton kernel
+    (kvstore.kernels.triton_decode), or None where it does not run (no triton: attend as before)."""
+    if query.device.type == "cpu":
+        return decode_attention.decode_attention_with_mass(query, key, value, scale)
+    return decode_attention_triton(query, key, value, scale)
 
 
 def install(model: torch.nn.Module) -> str:

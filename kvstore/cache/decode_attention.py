@@ -8,8 +8,8 @@ repeat of the kv heads, no copy. Same signature and result as transformers' sdpa
 without a mask (`applies`: kvstore.cache.capture's wrapper routes the static engine's CPU decode steps here).
 
 A policy that accumulates the attention its held tokens receive (H2O, the default memory) gets it from the same
-pass (`attention_with_mass`: the probabilities are there already), instead of a second pass over the keys for every
-`observe_batch` decoded tokens.
+pass (`decode_attention_with_mass`: the probabilities are there already; kvstore.cache.capture picks it, or the
+Triton kernel on a GPU), instead of a second pass over the keys for every `observe_batch` decoded tokens.
 """
 
 from __future__ import annotations
@@ -29,19 +29,6 @@ def plain(kwargs: dict) -> bool:
     return not kwargs.get("dropout") and all(
         kwargs.get(name) is None for name in ("sliding_window", "softcap", "s_aux")
     )
-
-
-def attention_with_mass(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None
-) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """One decoded query per sequence: the output [B, 1, Hq, D] and the mass each held key receives [B, Hkv, T]
-    fp32 from the same pass over the keys. On the CPU `decode_attention_with_mass`; on a GPU the fused Triton kernel
-    (kvstore.kernels.triton_decode), or None where it does not run (no triton: the caller attends as before)."""
-    if query.device.type == "cpu":
-        return decode_attention_with_mass(query, key, value, scale)
-    from kvstore.kernels import decode_attention_triton
-
-    return decode_attention_triton(query, key, value, scale)
 
 
 def decode_attention(
