@@ -41,11 +41,7 @@ class Server:
         self.metrics = Metrics()
         self.scheduler = Scheduler(model, tokenizer, config, self.registry, self.metrics)
         keep_across_restarts(self.registry, self.scheduler)  # --park-dir: adopt its sessions now, park them at stop
-        try:
-            self.socket = bind(config)
-        except ServeError:
-            self.registry.shutdown()  # the park folder's lock: another start may take it
-            raise
+        self.socket = bind(config)
         self._port = self.socket.getsockname()[1]  # known while the socket is open or closed
         context = tls if tls is not None else tls_context(config)
         self.http = make_uvicorn(build_app(self), config, context, self._stop_scheduler, verbose)

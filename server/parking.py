@@ -11,7 +11,6 @@ the id itself.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -205,29 +204,11 @@ def free_slot(registry: Registry, entry: Entry, metrics) -> bool:
         metrics.add("sessions_parked_total")
 
 
-def lock(registry: Registry) -> None:
-    """Hold the park folder for this process's life (an exclusive lock on its `.lock`, released when the registry
-    shuts down or the process ends, even by kill -9): a second server on the same folder would adopt this one's
-    files and park over them, so it is refused with one line."""
-    folder = registry.park_dir
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise ServeError(
-            f"another nexus-agent serve is using the park folder {folder}; give each server its own --park-dir"
-        ) from None
-    registry.park_lock = fd
-
-
 def keep_across_restarts(registry: Registry, scheduler) -> None:
     """With a park folder of its own (`--park-dir`): adopt the sessions an earlier run parked there, and park every
     idle session there when the scheduler stops (its `on_stop` hook, on its thread, the model then idle)."""
     if not registry.persistent:
         return
-    lock(registry)
     count = adopt(registry, scheduler.model, scheduler.session_config)
     if count:
         log(f"adopted {count} parked sessions from {registry.park_dir}")
