@@ -41,13 +41,7 @@ def decode_attention(
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """query [B, Hq, 1, D], key/value [B, Hkv, T, D] -> ([B, 1, Hq, D], None); softmax in float32."""
-    b, hq, _, d = query.shape
-    hkv = key.shape[1]
-    grouped = query.reshape(b, hkv, hq // hkv, d)  # query head h reads kv head h // (Hq / Hkv)
-    scale = scaling if scaling is not None else d**-0.5
-    logits = _logits(grouped, key, scale)  # [B, Hkv, G, T]
-    out = torch.matmul(logits.softmax(-1).to(value.dtype), value)  # [B, Hkv, G, D]
-    return out.reshape(b, hq, 1, d).transpose(1, 2).contiguous(), None
+    return _attend(query, key, value, scaling)[0], None
 
 
 def _logits(grouped: torch.Tensor, key: torch.Tensor, scale: float) -> torch.Tensor:
@@ -75,19 +69,26 @@ def decode_attention_with_mass(
     averaged over the query heads of its kv head (`per_kv_head(attention_received(...))` of the one query). A
     sequence that holds no key gets output 0 and mass 0.
     """
-    b, hq, _, d = query.shape
-    hkv, t = key.shape[1], key.shape[2]
-    grouped = query.reshape(b, hkv, hq // hkv, d)  # query head h reads kv head h // (Hq / Hkv)
-    scale = scale if scale is not None else d**-0.5
-    logits = _logits(grouped, key, scale)  # [B, Hkv, G, T]
-    held = None if key_valid is None else key_valid.to(logits.device, torch.bool)
+    held = None if key_valid is None else key_valid.to(key.device, torch.bool)
     if lengths is not None:
-        in_length = torch.arange(t, device=logits.device) < lengths.to(logits.device)[:, None]  # [B, T]
+        in_length = torch.arange(key.shape[2], device=key.device) < lengths.to(key.device)[:, None]  # [B, T]
         held = in_length[:, None] if held is None else held & in_length[:, None]
+    out, probs = _attend(query, key, value, scale, held)
+    return out, probs.mean(2)
+
+
+def _attend(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None, held: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The output [B, 1, Hq, D] and the fp32 probabilities [B, Hkv, G, T] of one query per sequence over its kv
+    head's keys; held [B, Hkv, T] bool masks the slots without a token (a row with none: output 0, probabilities 0)."""
+    b, hq, _, d = query.shape
+    grouped = query.reshape(b, key.shape[1], -1, d)  # query head h reads kv head h // (Hq / Hkv)
+    logits = _logits(grouped, key, scale if scale is not None else d**-0.5)  # [B, Hkv, G, T]
     if held is not None:
         logits.masked_fill_(~held[:, :, None], float("-inf"))
     probs = logits.softmax(-1)
     if held is not None:
         probs = probs.nan_to_num_(0.0)  # a sequence (kv head) that holds no key: softmax over -inf only
     out = torch.matmul(probs.to(value.dtype), value)  # [B, Hkv, G, D]
-    return out.reshape(b, hq, 1, d).transpose(1, 2).contiguous(), probs.mean(2)
+    return out.reshape(b, hq, 1, d).transpose(1, 2).contiguous(), probs

@@ -15,7 +15,7 @@ from kvstore.cache.eviction import plan_eviction
 from kvstore.cache.prefill_attention import causal_mask
 from kvstore.cache.stats import LayerStats
 from kvstore.errors import KVStoreError
-from kvstore.policies.base import Policy, ScoreContext
+from kvstore.policies.base import ScoreContext, weighting_coefs
 
 if TYPE_CHECKING:
     from kvstore.cache.evicting import EvictingCache
@@ -126,9 +126,7 @@ class EvictingLayer(DynamicLayer):
         """Whether the policy's statistics are attention sums over the held keys (Policy.observe_weightings) that
         an attention pass may hand over: it observes, says which sums, and heads are not masked."""
         policy = self.owner.policy
-        return (
-            policy.observes and type(policy).observe_weightings is not Policy.observe_weightings and self.valid is None
-        )
+        return policy.observes and policy.observes_sums and self.valid is None
 
     def fused_weightings(self, q: int) -> torch.Tensor | None:
         """[k, q]: the weightings of a multi-token forward's q queries whose attention sums the policy observes,
@@ -138,7 +136,7 @@ class EvictingLayer(DynamicLayer):
         if not self.observes_by_sums() or self.pending_q:
             return None
         weightings = self.owner.policy.observe_weightings(self.score_context(with_prior=False, new=q))
-        return torch.stack([torch.ones(q) if w is None else w.float().cpu() for w in weightings])
+        return weighting_coefs(weightings, q)
 
     def after_attention(
         self,
@@ -297,5 +295,5 @@ def _weighted_masses(masses: list[torch.Tensor], weightings: list[torch.Tensor |
     """[k, B, Hkv, t]: the decoded tokens' masses ([B, Hkv, T_i] each, T_i growing by one a token: the keys after
     a token are the later tokens', which it could not attend, so zero) summed with each weighting ([n] or None)."""
     stacked = torch.stack([torch.nn.functional.pad(m, (0, t - m.shape[-1])) for m in masses])  # [n, B, Hkv, T]
-    coefs = torch.stack([torch.ones(len(masses)) if w is None else w.float().cpu() for w in weightings])
+    coefs = weighting_coefs(weightings, len(masses))
     return torch.einsum("kn,nbht->kbht", coefs.to(stacked), stacked)

@@ -88,10 +88,16 @@ class Policy:
     def observe(self, ctx: ScoreContext, new_queries: torch.Tensor) -> None:
         """Called after every attention call with that call's queries [B, Hq, q, D] (H2O accumulates here)."""
 
+    @property
+    def observes_sums(self) -> bool:
+        """Whether `observe` reads only attention sums of the new queries (overrides `observe_weightings`), which an
+        attention pass may compute on the way (kvstore.cache.prefill_attention, decode_attention)."""
+        return type(self).observe_weightings is not Policy.observe_weightings
+
     def observe_weightings(self, ctx: ScoreContext) -> list[torch.Tensor | None] | None:
         """The weightings ([q] each, or None: every query once) of the new queries whose `head_token_sums` observe
-        reads (`observed_sums`), so that the attention pass can compute them on the way (ScoreContext.sums); None:
-        observe needs something else."""
+        reads (`observed_sums`), so that the attention pass can compute them on the way (ScoreContext.sums). A
+        policy that observes by sums overrides this and always returns the list; the base's None: it does not."""
         return None
 
     def weights(self, cand: torch.Tensor) -> torch.Tensor:
@@ -238,13 +244,18 @@ def head_token_attention(
     return torch.stack(rows)
 
 
+def weighting_coefs(weightings: list[torch.Tensor | None], q: int) -> torch.Tensor:
+    """[k, q] float32 on the CPU: the weightings of q queries as rows (None: every query once)."""
+    return torch.stack([torch.ones(q) if w is None else w.float().cpu() for w in weightings])
+
+
 def head_token_sums(ctx: ScoreContext, queries: torch.Tensor, weightings: list[torch.Tensor | None]) -> torch.Tensor:
     """head_token_attention's sums for k weightings of the same `queries` [B, Hq, q, D] (each [q], or None: every
     query once; e.g. every query and the reply's only): [k, B, Hkv, T], from one pass over the logits on the torch
     path (the fused Triton kernel, where it runs, once per weighting)."""
     b, hkv, t = ctx.keys.shape[:3]
     q = queries.shape[2]
-    coefs = torch.stack([torch.ones(q) if w is None else w.float().cpu() for w in weightings])  # [k, q]
+    coefs = weighting_coefs(weightings, q)  # [k, q]
     rows = []
     for i in range(b):
         valid = None if ctx.valid is None else ctx.valid[i]
