@@ -20,7 +20,7 @@ from server.batching import Job, Scheduler
 from server.config import ServeConfig, ServeError, shutting_down
 from server.listen import bind, make_uvicorn
 from server.metrics import Metrics
-from server.parking import keep_across_restarts
+from server.parking import check_park_dir, keep_across_restarts
 from server.prepare import prepare
 from server.sessions import Registry
 from server.tls import tls_context
@@ -39,12 +39,19 @@ class Server:
         self.started = time.time()
         self.registry = Registry(config)
         self.metrics = Metrics()
-        self.scheduler = Scheduler(model, tokenizer, config, self.registry, self.metrics)
-        keep_across_restarts(self.registry, self.scheduler)  # --park-dir: adopt its sessions now, park them at stop
-        self.socket = bind(config)
-        self._port = self.socket.getsockname()[1]  # known while the socket is open or closed
-        context = tls if tls is not None else tls_context(config)
-        self.http = make_uvicorn(build_app(self), config, context, self._stop_scheduler, verbose)
+        sock = None
+        try:  # every way out before the server exists frees the port and the park folder's lock (another start may)
+            self.scheduler = Scheduler(model, tokenizer, config, self.registry, self.metrics)
+            keep_across_restarts(self.registry, self.scheduler)  # --park-dir: lock it, adopt its sessions, park at stop
+            sock = self.socket = bind(config)
+            self._port = sock.getsockname()[1]  # known while the socket is open or closed
+            context = tls if tls is not None else tls_context(config)
+            self.http = make_uvicorn(build_app(self), config, context, self._stop_scheduler, verbose)
+        except BaseException:
+            if sock is not None:
+                sock.close()
+            self.registry.shutdown()
+            raise
         self._thread: threading.Thread | None = None
 
     @classmethod
@@ -53,6 +60,8 @@ class Server:
         from kvstore.models.registry import load_model
 
         tls = tls_context(config)  # a bad certificate is one line of error before the model loads
+        if config.park_dir is not None:
+            check_park_dir(config.park_dir)  # so is a park folder another server holds
         model, tokenizer, _ = load_model(config.memory.model, device=config.memory.device, dtype=config.dtype)
         return cls(model, tokenizer, config, verbose, tls)
 

@@ -11,6 +11,8 @@ the id itself.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -30,6 +32,7 @@ from server.sessions import Entry, Registry
 FORMAT = "nexus-serve-session"  # the sidecar's format name and version
 VERSION = 1
 _OURS = re.compile(r"\.?[0-9a-f]{32}\.(safetensors|json)(\..*\.tmp)?")  # a session file, its sidecar, a save cut short
+LOCK_NAME = ".lock"  # the park folder's lock file (hold_park_dir): held by the one server using the folder
 
 
 def log(message: str) -> None:
@@ -140,7 +143,7 @@ def adopt(registry: Registry, model, session_config) -> int:
             continue
         registry.adopt(entry)
         adopted.add(path)
-    strays = [p for p in folder.iterdir() if _OURS.fullmatch(p.name) and p.suffix != ".json" and p not in adopted]
+    strays = [p for p in parked_files(folder) if p.suffix != ".json" and p not in adopted]
     for stray in strays:
         _remove(f"{stray.name}: no session sidecar beside it (a park cut short)", stray)
     enforce_quota(registry)
@@ -204,11 +207,53 @@ def free_slot(registry: Registry, entry: Entry, metrics) -> bool:
         metrics.add("sessions_parked_total")
 
 
+def hold_park_dir(folder: Path) -> int:
+    """An exclusive lock on `folder`'s `.lock` (created with the folder if need be; a link there is refused, not
+    followed), as an open file descriptor that holds it until closed or the process ends, even by kill -9. A second
+    server on the same folder would adopt this one's files and park over them, so it is refused with one line naming
+    the folder."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise ServeError(f"cannot lock the park folder {folder} ({exc.strerror or exc})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise ServeError(f"cannot lock the park folder {folder} ({exc.strerror or exc})") from None
+        raise ServeError(
+            f"another nexus-agent serve is using the park folder {folder}; give each server its own --park-dir"
+        ) from None
+    return fd
+
+
+def check_park_dir(folder: Path) -> None:
+    """Refuse a park folder another server holds now (ServeError), before the model loads; the lock itself is taken
+    when the server is built (keep_across_restarts)."""
+    os.close(hold_park_dir(folder))
+
+
+def lock(registry: Registry) -> None:
+    """Hold the park folder while this server runs (released by Registry.shutdown, or when the process ends)."""
+    registry.park_lock = hold_park_dir(registry.park_dir)
+
+
+def parked_files(folder: Path) -> list[Path]:
+    """The park folder's files that are parked sessions' (session files, sidecars, saves cut short): never its
+    `.lock`, nor anything else a user keeps there."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if _OURS.fullmatch(p.name))
+
+
 def keep_across_restarts(registry: Registry, scheduler) -> None:
     """With a park folder of its own (`--park-dir`): adopt the sessions an earlier run parked there, and park every
     idle session there when the scheduler stops (its `on_stop` hook, on its thread, the model then idle)."""
     if not registry.persistent:
         return
+    lock(registry)  # released by registry.shutdown(), which Server runs on every way out, a failed start included
     count = adopt(registry, scheduler.model, scheduler.session_config)
     if count:
         log(f"adopted {count} parked sessions from {registry.park_dir}")

@@ -11,6 +11,7 @@ tensors): past it, the least recently used are closed.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import threading
@@ -67,6 +68,7 @@ class Registry:
         self._tmp = None if config.park_dir else tempfile.mkdtemp(prefix="nexus-serve-park-")
         self.park_dir = Path(config.park_dir or self._tmp)
         self.persistent = config.park_dir is not None  # sessions are parked there at shutdown and adopted at start
+        self.park_lock: int | None = None  # the park folder's lock (server.parking.lock), held while serving
         self.closed_total = 0
 
     def claim(self, messages: list[dict[str, str]], session_id: str | None, seed: int | None) -> tuple[Entry, int]:
@@ -216,5 +218,8 @@ class Registry:
         return {s: states.count(s) for s in ("active", "idle", "parked")} | {"held_bytes": held}
 
     def shutdown(self) -> None:
+        if self.park_lock is not None:
+            os.close(self.park_lock)
+            self.park_lock = None
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)

@@ -11,6 +11,8 @@ import openai
 import pytest
 from sessionlib import words
 
+from server.parking import parked_files
+
 KIB = 1024
 # tiny model: 512 bytes of K+V per token; a 300-word opening reserves ~230 KiB at its peak and holds ~65 KiB after
 
@@ -39,9 +41,9 @@ def conversation(c: openai.OpenAI, tag: str, turns: int) -> list[str]:
 
 
 @pytest.mark.parametrize("park", ["disk", "host"])
-def test_idle_sessions_are_parked_and_come_back_exactly(make_server, tmp_path, park: str) -> None:
+def test_idle_sessions_are_parked_and_come_back_exactly(make_server, park: str) -> None:
     capped = make_server(memory_cap=280 * KIB, park=park)
-    free = make_server()  # no cap: nothing is ever parked
+    free = make_server()  # no cap: nothing is ever parked (both serve at once: each has its own park folder)
     ca, cf = client(capped), client(free)
     a = [{"role": "user", "content": words(300, "a")}]
     b = [{"role": "user", "content": words(300, "b")}]
@@ -50,7 +52,7 @@ def test_idle_sessions_are_parked_and_come_back_exactly(make_server, tmp_path, p
     assert m["nexus_sessions_parked_total"] == 1 and m['nexus_sessions{state="parked"}'] == 1
     assert m["nexus_kv_bytes_held"] <= 280 * KIB
     if park == "disk":
-        assert len(list((tmp_path / "park").glob("*.safetensors"))) == 1
+        assert len(list(capped.registry.park_dir.glob("*.safetensors"))) == 1
     a += [{"role": "assistant", "content": ra1.choices[0].message.content}, {"role": "user", "content": "next"}]
     ra2 = ask(ca, a)  # a comes back from parking and continues
     nexus = ra2.model_extra["nexus"]
@@ -115,14 +117,14 @@ def sessions(server) -> list[dict]:
     return json.load(urllib.request.urlopen(server.url + "/sessions"))["data"]
 
 
-def test_more_one_shot_conversations_than_max_sessions_are_all_answered(make_server, tmp_path) -> None:
+def test_more_one_shot_conversations_than_max_sessions_are_all_answered(make_server) -> None:
     server = make_server(max_sessions=64)
     c = client(server)
     for i in range(70):  # one-shot clients that never come back: the least recently used are parked, not refused
         ask(c, [{"role": "user", "content": f"question {i}"}], max_tokens=2)
     listed = sessions(server)
     assert len(listed) == 70 and sum(s["state"] == "parked" for s in listed) == 6
-    assert len(list((tmp_path / "park").glob("*.safetensors"))) == 6
+    assert len(list(server.registry.park_dir.glob("*.safetensors"))) == 6
     assert metrics(server)['nexus_requests_total{code="200"}'] == 70
     first = [{"role": "user", "content": "question 0"}]  # the oldest was parked first; it comes back exactly
     r = ask(c, first, max_tokens=2)
@@ -153,12 +155,12 @@ def test_past_the_park_quota_the_least_recently_used_parked_sessions_are_closed(
         for i in range(2)
     ]
     assert [s["id"] for s in sessions(server)] == ids[1:]
-    assert not list((tmp_path / "park").iterdir())
+    assert not parked_files(server.registry.park_dir)  # its lock file is no parked session's
     roomy = make_server(max_sessions=1, park_quota=2**30, park_dir=tmp_path / "roomy")
     c = client(roomy)
     for i in range(3):
         ask(c, [{"role": "user", "content": f"q{i}"}], max_tokens=2)
-    sizes = [p.stat().st_size for p in (tmp_path / "roomy").iterdir()]
+    sizes = [p.stat().st_size for p in parked_files(tmp_path / "roomy")]
     assert len(sizes) == 4  # two parked sessions: a session file and its sidecar each
     fits_one = make_server(max_sessions=1, park_quota=sum(sizes) * 3 // 4, park_dir=tmp_path / "one")
     c = client(fits_one)
@@ -167,7 +169,7 @@ def test_past_the_park_quota_the_least_recently_used_parked_sessions_are_closed(
         for i in range(3)
     ]
     assert [s["id"] for s in sessions(fits_one)] == ids[1:]  # the oldest parked one went
-    assert len(list((tmp_path / "one").iterdir())) == 2
+    assert len(parked_files(tmp_path / "one")) == 2
 
 
 def test_host_parked_sessions_count_against_the_park_quota(make_server) -> None:

@@ -18,6 +18,8 @@ from sessionlib import qwen_tokenizer, save_tiny_chat_model, serve_config, tiny_
 
 from server.api import SESSION_HEADER
 from server.app import Server
+from server.config import ServeError
+from server.parking import LOCK_NAME, parked_files
 
 SYSTEM = {"role": "system", "content": "You are a terse coding agent."}
 
@@ -100,6 +102,58 @@ def test_a_parked_file_damaged_while_the_server_runs_loses_only_that_session(tmp
         assert not again["continued"] and again["turn"]["prefill_tokens"] > 40
     finally:
         server.close()
+
+
+def test_a_second_server_on_the_same_park_dir_is_refused(tmp_path: Path) -> None:
+    """Two servers on one park folder would adopt and overwrite each other's sessions: the second is one clear
+    error, and the folder is free again once the first has closed."""
+    first = start(tmp_path)
+    try:
+        ask(client(first.url), [{"role": "user", "content": "hello"}])
+        with pytest.raises(ServeError, match="another nexus-agent serve is using the park folder"):
+            start(tmp_path)
+    finally:
+        first.close()
+    held = parked_files(tmp_path)
+    assert len(held) == 2 and (tmp_path / LOCK_NAME).is_file()  # a session file and its sidecar; the lock is neither
+    second = start(tmp_path)  # the first's session parked at close, adopted here (the lock file is no stray)
+    try:
+        assert len(sessions(second.url)) == 1 and parked_files(tmp_path) == held
+    finally:
+        second.close()
+
+
+def test_a_start_that_fails_leaves_the_park_dir_free(tmp_path: Path) -> None:
+    """The lock goes with every start that fails after taking it: a port already taken, a certificate missing."""
+    other = start(tmp_path / "other")
+    try:
+        with pytest.raises(ServeError, match="cannot listen on"):
+            start(tmp_path / "park", port=other.port)
+    finally:
+        other.close()
+    with pytest.raises(ServeError, match="no such file"):
+        start(tmp_path / "park", tls_cert=tmp_path / "missing.pem")  # refused after the lock and the port were taken
+    start(tmp_path / "park").close()
+
+
+def test_the_cli_refuses_a_second_server_in_one_line(tmp_path: Path) -> None:
+    """`nexus-agent serve --park-dir DIR` while another server holds DIR: one line naming DIR, exit 2, before the
+    model loads."""
+    park = tmp_path / "park"
+    first = start(park)
+    try:
+        cmd = [sys.executable, "-c", "from cli.app import main; main()", "serve", "--model", "tiny-qwen3"]
+        cmd += ["--port", "0", "--park-dir", str(park), "--memory-profile", "none", "--threads", "1"]
+        env = os.environ | {"HF_HUB_OFFLINE": "1", "NEXUS_AGENT_HOME": str(tmp_path / "home"), "NO_COLOR": "1"}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    finally:
+        first.close()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0] == (
+        f"error: another nexus-agent serve is using the park folder {park}; give each server its own --park-dir"
+    )
 
 
 def test_without_a_park_dir_nothing_is_kept(tmp_path: Path) -> None:
