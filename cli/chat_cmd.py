@@ -12,7 +12,7 @@ from rich.console import Console
 from cli.options import raw_options
 from cli.safe_text import safe_text, say_to
 from pipeline import chat as cs
-from pipeline.config import RunError
+from pipeline.errors import RunError
 from pipeline.profiles.store import AUTO_PROFILE, CLIENT, LOCAL, NO_PROFILE, resolve_profile
 
 

@@ -95,7 +95,7 @@ def _sessions(chat, args: list[str]) -> None:
         if len(args) != 2:
             chat.say(("usage: /sessions delete NAME", "yellow"))
             return
-        from pipeline.config import RunError
+        from pipeline.errors import RunError
 
         try:
             gone = chat_sessions.delete(args[1], chat.name)

@@ -13,7 +13,8 @@ from typing import Any
 
 from agent.protocols import ModelBackend
 from kvstore.defaults import describe_memory
-from pipeline.config import RunConfig, RunError
+from pipeline.config import RunConfig
+from pipeline.errors import RunError
 
 _LOADED: dict[tuple[str, str | None], tuple[Any, Any]] = {}  # (model, device) -> (model, tokenizer), per process
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.protocols import ToolCall, ToolResult
-from pipeline.config import RunError
+from pipeline.errors import RunError
 from pipeline.files import atomic_write
 from pipeline.home import home
 

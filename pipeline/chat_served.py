@@ -34,7 +34,7 @@ from agent.errors import AgentError
 from agent.protocols import Message, ModelReply, Sampling
 from kvstore.defaults import describe_memory
 from pipeline.chat import SERVED_FILE
-from pipeline.config import RunError
+from pipeline.errors import RunError
 from pipeline.files import atomic_write
 
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")  # what a server takes as a session id (server.api)

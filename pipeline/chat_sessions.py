@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import chat as cs
-from pipeline.config import RunError
+from pipeline.errors import RunError
 from pipeline.home import home
 
 

@@ -10,17 +10,13 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from agent.errors import AgentError
 from kvstore.defaults import DEFAULT_POLICY
 from kvstore.session.config import MemorySettings
+from pipeline.errors import RunError
 from pipeline.profiles.store import AUTO_PROFILE, CLIENT, LOCAL, NO_PROFILE, resolve_profile
 
 DEFAULT_TASK = "nexus-demo__pagekit-1"  # the built-in task `nexus-agent solve` runs with no argument
 DEFAULT_MAX_STEPS = 5  # the default run of the small CPU model finishes in minutes (it will not solve the task)
-
-
-class RunError(AgentError):
-    """A run cannot start as asked (bad flag combination, missing replay file, out dir of another run)."""
 
 
 def run_memory(**settings: Any) -> MemorySettings:

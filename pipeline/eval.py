@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import eval_files as ef
-from pipeline.config import RunConfig, RunError
+from pipeline.config import RunConfig
+from pipeline.errors import RunError
 from tasks.schema import Task
 
 EXECUTORS = ("local", "ray")

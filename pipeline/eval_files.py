@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import RunConfig, RunError
+from pipeline.config import RunConfig
+from pipeline.errors import RunError
 from pipeline.files import PATCH, REPORT, atomic_write, safe_name
 from pipeline.report import turn_totals
 from tasks.schema import Task

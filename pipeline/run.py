@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.loop import AgentConfig
-from pipeline.config import DEFAULT_MAX_STEPS, RunConfig, RunError
+from pipeline.config import DEFAULT_MAX_STEPS, RunConfig
+from pipeline.errors import RunError
 from pipeline.files import PATCH, REPORT, TRAJECTORY, atomic_write
 from pipeline.report import build_report
 from tasks.schema import Task

@@ -23,6 +23,8 @@ from safetensors.torch import save_file
 import kvstore
 from kvstore.errors import KVStoreError
 from kvstore.models.registry import config_hash
+from kvstore.session.config import SessionConfig
+from kvstore.session.turn_stats import TurnStats
 
 FORMAT = "nexus-agent-session"
 VERSION = 1
@@ -64,8 +66,6 @@ def load_session(cls, path: Path, model=None, tokenizer=None, expect=None):
     `expect` (a SessionConfig) makes a file saved under another model or cache config an error.
     """
     doc, tensors = read_session_file(path)
-    from kvstore.session.session import SessionConfig
-
     saved = SessionConfig.from_dict(doc["config"])
     if expect is not None:
         _check_config(path, saved, expect)
@@ -124,8 +124,6 @@ def _checksum(header: str, tensors: dict[str, torch.Tensor]) -> str:
 def check_session_file(path: Path, model, expect) -> None:
     """KVStoreError unless `path` is a readable session file (format, checksum) that `model` with the cache config
     `expect` (a SessionConfig) can continue, as `load_session` would find; nothing is loaded onto the model."""
-    from kvstore.session.session import SessionConfig
-
     doc, _ = read_session_file(path)
     _check_config(path, SessionConfig.from_dict(doc["config"]), expect)
     _check_model(path, doc["model"], model)
@@ -150,7 +148,5 @@ def _check_model(path: Path, saved: dict[str, str], model) -> None:
         )
 
 
-def _turn_stats(data: dict[str, Any]):
-    from kvstore.session.session import TurnStats
-
+def _turn_stats(data: dict[str, Any]) -> TurnStats:
     return TurnStats.from_dict(data)

@@ -20,10 +20,11 @@ import torch
 import kvstore
 from kvstore.errors import KVStoreError
 from kvstore.session.sampling import LogitAdjust, TextStream, next_token, token_logprobs
-from kvstore.session.session import OpenTurn, Reply, Session
+from kvstore.session.turn_stats import OpenTurn, Reply
 
 if TYPE_CHECKING:
     from kvstore.session.grammar import Constraint
+    from kvstore.session.session import Session
 
 
 class ReplyInProgress:

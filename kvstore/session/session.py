@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 
@@ -23,16 +22,8 @@ from kvstore.errors import KVStoreError
 from kvstore.session.config import SessionConfig
 from kvstore.session.render import ChatRenderer
 from kvstore.session.sampling import check_sampling
-from kvstore.session.turn_stats import Reply, TurnStats
+from kvstore.session.turn_stats import OpenTurn, Reply, TurnStats
 from kvstore.steps import run_steps
-
-
-class OpenTurn(NamedTuple):
-    """A turn begun by `Session.open_turn`, closed by `Session.close_turn`."""
-
-    before: dict  # the cache's statistics before the turn
-    start: float  # when it began (Session.now)
-    pending: int  # tokens it prefills
 
 
 class Session:

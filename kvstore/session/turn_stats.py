@@ -1,10 +1,10 @@
 """What one turn of a session gives back: its statistics (`TurnStats`, also kept in trajectories and reports) and,
-for a generated reply, the reply (`Reply`)."""
+for a generated reply, the reply (`Reply`); and a turn still open (`OpenTurn`)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass
@@ -52,3 +52,11 @@ class Reply:
     token_ids: list[int]  # the raw generated token ids, as they are in the history and the cache
     finish_reason: str  # "stop" (a stop string), "eos" (end-of-turn token) or "length" (max_new_tokens / context)
     stats: TurnStats
+
+
+class OpenTurn(NamedTuple):
+    """A turn begun by `Session.open_turn`, closed by `Session.close_turn`."""
+
+    before: dict  # the cache's statistics before the turn
+    start: float  # when it began (Session.now)
+    pending: int  # tokens it prefills

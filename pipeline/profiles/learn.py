@@ -139,8 +139,8 @@ def learn_served(server: str, trajectory: Path, statement: str | None, noun: str
     from kvstore.errors import KVStoreError
     from kvstore.profiles.calibrate import statement_variants
     from pipeline.backends import post_profiles, server_settings
-    from pipeline.config import RunError
     from pipeline.conversations import load_conversation
+    from pipeline.errors import RunError
 
     try:
         settings = server_settings(server)

@@ -32,7 +32,7 @@ def resolve_profile(value: str | Path | None, mode: str = LOCAL) -> Path | None:
     of a --server none (the server applies its own); for a server (SERVE) the store even while empty, created, so
     that a profile calibrated later is used without a restart. A path: itself, which must exist (a CLIENT: an
     error)."""
-    from pipeline.config import RunError
+    from pipeline.errors import RunError
 
     if value is None or str(value) == NO_PROFILE:
         return None

@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from pipeline.config import RunConfig, RunError
+from pipeline.config import RunConfig
+from pipeline.errors import RunError
 from pipeline.files import TRAJECTORY
 from tasks.schema import Task
 

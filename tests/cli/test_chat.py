@@ -124,7 +124,7 @@ def test_resume_errors_are_one_line(tmp_path: Path, repo: Path, tiny_model_dir: 
 
 
 def test_session_names_that_name_no_folder_are_refused() -> None:
-    from pipeline.config import RunError
+    from pipeline.errors import RunError
 
     for name in ("", "a/b", ".hidden", "..", "a" * 201, "é" * 101):  # the last two: longer than a file name may be
         with pytest.raises(RunError, match="use a plain name"):

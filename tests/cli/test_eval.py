@@ -14,7 +14,8 @@ import pytest
 from clilib import GOLD_DIR, cli_env, default_sigint, nexus
 
 from pipeline import eval_files
-from pipeline.config import RunConfig, RunError, run_memory
+from pipeline.config import RunConfig, run_memory
+from pipeline.errors import RunError
 from tasks import load_tasks
 
 IDS = ["nexus-demo__pagekit-1", "nexus-demo__semver-lite-1"]

@@ -16,7 +16,8 @@ import pytest
 from clilib import GOLD_DIR, cli_env, nexus
 
 from pipeline import eval_files as ef
-from pipeline.config import RunConfig, RunError
+from pipeline.config import RunConfig
+from pipeline.errors import RunError
 
 IDS = ["nexus-demo__pagekit-1", "nexus-demo__semver-lite-1"]
 

@@ -12,7 +12,8 @@ from clilib import cli_env, nexus
 from profilelib import save_tiny_profile
 
 from kvstore.profiles.profile import MemoryProfile
-from pipeline.config import RunConfig, RunError, run_memory
+from pipeline.config import RunConfig, run_memory
+from pipeline.errors import RunError
 from pipeline.profiles import warmup
 from tasks import load_tasks
 

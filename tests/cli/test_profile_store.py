@@ -111,7 +111,8 @@ def test_learning_is_asked_for_and_its_profile_used_only_when_chosen(
 
 
 def test_learning_needs_the_default_memory_and_no_profile_file(tmp_path: Path) -> None:
-    from pipeline.config import RunConfig, RunError, run_memory
+    from pipeline.config import RunConfig, run_memory
+    from pipeline.errors import RunError
 
     assert not RunConfig().learn and run_memory().profile == "none"  # the defaults: no learning, no store
     for memory, replay, message in (
@@ -124,7 +125,8 @@ def test_learning_needs_the_default_memory_and_no_profile_file(tmp_path: Path) -
 
 
 def test_an_eval_folder_does_not_resume_with_another_profile(tmp_path: Path, monkeypatch) -> None:
-    from pipeline.config import RunConfig, RunError, run_memory
+    from pipeline.config import RunConfig, run_memory
+    from pipeline.errors import RunError
     from pipeline.eval_files import RUN_FILE, claim_out_dir
 
     monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))
@@ -159,7 +161,7 @@ def _tiny_run(tmp_path: Path, monkeypatch):
 
 def test_an_eval_folder_does_not_resume_after_its_profiles_changed(tmp_path: Path, monkeypatch) -> None:
     from kvstore.profiles.profile import MemoryProfile
-    from pipeline.config import RunError
+    from pipeline.errors import RunError
     from pipeline.eval_files import RUN_FILE, claim_out_dir
 
     cfg = _tiny_run(tmp_path, monkeypatch)
@@ -190,7 +192,7 @@ def test_other_models_profiles_do_not_stop_a_resume(tmp_path: Path, monkeypatch)
     """A store serves several models; a run's sessions skip the others' profiles, so calibrating, recalibrating or
     removing one of those while a batch is paused does not block resuming it."""
     from kvstore.profiles.profile import MemoryProfile
-    from pipeline.config import RunError
+    from pipeline.errors import RunError
     from pipeline.eval_files import RUN_FILE, claim_out_dir
 
     cfg = _tiny_run(tmp_path, monkeypatch)

@@ -54,7 +54,8 @@ def test_the_protection_is_in_the_report_and_the_predictions(tmp_path: Path, tin
 
 
 def test_a_run_folder_from_before_the_option_resumes_as_unprotected(tmp_path: Path) -> None:
-    from pipeline.config import RunConfig, RunError, run_memory
+    from pipeline.config import RunConfig, run_memory
+    from pipeline.errors import RunError
     from pipeline.eval_files import RUN_FILE, claim_out_dir
 
     claim_out_dir(tmp_path / "new", RunConfig())

@@ -177,7 +177,8 @@ def test_a_profile_directory_gives_each_opening_the_profile_that_fits_it(profile
 
 
 def test_the_memory_profile_option_resolves_auto_none_and_paths(tmp_path: Path, monkeypatch, profile_file) -> None:
-    from pipeline.config import RunConfig, RunError, run_memory
+    from pipeline.config import RunConfig, run_memory
+    from pipeline.errors import RunError
     from pipeline.profiles.store import CLIENT, SERVE, resolve_profile
 
     monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))

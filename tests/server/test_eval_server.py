@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.backends import server_settings
-from pipeline.config import RunConfig, RunError, run_memory
+from pipeline.config import RunConfig, run_memory
+from pipeline.errors import RunError
 from pipeline.eval_files import claim_out_dir
 
 TASKS = ("nexus-demo__semver-lite-1", "nexus-demo__iniconf-1")

@@ -18,7 +18,7 @@ from agent.errors import AgentError
 from agent.protocols import Sampling
 from cli.serve_cmd import _access_line
 from pipeline.backends import server_settings
-from pipeline.config import RunError
+from pipeline.errors import RunError
 from server.config import ServeConfig, ServeError
 from server.tls import server_context
 
