@@ -41,6 +41,13 @@ def serve_cmd(
         help="Bytes for parked sessions, disk files and --park host memory together, e.g. 10GiB, or none (LRU closed).",
     ),
     queue_timeout: float = typer.Option(_D.queue_timeout_s, "--queue-timeout", help="Seconds a request may wait."),
+    drain: float = typer.Option(
+        _D.drain_s,
+        "--drain",
+        min=0,
+        help="On SIGTERM or Ctrl-C, seconds the replies already accepted may take to finish before they are cut; no "
+        "new request is taken meanwhile (HTTP 503), and a second SIGTERM or Ctrl-C stops at once. 0: cut them at once.",
+    ),
     max_new_tokens: int = shared("max_new_tokens", _D.max_new_tokens, help="Reply length without max_tokens."),
     chunk_size: int = typer.Option(
         _D.chunk_size, "--prefill-chunk", help="Prefill chunk in tokens (evicts after each)."
@@ -94,7 +101,7 @@ def serve_cmd(
     config = ServeConfig(
         host=host, port=port, memory=memory, served_name=served_name, max_sessions=max_sessions, max_batch=max_batch,
         memory_cap=parse_size(memory_cap), park=park, park_dir=park_dir, park_quota=parse_size(park_quota),
-        queue_timeout_s=queue_timeout,
+        queue_timeout_s=queue_timeout, drain_s=drain,
         max_new_tokens=max_new_tokens, dtype=dtype, threads=threads, chunk_size=chunk_size,
         interleave_prefill=interleave, api_key=api_key, tls_cert=tls_cert, tls_key=tls_key, backlog=backlog,
         max_connections=max_connections, max_body_bytes=parse_size(max_body) or _D.max_body_bytes,
@@ -110,7 +117,7 @@ def serve_cmd(
         flush=True,
     )
     print(_access_line(config), flush=True)
-    server.serve_forever()  # until SIGTERM or SIGINT: then a graceful shutdown, exit status 0
+    server.serve_forever()  # until SIGTERM or SIGINT: then a graceful shutdown (the drain first), exit status 0
 
 
 def _access_line(config: ServeConfig) -> str:

@@ -3,7 +3,7 @@ server.asgi's app, server.listen), wired together.
 
 server = Server(model, tokenizer, ServeConfig(port=0)).start()   # or Server.load(config) by model name
 ... server.url ...                                              # http://127.0.0.1:PORT/v1 (https with TLS)
-server.close()
+server.close()                                                  # drains first: close(drain=SECONDS), 0 = none
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from server.api import ChatRequest, check_for_model
 from server.asgi import build_app
 from server.batching import Job, Scheduler
 from server.config import ServeConfig, ServeError, shutting_down
+from server.drain import Drain
 from server.listen import bind, make_uvicorn
 from server.metrics import Metrics
 from server.parking import check_park_dir, keep_across_restarts
@@ -25,7 +26,7 @@ from server.prepare import prepare
 from server.sessions import Registry
 from server.tls import tls_context
 
-STOP_WAIT_S = 300.0  # how long closing waits for the listener, then for the scheduler's last act (parking)
+STOP_WAIT_S = 300.0  # how long closing waits for the listener (past the drain), then for the scheduler's last act
 
 
 class Server:
@@ -37,6 +38,8 @@ class Server:
         """tls: the context of `config.tls_cert` when the caller loaded it already (default: loaded here)."""
         self.config, self.verbose = config, verbose
         self.started = time.time()
+        self.drain = Drain(config.drain_s)  # the grace period of the shutdown for the turns in flight
+        self._closing = threading.Lock()
         self.registry = Registry(config)
         self.metrics = Metrics()
         sock = None
@@ -46,7 +49,7 @@ class Server:
             sock = self.socket = bind(config)
             self._port = sock.getsockname()[1]  # known while the socket is open or closed
             context = tls if tls is not None else tls_context(config)
-            self.http = make_uvicorn(build_app(self), config, context, self._stop_scheduler, verbose)
+            self.http = make_uvicorn(build_app(self), config, context, self._shut_down, self.drain.cut, verbose)
         except BaseException:
             if sock is not None:
                 sock.close()
@@ -90,7 +93,8 @@ class Server:
 
     def serve_forever(self) -> None:
         """Start the scheduler and serve HTTP in this thread until SIGTERM or SIGINT, then shut down gracefully:
-        accept no more, end the replies in flight (streams with an error event), stop the scheduler."""
+        accept no more, let the turns in flight finish for up to `config.drain_s` seconds (a second signal: at once),
+        end those still running (streams with an error event), stop the scheduler, park the idle sessions."""
         self.scheduler.start()
         try:
             self._serve()
@@ -100,15 +104,31 @@ class Server:
     def _serve(self) -> None:
         self.http.run(sockets=[self.socket])
 
-    def close(self) -> None:
-        """Shut down as on SIGTERM; idempotent."""
-        if self._thread is not None:
-            self.http.should_exit = True
-            self._thread.join(STOP_WAIT_S)
-            self._thread = None
-        self.socket.close()
-        self._stop_scheduler()
-        self.registry.shutdown()
+    def close(self, drain: float | None = None) -> None:
+        """Shut down as on SIGTERM: accept no more, let the turns in flight finish for up to `drain` seconds (default
+        `config.drain_s`; 0: end them at once), then end the rest and stop. Idempotent; called again while a close
+        drains (from another thread), a shorter `drain` ends the drain sooner (0: now, as a second SIGTERM does) and
+        the call returns once the server is closed."""
+        seconds = self.config.drain_s if drain is None else max(0.0, drain)
+        self.drain.ask(seconds)
+        with self._closing:
+            try:
+                if self._thread is not None:
+                    self.http.should_exit = True
+                    self._thread.join(seconds + STOP_WAIT_S)
+                    self._thread = None
+                self.socket.close()
+                self._stop_scheduler()
+            finally:
+                self.registry.shutdown()  # the park folder's lock goes on every way out
+
+    def _shut_down(self) -> None:
+        """uvicorn's on_shutdown, once the listener is closed: the drain (no new work; the turns in flight finish,
+        for up to its grace period), then the scheduler stops."""
+        try:
+            self.drain.run(self.scheduler)
+        finally:
+            self._stop_scheduler()
 
     def _stop_scheduler(self) -> None:
         """Stop the scheduler after its current step and wait for its last act: every reply still in flight ends
@@ -122,7 +142,7 @@ class Server:
         (server.prepare), all on the caller's thread, not the scheduler's, and queue its turn (ServeError: refused,
         e.g. too many sessions, too long). `events`: where the scheduler puts the job's events (default: a
         queue.Queue)."""
-        if self.scheduler.stopping:
+        if self.scheduler.stopping:  # the drain of a shutdown, or after it
             raise shutting_down()
         constraint = check_for_model(req, self.scheduler.tokenizer)  # a grammar compiles here, not on the scheduler
         entry, known = self.registry.claim(req.messages, req.session_id, req.seed)
@@ -137,7 +157,11 @@ class Server:
             top_p=req.top_p, stop=req.stop, continued=bool(entry.transcript), prepared=prepared, request=req,
             constraint=constraint, **({} if events is None else {"events": events}),
         )  # fmt: skip
-        self.scheduler.submit(job)
+        try:
+            self.scheduler.submit(job)
+        except ServeError:  # the shutdown began while it was prepared: refused, its session as it was
+            self.registry.release(entry, [] if entry.transcript else None)
+            raise
         return job
 
     def profiles(self, body: object) -> dict[str, Any]:

@@ -274,6 +274,8 @@ def error_response(exc: ServeError, count=None) -> JSONResponse:
         headers["WWW-Authenticate"] = "Bearer"
     if exc.status in (408, 413):  # the body was left unread (too large, or late): the connection closes after this
         headers["Connection"] = "close"
+    if exc.kind == "server_shutdown":  # the server is going: the client reconnects (to its next start)
+        headers["Connection"] = "close"
     return JSONResponse(api.error_body(exc), exc.status, headers)
 
 

@@ -87,26 +87,48 @@ class Scheduler(threading.Thread):
         self.active: list[Job] = []  # admitted jobs: decoding, or the one prefilling
         self.prefilling: Job | None = None  # the newcomer whose prefill runs chunk by chunk between decode steps
         self._halt = threading.Event()  # not `_stop`: threading.Thread has a method of that name
+        self._intake = threading.Lock()
+        self._closed = False  # no new work taken (a shutdown: its drain, then the stop)
+        self._open: set[int] = set()  # ids of the jobs submitted and not yet answered (their last event not put)
         self.on_stop: list = []  # callables(scheduler) run on this thread after its loop ends (_wind_down)
         self.trim = heap.IdleTrim()  # returns freed host memory to the system when idle
 
     def submit(self, job: Job) -> None:
-        self.inbox.put(job)
+        """Queue `job`'s turn (ServeError 503 `server_shutdown` once the intake is closed)."""
+        with self._intake:
+            if self._closed:
+                raise shutting_down()
+            self._open.add(id(job))
+            self.inbox.put(job)
 
     def call(self, fn):
         """Run `fn(model, tokenizer)` on this thread (the model is this thread's alone) and return its result, or
         raise what it raised. A plain function runs whole between two loops, the decoding sessions waiting
         meanwhile; a generator function runs one step per loop, between their decode steps (server.calls)."""
+        if self.stopping:
+            raise shutting_down()
         return self.calls.wait(fn, lambda: self.inbox.put(None), lambda: self.is_alive() and not self._halt.is_set())
 
+    def close_intake(self) -> None:
+        """Take no new work (submit and call refuse it); what was submitted before runs on (a shutdown's drain)."""
+        with self._intake:
+            self._closed = True
+
     def stop(self) -> None:
+        self.close_intake()
         self._halt.set()
         self.inbox.put(None)  # wake the loop
 
     @property
     def stopping(self) -> bool:
-        """Whether `stop` was called (the loop ends after its current step)."""
-        return self._halt.is_set()
+        """Whether the intake is closed (a shutdown began: its drain, or `stop`, after which the loop ends after its
+        current step)."""
+        return self._closed
+
+    @property
+    def in_flight(self) -> int:
+        """Turns submitted and not yet answered: queued, prefilling or decoding (what a shutdown's drain waits for)."""
+        return len(self._open)
 
     @property
     def queued(self) -> int:
@@ -350,7 +372,7 @@ class Scheduler(threading.Thread):
         returned = {"role": "assistant", "content": answer["text"] or "", "tool_calls": answer["tool_calls"]}
         self.registry.release(entry, [Said.of(m) for m in job.messages] + [Said.of(returned, job.stop)])
         self.metrics.add("turns_total")
-        job.events.put(("done", self._result(job, reply, answer)))
+        self._answer(job, ("done", self._result(job, reply, answer)))
 
     def _result(self, job: Job, reply, answer: dict[str, Any]) -> dict[str, Any]:
         completion = len(reply.token_ids)
@@ -378,15 +400,21 @@ class Scheduler(threading.Thread):
         if job.reply is not None and job.reply.finish_reason is None:
             job.reply.abort()
         self.registry.release(job.entry, None)
-        if error is not None:
-            job.events.put(("error", error))
+        self._answer(job, None if error is None else ("error", error))
 
     def _fail(self, job: Job, error: ServeError) -> None:
         if job in self.active:
             self._abort(job, error)
             return
         self.registry.release(job.entry, None if job.reply is not None or not job.entry.transcript else [])
-        job.events.put(("error", error))
+        self._answer(job, ("error", error))
+
+    def _answer(self, job: Job, event: tuple[str, Any] | None) -> None:
+        """The job's last event (None: its client went away), after its session was released: the job is over."""
+        if event is not None:
+            job.events.put(event)
+        with self._intake:
+            self._open.discard(id(job))
 
 
 def _put_text(events, piece: str) -> None:

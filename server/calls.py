@@ -12,6 +12,7 @@ While a step runs, `current` is its call, so that the work can hold KV memory un
 from __future__ import annotations
 
 import queue
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from inspect import isgenerator
@@ -33,20 +34,28 @@ class Calls:
         self.pending: queue.Queue[Call] = queue.Queue()
         self.running: list[Call] = []  # generators between two steps
         self.current: Call | None = None  # the call whose step runs now
+        self.in_flight = 0  # calls handed over and not yet answered (a shutdown's drain waits for them)
+        self._count = threading.Lock()
 
     def wait(self, fn: Callable[[Any, Any], Any], wake: Callable[[], None], alive: Callable[[], bool]) -> Any:
         """On an HTTP thread: queue `fn`, wake the scheduler, and wait for the result (ServeError 503 when the
         scheduler stops first)."""
         call = Call(fn)
-        self.pending.put(call)
-        wake()
-        while True:
-            try:
-                ok, value = call.done.get(timeout=1.0)
-                break
-            except queue.Empty:
-                if not alive():
-                    raise ServeError("the server is shutting down", 503, "server_busy") from None
+        with self._count:
+            self.in_flight += 1
+        try:
+            self.pending.put(call)
+            wake()
+            while True:
+                try:
+                    ok, value = call.done.get(timeout=1.0)
+                    break
+                except queue.Empty:
+                    if not alive():
+                        raise ServeError("the server is shutting down", 503, "server_busy") from None
+        finally:
+            with self._count:
+                self.in_flight -= 1
         if not ok:
             raise value
         return value

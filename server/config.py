@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -55,6 +56,8 @@ class ServeConfig:
     profile_max_bytes: int = 64 * 2**20  # largest profile POST /v1/nexus/profiles takes, sent or stored, inflated
     max_profiles: int = 256  # most profile files the profile directory may hold (a new one past it: HTTP 507)
     queue_timeout_s: float = 120.0  # seconds a request may wait for memory or a batch slot before HTTP 503
+    drain_s: float = 30.0  # at shutdown, seconds the turns already accepted (decoding or queued) may take to finish
+    # before they are cut (0: cut at once); no new work is taken meanwhile
     session_ttl_s: float = 3600.0  # idle sessions older than this are closed (their memory and files freed)
     max_new_tokens: int = 1024  # reply length when a request gives no max_tokens
     api_key: str | None = field(default=None, repr=False)  # clients must send "Authorization: Bearer KEY" (None: open)
@@ -78,6 +81,8 @@ class ServeConfig:
         for name in ("park_quota", "profile_max_bytes", "max_profiles"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ServeError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.drain_s < math.inf:  # NaN and infinity too: a drain always ends
+            raise ServeError(f"--drain must be a number of seconds, 0 or more, got {self.drain_s}")
         if self.memory_cap is not None and self.memory_cap < 1:
             raise ServeError(f"memory cap must be positive, got {self.memory_cap}")
         if self.tls_key is not None and self.tls_cert is None:

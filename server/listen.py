@@ -7,8 +7,12 @@ within `header_timeout_s` of the connection (or of the previous response), else 
 client dribbling its headers (slowloris) holds one socket for a while and nothing else. TLS: uvicorn speaks it with
 server.tls's context (its checks and messages; TLS 1.2 at least), each handshake on the event loop.
 
-Shutdown (SIGTERM/SIGINT in `serve`, or `Server.close`): stop accepting, stop the scheduler (every reply in flight
-ends: a stream with an error event, a plain request with HTTP 503), let the connections finish writing, return.
+Shutdown (SIGTERM/SIGINT in `serve`, or `Server.close`): stop accepting connections, then `on_shutdown` (server.app:
+the drain, server.drain, during which the open connections are served as before, a new chat request on one getting
+HTTP 503; then the scheduler stops and every reply still in flight ends: a stream with an error event, a plain
+request with HTTP 503), then let the connections finish writing (SHUTDOWN_GRACE_S), return. A second signal during
+the drain ends it at once (`on_signal_again`); after the drain, a second SIGINT stops waiting for the connections
+(uvicorn's own rule).
 """
 
 from __future__ import annotations
@@ -34,7 +38,10 @@ from server import api
 from server.config import ServeConfig, ServeError
 
 BAD_REQUEST = "malformed HTTP request (its request line or a header, e.g. a Content-Length that is not a number)"
-SHUTDOWN_GRACE_S = 5.0  # after the scheduler stopped, how long connections may take to send their last bytes
+# after the drain and the scheduler's stop, how long connections may take to send their last bytes: uvicorn's
+# timeout_graceful_shutdown, whose clock starts only once on_shutdown (the drain) has returned, so it never cuts a
+# connection whose turn is still draining (every turn is then answered: only its last bytes are left to write)
+SHUTDOWN_GRACE_S = 5.0
 
 
 def bind(config: ServeConfig) -> socket.socket:
@@ -93,12 +100,21 @@ class HeaderDeadline(H11Protocol):
 
 
 class Uvicorn(uvicorn.Server):
-    """uvicorn's server with the shutdown `serve` needs: `on_shutdown` (stop the scheduler) runs once the listener
-    is closed and before the connections are drained; a signal is not raised again afterwards (exit status 0)."""
+    """uvicorn's server with the shutdown `serve` needs: `on_shutdown` (the drain, then the scheduler's stop) runs
+    once the listener is closed and before uvicorn waits for the connections; a signal that comes again while it
+    runs goes to `on_signal_again` (ending the drain: True), else to uvicorn; a signal is not raised again
+    afterwards (exit status 0)."""
 
-    def __init__(self, config: uvicorn.Config, on_shutdown: Callable[[], None]) -> None:
+    def __init__(
+        self, config: uvicorn.Config, on_shutdown: Callable[[], None], on_signal_again: Callable[[], bool]
+    ) -> None:
         super().__init__(config)
-        self.on_shutdown = on_shutdown
+        self.on_shutdown, self.on_signal_again = on_shutdown, on_signal_again
+
+    def handle_exit(self, sig: int, frame) -> None:
+        if self.should_exit and self.on_signal_again():  # a second signal during the drain: it ends now
+            return
+        super().handle_exit(sig, frame)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -119,8 +135,11 @@ class Uvicorn(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def make_uvicorn(app, config: ServeConfig, context: ssl.SSLContext | None, on_shutdown, verbose: bool) -> Uvicorn:
-    """The uvicorn server of the ASGI `app` with the limits of `config` (TLS: `context`, from server.tls)."""
+def make_uvicorn(
+    app, config: ServeConfig, context: ssl.SSLContext | None, on_shutdown, on_signal_again, verbose: bool
+) -> Uvicorn:
+    """The uvicorn server of the ASGI `app` with the limits of `config` (TLS: `context`, from server.tls);
+    `on_shutdown` and `on_signal_again`: see Uvicorn."""
     _log_setup(verbose)
     tls = {}
     if context is not None:  # uvicorn builds no context of its own: this one carries server.tls's checks
@@ -131,7 +150,7 @@ def make_uvicorn(app, config: ServeConfig, context: ssl.SSLContext | None, on_sh
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         http=functools.partial(HeaderDeadline, header_timeout_s=config.header_timeout_s), **tls,
     )  # fmt: skip
-    return Uvicorn(settings, on_shutdown)
+    return Uvicorn(settings, on_shutdown, on_signal_again)
 
 
 def raise_fd_limit(connections: int) -> None:

@@ -216,7 +216,8 @@ SERVE = """
 import sys
 from sessionlib import qwen_tokenizer, serve_config, tiny_chat_model
 from server.app import Server
-server = Server(tiny_chat_model(), qwen_tokenizer(), serve_config(port=0, model="tiny-qwen3", budget=128))
+config = serve_config(port=0, model="tiny-qwen3", budget=128, drain_s=0)  # no drain: the turn in flight is cut
+server = Server(tiny_chat_model(), qwen_tokenizer(), config)
 print(server.port, flush=True)
 server.serve_forever()
 print("stopped", flush=True)

@@ -84,6 +84,7 @@ def test_serve_the_default_model(tmp_path) -> None:
         (["--budget", "lots"], "--budget 'lots'"),
         (["--max-batch", "0"], "max_batch must be >= 1"),
         (["--protect", "all"], "--protect 'all': use one of system+task, system, none"),
+        (["--drain", "inf"], "--drain must be a number of seconds, 0 or more, got inf"),
     ],
 )
 def test_bad_flags_are_one_clear_line(flags: list[str], message: str) -> None:
