@@ -42,6 +42,7 @@ BAD_REQUEST = "malformed HTTP request (its request line or a header, e.g. a Cont
 # timeout_graceful_shutdown, whose clock starts only once on_shutdown (the drain) has returned, so it never cuts a
 # connection whose turn is still draining (every turn is then answered: only its last bytes are left to write)
 SHUTDOWN_GRACE_S = 5.0
+LINGER_S = 2.0  # after a 400 for a malformed request: at most how long the client's last bytes are read and dropped
 
 
 def bind(config: ServeConfig) -> socket.socket:
@@ -65,6 +66,7 @@ class HeaderDeadline(H11Protocol):
         super().__init__(*args, **kwargs)
         self.header_timeout_s = header_timeout_s
         self._deadline: asyncio.TimerHandle | None = None
+        self._lingering = False  # a 400 was sent: what the client still sends is dropped until it closes
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -86,7 +88,24 @@ class HeaderDeadline(H11Protocol):
         headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
         for event in (h11.Response(status_code=400, headers=headers), h11.Data(data=body), h11.EndOfMessage()):
             self.transport.write(self.conn.send(event))
-        self.transport.close()
+        self._linger()
+
+    def _linger(self) -> None:
+        """Close once the client has stopped sending, at most LINGER_S from now (a lingering close). Closing a socket
+        with the client's bytes still unread in it resets the connection, and the client could then lose the 400
+        before reading it; so the answer's side is shut, and what still arrives is read and dropped."""
+        self._lingering = True
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_S, self.transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._lingering:
+            super().data_received(data)
+
+    def eof_received(self) -> None:
+        if self._lingering:
+            self.transport.close()
 
     def _arm(self) -> None:
         """Close the connection unless a new request (a new cycle) has begun within the timeout."""

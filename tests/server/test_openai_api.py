@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 import urllib.error
 import urllib.request
 
@@ -139,6 +140,27 @@ def test_malformed_fields_are_answered_400(make_server, body, headers, message) 
     status, answer = _post(server.url + "/chat/completions", json.dumps(
         {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "n": None}).encode())  # fmt: skip
     assert status == 200 and answer["choices"][0]["message"]["role"] == "assistant"  # the server serves on
+
+
+def test_a_malformed_request_still_sending_its_body_gets_its_400(make_server) -> None:
+    """The 400 for a request h11 cannot parse reaches the client even while its body is still arriving: the server
+    reads and drops the rest before it closes (closing with unread bytes would reset the connection, and the client
+    could lose the answer)."""
+    server = make_server()
+    host, port = server.url.split("//")[1].split("/")[0].rsplit(":", 1)
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: lots\r\n\r\n"
+    for _ in range(5):
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(head)
+            try:
+                sock.sendall(b"x" * (1 << 20))  # more than the socket buffers hold: some is unread when the 400 goes
+            except OSError:
+                pass  # the server shut its side: sending may fail; what matters is reading the answer
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+        assert b"Content-Length that is not a number" in answer
 
 
 @pytest.mark.parametrize("sid", ["../../tmp/x", "/tmp/x", "a b", "-x", "x" * 129, 5])
