@@ -60,16 +60,19 @@ def bind(config: ServeConfig) -> socket.socket:
 
 
 class HeaderDeadline(H11Protocol):
-    """uvicorn's h11 protocol, closing a connection whose next request's headers do not arrive in time."""
+    """uvicorn's h11 protocol, closing a connection whose next request's headers do not arrive in time, and closing
+    a connection whose request body is still arriving only once the client has stopped sending (`_linger`)."""
 
     def __init__(self, *args, header_timeout_s: float, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.header_timeout_s = header_timeout_s
         self._deadline: asyncio.TimerHandle | None = None
-        self._lingering = False  # a 400 was sent: what the client still sends is dropped until it closes
+        self._lingering = False  # closing: what the client still sends is dropped until it stops
+        self._raw: asyncio.Transport | None = None  # the socket's own transport (self.transport: _Lingering)
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        self._raw = transport
+        super().connection_made(_Lingering(transport, self))
         self._arm()
 
     def on_response_complete(self) -> None:
@@ -92,12 +95,17 @@ class HeaderDeadline(H11Protocol):
 
     def _linger(self) -> None:
         """Close once the client has stopped sending, at most LINGER_S from now (a lingering close). Closing a socket
-        with the client's bytes still unread in it resets the connection, and the client could then lose the 400
-        before reading it; so the answer's side is shut, and what still arrives is read and dropped."""
+        with the client's bytes still unread in it resets the connection, and the client could then lose the answer
+        (a 400, a 413 for a body too large, a 408) before reading it; so the answer's side is shut, and what still
+        arrives is read and dropped."""
+        if self._lingering:
+            return
         self._lingering = True
-        if self.transport.can_write_eof():
-            self.transport.write_eof()
-        self.loop.call_later(LINGER_S, self.transport.close)
+        raw = self._raw
+        if raw.can_write_eof():
+            raw.write_eof()
+        raw.resume_reading()  # a body's flow control may have paused it
+        self.loop.call_later(LINGER_S, raw.close)
 
     def data_received(self, data: bytes) -> None:
         if not self._lingering:
@@ -105,7 +113,7 @@ class HeaderDeadline(H11Protocol):
 
     def eof_received(self) -> None:
         if self._lingering:
-            self.transport.close()
+            self._raw.close()
 
     def _arm(self) -> None:
         """Close the connection unless a new request (a new cycle) has begun within the timeout."""
@@ -189,3 +197,21 @@ def _log_setup(verbose: bool) -> None:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
         log.addHandler(handler)
+
+
+class _Lingering:
+    """A connection's transport as uvicorn sees it: its `close` lingers (HeaderDeadline._linger) while the client's
+    request body is still arriving (an answer given before reading it: 413, 408); everything else is the transport's
+    own."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: HeaderDeadline) -> None:
+        self._transport, self._protocol = transport, protocol
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+    def close(self) -> None:
+        if self._protocol.conn.their_state is h11.SEND_BODY and not self._transport.is_closing():
+            self._protocol._linger()
+        else:
+            self._transport.close()
