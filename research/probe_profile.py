@@ -3,7 +3,7 @@
 calibrated on those openings and replies, as `nexus-agent calibrate` does on recorded ones. No recorded reply is read,
 so the profile exists before the agent's first conversation.
 
-    python research/probe_profile.py TRACE... --out probe.pt [--max-new 128] [--max-tokens 4096]
+    python research/probe_profile.py TRACE... --out probe.pt [--max-new 128] [--max-tokens 4096] [--system project]
     nexus-agent bench replay OTHER_TRACES... --profile probe.pt --specs 'nexus-agent;h2o'
 """
 
@@ -37,13 +37,14 @@ def main() -> None:
     ap.add_argument("--max-new", type=int, default=128)
     ap.add_argument("--max-tokens", type=int, default=4096)
     ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--system", default="recorded", help="as bench replay --system: recorded | project")
     args = ap.parse_args()
     torch.set_num_threads(1)
     model, tok, _ = load_model(args.model, device="cpu")
     conversations = []
     with torch.inference_mode():
         for path in args.traces:
-            conv = load_replayed(path, tok).conversation
+            conv = load_replayed(path, tok, args.system).conversation
             messages = probe(model, tok, conv.messages, args.max_new)
             print(f"{conv.name}: {messages[-1]['content'][:120]!r}", flush=True)
             conversations.append(Conversation(conv.name, messages))
