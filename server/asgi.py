@@ -272,9 +272,9 @@ def error_response(exc: ServeError, count=None) -> JSONResponse:
     headers = {"Retry-After": "5"} if exc.status in (429, 503) else {}
     if exc.status == 401:
         headers["WWW-Authenticate"] = "Bearer"
-    if exc.status in (408, 413):  # the body was left unread (too large, or late): the connection closes after this
-        headers["Connection"] = "close"
-    if exc.kind == "server_shutdown":  # the server is going: the client reconnects (to its next start)
+    # the body was left unread (too large, or late), or the server is going (the client reconnects to its next
+    # start): the connection closes after this
+    if exc.status in (408, 413) or exc.kind == "server_shutdown":
         headers["Connection"] = "close"
     return JSONResponse(api.error_body(exc), exc.status, headers)
 

@@ -42,7 +42,7 @@ BAD_REQUEST = "malformed HTTP request (its request line or a header, e.g. a Cont
 # timeout_graceful_shutdown, whose clock starts only once on_shutdown (the drain) has returned, so it never cuts a
 # connection whose turn is still draining (every turn is then answered: only its last bytes are left to write)
 SHUTDOWN_GRACE_S = 5.0
-LINGER_S = 2.0  # after a 400 for a malformed request: at most how long the client's last bytes are read and dropped
+LINGER_S = 2.0  # closing before a request was read whole: at most how long its last bytes are read and dropped
 
 
 def bind(config: ServeConfig) -> socket.socket:
@@ -91,7 +91,7 @@ class HeaderDeadline(H11Protocol):
         headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
         for event in (h11.Response(status_code=400, headers=headers), h11.Data(data=body), h11.EndOfMessage()):
             self.transport.write(self.conn.send(event))
-        self._linger()
+        self.transport.close()  # lingers (_Lingering): the rest of the request may still be arriving
 
     def _linger(self) -> None:
         """Close once the client has stopped sending, at most LINGER_S from now (a lingering close). Closing a socket
@@ -201,8 +201,8 @@ def _log_setup(verbose: bool) -> None:
 
 class _Lingering:
     """A connection's transport as uvicorn sees it: its `close` lingers (HeaderDeadline._linger) while the client's
-    request body is still arriving (an answer given before reading it: 413, 408); everything else is the transport's
-    own."""
+    request may still be arriving, its body unread (an answer given before reading it: 413, 408) or the request
+    unparsable (400); everything else is the transport's own."""
 
     def __init__(self, transport: asyncio.Transport, protocol: HeaderDeadline) -> None:
         self._transport, self._protocol = transport, protocol
@@ -211,7 +211,7 @@ class _Lingering:
         return getattr(self._transport, name)
 
     def close(self) -> None:
-        if self._protocol.conn.their_state is h11.SEND_BODY and not self._transport.is_closing():
+        if self._protocol.conn.their_state in (h11.SEND_BODY, h11.ERROR) and not self._transport.is_closing():
             self._protocol._linger()
         else:
             self._transport.close()

@@ -131,10 +131,8 @@ def adopt(registry: Registry, model, session_config) -> int:
     """At start: take every session parked in the park folder by an earlier run (id, transcript, seed, last use);
     remove what cannot be read or continued on this model and cache config, one log line each. The number taken."""
     folder = registry.park_dir
-    if not folder.is_dir():
-        return 0
     adopted: set[Path] = set()
-    for sidecar in sorted(p for p in folder.glob("*.json") if _OURS.fullmatch(p.name)):
+    for sidecar in [p for p in parked_files(folder) if p.suffix == ".json"]:
         path = sidecar.with_suffix(".safetensors")
         try:
             entry = _read_entry(sidecar, path, model, session_config)
@@ -235,11 +233,6 @@ def check_park_dir(folder: Path) -> None:
     os.close(hold_park_dir(folder))
 
 
-def lock(registry: Registry) -> None:
-    """Hold the park folder while this server runs (released by Registry.shutdown, or when the process ends)."""
-    registry.park_lock = hold_park_dir(registry.park_dir)
-
-
 def parked_files(folder: Path) -> list[Path]:
     """The park folder's files that are parked sessions' (session files, sidecars, saves cut short): never its
     `.lock`, nor anything else a user keeps there."""
@@ -253,7 +246,9 @@ def keep_across_restarts(registry: Registry, scheduler) -> None:
     idle session there when the scheduler stops (its `on_stop` hook, on its thread, the model then idle)."""
     if not registry.persistent:
         return
-    lock(registry)  # released by registry.shutdown(), which Server runs on every way out, a failed start included
+    # held while this server runs: released by registry.shutdown(), which Server runs on every way out, a failed
+    # start included (or by the system when the process ends)
+    registry.park_lock = hold_park_dir(registry.park_dir)
     count = adopt(registry, scheduler.model, scheduler.session_config)
     if count:
         log(f"adopted {count} parked sessions from {registry.park_dir}")

@@ -68,7 +68,7 @@ class Registry:
         self._tmp = None if config.park_dir else tempfile.mkdtemp(prefix="nexus-serve-park-")
         self.park_dir = Path(config.park_dir or self._tmp)
         self.persistent = config.park_dir is not None  # sessions are parked there at shutdown and adopted at start
-        self.park_lock: int | None = None  # the park folder's lock (server.parking.lock), held while serving
+        self.park_lock: int | None = None  # the park folder's lock (server.parking.hold_park_dir), held while serving
         self.closed_total = 0
 
     def claim(self, messages: list[dict[str, str]], session_id: str | None, seed: int | None) -> tuple[Entry, int]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -62,3 +63,13 @@ def serve_config(**options):
     names = {f.name for f in fields(MemorySettings)}
     memory = MemorySettings(**{k: v for k, v in options.items() if k in names})
     return ServeConfig(memory=memory, **{k: v for k, v in options.items() if k not in names})
+
+
+def wait_for(condition, timeout: float = 30.0) -> bool:
+    """Whether `condition()` came true within `timeout` seconds (polled every 20 ms)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sessionlib import save_tiny_chat_model
+from sessionlib import save_tiny_chat_model, wait_for
 
 from server.api import SESSION_HEADER
 from server.parking import check_park_dir, parked_files
@@ -51,15 +51,6 @@ class Stream(threading.Thread):
 
     def text(self) -> str:
         return "".join(c["delta"].get("content") or "" for e in self.events for c in e.get("choices", []))
-
-
-def wait_for(condition, timeout: float = 30.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def hold_decoding(server) -> threading.Event:

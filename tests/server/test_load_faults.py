@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sessionlib import words
+from sessionlib import wait_for, words
 
 from server.api import SESSION_HEADER
 
@@ -41,15 +41,6 @@ def stream_times(base: str, body: dict, out: list[float], events: list[dict]) ->
 
 def metric(server, name: str) -> float:
     return server.metrics.counters.get(name, 0.0)
-
-
-def wait_for(condition, timeout: float = 30.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_64_clients_3_turns_each_all_served(make_server) -> None:
