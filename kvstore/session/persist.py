@@ -84,7 +84,7 @@ def load_session(cls, path: Path, model=None, tokenizer=None, expect=None):
     session.prefilled = int(doc["prefilled"])
     session.messages = doc["messages"]
     session.generator.set_state(tensors["sampling_generator"])
-    session.turns = [_turn_stats(t) for t in doc["turns"]]
+    session.turns = [TurnStats.from_dict(t) for t in doc["turns"]]
     return session
 
 
@@ -146,7 +146,3 @@ def _check_model(path: Path, saved: dict[str, str], model) -> None:
             f"{path} was saved with model {saved['name']!r} (config {saved['config_hash']}); "
             f"the model given is {name!r} (config {have})"
         )
-
-
-def _turn_stats(data: dict[str, Any]) -> TurnStats:
-    return TurnStats.from_dict(data)
