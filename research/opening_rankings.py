@@ -11,6 +11,9 @@ simulated: the rankings read the full cache's attention rows.
 
     python research/opening_rankings.py TRACE... [--budgets 0.25,0.5] [--max-tokens 4096] [--chunk 512]
 
+Memory: every layer's rows are held, 4 x layers x kv heads x N^2 bytes (4.8 GB at N = 3,665 on SmolLM2, with a
+peak near 20 GB during the forward); two such runs at once were killed for memory on a 23 GiB machine.
+
 Rankings: `acc` (the accumulated attention per query that could attend: H2O's, and the default's before the first
 reply), `acc*vnorm` (times the value's norm), `acc-raw` (not divided), `windowW` (the last W queries only, as SnapKV
 ranks), `acc+windowW` (both, each scaled to mean 1); `@rR`: R of the budget kept as the newest tokens.
@@ -31,12 +34,32 @@ from kvstore.session.teacher import plan
 CHUNK, SINK = 512, 16
 
 
-VNORM: list[torch.Tensor] = []  # per layer [Hkv, N]: each value's norm (set by attention_rows)
+def eager_model(name: str):
+    """(model, tokenizer) in fp32 on the CPU with eager attention, whose forward can return its attention rows."""
+    torch.set_num_threads(1)
+    model, tok, _ = load_model(name, device="cpu", dtype="fp32")
+    model.config._attn_implementation = "eager"
+    return model, tok
 
 
-def attention_rows(model, ids: list[int]) -> list[torch.Tensor]:
+def first_reply(path: Path, tok, max_tokens: int) -> tuple[list[int], int, int] | None:
+    """A trace's opening and first reply as the replay renders them: (their token ids, the opening's length, the
+    replayed length the budgets are shares of); None without a reply inside `max_tokens`."""
+    rep = load_replayed(path, tok)
+    p = plan(rep.conversation.messages, rep.renderer, max_tokens)
+    if p is None or not p.rest:
+        return None
+    first = next(i for i, m in enumerate(p.rest) if m["role"] == "assistant")
+    ids = list(p.opening_ids)
+    for m in p.rest[: first + 1]:
+        ids += rep.renderer.encode_messages([m], first=False)
+    return ids, len(ids) - len(rep.renderer.encode_messages([p.rest[first]], first=False)), p.tokens
+
+
+def attention_rows(model, ids: list[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Per layer [Hkv, N, N] float32: each query's attention, averaged over the query heads of each kv head (reduced
-    layer by layer as the forward runs, so that all heads of all layers are never held at once)."""
+    layer by layer as the forward runs, so that all heads of all layers are never held at once); and per layer
+    [Hkv, N] each value's norm."""
     hkv = model.config.num_key_value_heads
     rows: list[torch.Tensor] = []
 
@@ -52,8 +75,7 @@ def attention_rows(model, ids: list[int]) -> list[torch.Tensor]:
     finally:
         for h in hooks:
             h.remove()
-    VNORM[:] = [layer.values[0].float().norm(dim=-1) for layer in out.past_key_values.layers]
-    return rows
+    return rows, [layer.values[0].float().norm(dim=-1) for layer in out.past_key_values.layers]
 
 
 def rankings(att: torch.Tensor, seen: int, held: torch.Tensor, vnorm: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -75,10 +97,9 @@ def simulate(
     """The positions held per kv head [Hkv, budget] when the first reply starts (a bool mask [Hkv, opening])."""
     hkv = att.shape[0]
     held = [torch.arange(0) for _ in range(hkv)]
-    for end in range(CHUNK, opening + CHUNK, CHUNK):
-        end = min(end, opening)
-        held = [torch.cat([h, torch.arange(h.numel() and int(h.max()) + 1 or 0, end)]) for h in held]
-        held = [torch.unique(h) for h in held]
+    for start in range(0, opening, CHUNK):
+        end = min(start + CHUNK, opening)
+        held = [torch.cat([h, torch.arange(start, end)]) for h in held]  # sorted: the chunk is newer than all held
         if held[0].numel() <= budget:
             continue
         n_recent = int(recent * budget)
@@ -106,9 +127,7 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=CHUNK, help="prefill chunk: an eviction after each")
     args = ap.parse_args()
     globals()["CHUNK"] = args.chunk
-    torch.set_num_threads(1)
-    model, tok, _ = load_model(args.model, device="cpu", dtype="fp32")
-    model.config._attn_implementation = "eager"
+    model, tok = eager_model(args.model)
     names = [
         "acc",
         "acc*vnorm",
@@ -122,22 +141,17 @@ def main() -> None:
     ]
     totals: dict[tuple, list[float]] = {}
     for path in args.traces:
-        rep = load_replayed(path, tok)
-        p = plan(rep.conversation.messages, rep.renderer, args.max_tokens)
-        if p is None or not p.rest:
+        found = first_reply(path, tok, args.max_tokens)
+        if found is None:
             continue
-        first = next(i for i, m in enumerate(p.rest) if m["role"] == "assistant")
-        ids = list(p.opening_ids)
-        for m in p.rest[: first + 1]:
-            ids += rep.renderer.encode_messages([m], first=False)
-        opening = len(ids) - len(rep.renderer.encode_messages([p.rest[first]], first=False))
-        layers = attention_rows(model, ids)
+        ids, opening, replayed = found
+        layers, vnorms = attention_rows(model, ids)
         for b in (float(x) for x in args.budgets.split(",")):
-            budget = math.ceil(b * p.tokens)
+            budget = math.ceil(b * replayed)
             row = []
             for name, recent in [("oracle", 0.0)] + [(n, 0.5) for n in names] + [("acc", 0.25), ("acc", 0.0)]:
                 share = []
-                for att, vnorm in zip(layers, VNORM, strict=True):
+                for att, vnorm in zip(layers, vnorms, strict=True):
                     target = att[:, opening:, :opening].sum(1)  # [Hkv, opening]
                     if name == "oracle":
                         keep = torch.zeros_like(target, dtype=torch.bool)

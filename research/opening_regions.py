@@ -15,13 +15,7 @@ import sys
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from opening_rankings import VNORM, attention_rows, simulate  # noqa: E402
-
-from benchmarks.replay_trace import load_replayed  # noqa: E402
-from kvstore.models.registry import load_model  # noqa: E402
-from kvstore.session.teacher import plan  # noqa: E402
+from opening_rankings import attention_rows, eager_model, first_reply, simulate  # beside this script
 
 
 def regions(tok, ids: list[int], opening: int) -> dict[str, tuple[int, int]]:
@@ -43,24 +37,19 @@ def regions(tok, ids: list[int], opening: int) -> dict[str, tuple[int, int]]:
 
 
 def main() -> None:
-    torch.set_num_threads(1)
-    model, tok, _ = load_model("smollm2-135m", device="cpu", dtype="fp32")
-    model.config._attn_implementation = "eager"
+    model, tok = eager_model("smollm2-135m")
     for path in map(Path, sys.argv[1:]):
-        rep = load_replayed(path, tok)
-        p = plan(rep.conversation.messages, rep.renderer, 4096)
-        first = next(i for i, m in enumerate(p.rest) if m["role"] == "assistant")
-        ids = list(p.opening_ids)
-        for m in p.rest[: first + 1]:
-            ids += rep.renderer.encode_messages([m], first=False)
-        opening = len(ids) - len(rep.renderer.encode_messages([p.rest[first]], first=False))
+        found = first_reply(path, tok, 4096)
+        if found is None:
+            continue
+        ids, opening, replayed = found
         parts = regions(tok, ids, opening)
-        layers = attention_rows(model, ids)
-        budget = math.ceil(0.25 * p.tokens)
+        layers, vnorms = attention_rows(model, ids)
+        budget = math.ceil(0.25 * replayed)
         print(path.name[:30], "opening", opening, "budget", budget)
         for label in ("oracle", "default"):
             mass, kept, missed = (dict.fromkeys(parts, 0.0) for _ in range(3))
-            for att, vnorm in zip(layers, VNORM, strict=True):
+            for att, vnorm in zip(layers, vnorms, strict=True):
                 target = att[:, opening:, :opening].sum(1)
                 target = target / target.sum(-1, keepdim=True)
                 if label == "oracle":
