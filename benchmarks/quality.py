@@ -17,10 +17,9 @@ from benchmarks.quality_report import density_table, plot, summarize, with_avera
 from benchmarks.quality_run import QUERY_AWARE, RunSpec, run_item
 from benchmarks.quality_tasks import TASKS, make_item
 from kvstore import POLICIES, CacheConfig
-from kvstore.cache.config import SHARED, declared, own_options
+from kvstore.cache.config import SHARED, declared, is_stochastic, own_options
 from kvstore.defaults import DEFAULT_MODEL
 from kvstore.errors import KVStoreError
-from kvstore.policies import is_stochastic
 
 MODES = ("unaware", "aware")  # question after compression (the agent setting) / inside the compressed prompt
 

@@ -22,6 +22,7 @@ _EXPORTS = {
     "ModelInfo": "kvstore.models.registry",
     "load_model": "kvstore.models.registry",
     "POLICIES": "kvstore.policies",
+    "register_policy": "kvstore.cache.config",
     "cache_kwarg": "kvstore.cache.forwarding",
     "forward": "kvstore.cache.forwarding",
     "prefill": "kvstore.cache.forwarding",
@@ -49,11 +50,12 @@ __all__ = [
     "load_model",
     "make_cache",
     "prefill",
+    "register_policy",
     "restore_cache",
 ]
 
 if TYPE_CHECKING:
-    from kvstore.cache.config import CacheConfig
+    from kvstore.cache.config import CacheConfig, register_policy
     from kvstore.cache.evicting import EvictingCache, make_cache
     from kvstore.cache.forwarding import cache_kwarg, forward, prefill
     from kvstore.cache.snapshot import export_state, restore_cache

@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: `research` and the product
 
-import research.policies  # noqa: E402,F401  (registers the variants through kvstore.policies.register_policy)
+import research.policies  # noqa: E402,F401  (registers the variants through kvstore.register_policy)
 from cli.app import main  # noqa: E402
 
 if __name__ == "__main__":

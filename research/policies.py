@@ -8,7 +8,7 @@ the product does not register and this folder is there.
 
 from __future__ import annotations
 
-from kvstore.policies import register_policy
+from kvstore import register_policy
 from kvstore.policies.h2o import H2OPolicy
 from kvstore.policies.nexus import NexusHeadPolicy, NexusPolicy
 from kvstore.policies.nexus_agent import NexusAgentPolicy

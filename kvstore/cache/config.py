@@ -4,11 +4,13 @@ specs, a saved session's options) to the one or the other."""
 
 from __future__ import annotations
 
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 from kvstore.defaults import DEFAULT_POLICY
 from kvstore.errors import KVStoreError
+from kvstore.policies import POLICIES, Policy, build_policy, policy_class, policy_defaults
+from kvstore.policies.settings import settings_options
 
 # options earlier versions had, with the value that meant "off": a saved session that set one cannot continue
 _REMOVED = {"renorm_candidates": False, "pyramid_spread": None}
@@ -16,37 +18,6 @@ _REMOVED = {"renorm_candidates": False, "pyramid_spread": None}
 _NEUTRAL = {"engine": "static"}
 # options added later, with the value that means what a session saved before them did
 _ADDED = {"density_grows": False}
-
-
-def named(option: str, default: Any) -> Any:
-    """A settings field that users set as the flat option `option` (shorter inside its policy's settings, e.g.
-    H2OSettings.normalize is the option `h2o_normalize`)."""
-    return field(default=default, metadata={"option": option})
-
-
-def nested() -> Any:
-    """A settings field holding a wrapped policy's settings (Ada-KV's scorer): its options are the wrapper's too."""
-    return field(default=None, metadata={"nested": True})
-
-
-def settings_options(settings: Any) -> dict[str, Any]:
-    """A policy's settings as flat options (what `take_settings` reads back), nested settings included."""
-    out: dict[str, Any] = {}
-    for f in fields(settings):
-        value = getattr(settings, f.name)
-        out |= settings_options(value) if f.metadata.get("nested") else {f.metadata.get("option", f.name): value}
-    return out
-
-
-def take_settings(settings_type: type, options: dict[str, Any], **given: Any) -> Any:
-    """`settings_type` built from the flat options it declares, which are taken out of `options` (nested fields
-    come as `given`)."""
-    kwargs = dict(given)
-    for f in fields(settings_type):
-        name = f.metadata.get("option", f.name)
-        if not f.metadata.get("nested") and name in options:
-            kwargs[f.name] = options.pop(name)
-    return settings_type(**kwargs)
 
 
 @dataclass
@@ -174,8 +145,6 @@ def parse_policy_spec(text: str, other: dict[str, str] | None = None) -> tuple[s
     """`POLICY[@key=value,...]` -> (policy, CacheConfig options), the policy and options checked (a clear error
     when unknown or bad); keys of `other` are not cache options: their text values are written there. The
     benchmarks' way of naming a policy with non-default options."""
-    from kvstore.policies import POLICIES
-
     policy, _, rest = text.strip().partition("@")
     if policy not in POLICIES:
         raise KVStoreError(f"unknown policy {policy!r} in spec {text!r}; known: {', '.join(POLICIES)}")
@@ -198,6 +167,23 @@ def _defaults(policy: str) -> dict[str, Any]:
 
 
 def _policy_class(policy: str):
-    from kvstore.policies import policy_class  # the policies import this module
-
     return policy_class(policy)
+
+
+def register_policy(name: str, cls: type[Policy], **option_defaults: Any) -> None:
+    """Register `cls` under `name` with the option defaults that name implies (flat
+    options, as `make_cache` takes them); checked now, so a bad option fails here. Research variants register
+    themselves this way (research/policies.py); a name already registered for another entry is refused."""
+    if POLICIES.get(name, (cls, option_defaults)) != (cls, option_defaults):
+        raise KVStoreError(f"policy {name!r} is already registered")
+    POLICIES[name] = (cls, dict(option_defaults))
+    try:
+        CacheConfig.from_options(name, **option_defaults)
+    except KVStoreError:
+        del POLICIES[name]
+        raise
+
+
+def is_stochastic(name: str, **options: Any) -> bool:
+    """Whether this policy (with these options) selects by random draws, so a result depends on the seed."""
+    return build_policy(CacheConfig.from_options(name, **(policy_defaults(name) | options))).stochastic

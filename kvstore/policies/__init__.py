@@ -4,7 +4,7 @@ a variant is a registry entry with option defaults, not a new class.
 Each policy's settings dataclass holds its paper's defaults (sources in its docstring), and its class the forced
 set its paper keeps (`default_sink`, `default_recent`); an entry here may add variant options on top; user options
 override both. Retired and experimental variants live outside the product (research/policies.py), registered
-through `register_policy`."""
+through `kvstore.register_policy` (kvstore.cache.config, which checks their options)."""
 
 from __future__ import annotations
 
@@ -44,22 +44,6 @@ POLICIES: dict[str, tuple[type[Policy], dict[str, Any]]] = {
 }
 
 
-def register_policy(name: str, cls: type[Policy], **option_defaults: Any) -> None:
-    """Register `cls` under `name` with the option defaults that name implies (flat options, as `make_cache`
-    takes them); checked now, so a bad option fails here. Research variants register themselves this way
-    (research/policies.py); a name already registered for another entry is refused."""
-    from kvstore.cache.config import CacheConfig
-
-    if POLICIES.get(name, (cls, option_defaults)) != (cls, option_defaults):
-        raise KVStoreError(f"policy {name!r} is already registered")
-    POLICIES[name] = (cls, dict(option_defaults))
-    try:
-        CacheConfig.from_options(name, **option_defaults)
-    except KVStoreError:
-        del POLICIES[name]
-        raise
-
-
 def policy_class(name: str) -> type[Policy]:
     return _lookup(name)[0]
 
@@ -67,13 +51,6 @@ def policy_class(name: str) -> type[Policy]:
 def policy_defaults(name: str) -> dict[str, Any]:
     """The option defaults a policy name implies beyond its class's settings (user options override them)."""
     return dict(_lookup(name)[1])
-
-
-def is_stochastic(name: str, **options: Any) -> bool:
-    """Whether this policy (with these options) selects by random draws, so a result depends on the seed."""
-    from kvstore.cache.config import CacheConfig
-
-    return build_policy(CacheConfig.from_options(name, **(policy_defaults(name) | options))).stochastic
 
 
 def uses_profile(name: str) -> bool:
@@ -96,9 +73,7 @@ __all__ = [
     "Policy",
     "ScoreContext",
     "build_policy",
-    "is_stochastic",
     "policy_class",
     "policy_defaults",
-    "register_policy",
     "uses_profile",
 ]

@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from kvstore.cache.config import named, nested, take_settings
 from kvstore.errors import KVStoreError
 from kvstore.policies.base import Policy, ScoreContext
+from kvstore.policies.settings import named, nested, take_settings
 
 # what the wrapper is as its scorer is (class attributes the cache and the registry read)
 _SCORER_TRAITS = ("granularity", "per_head", "prefill_only", "evicts", "default_sink", "uses_profile", "observe")

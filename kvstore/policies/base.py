@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from kvstore.cache.config import take_settings
 from kvstore.cache.selection import select
 from kvstore.kernels import received_triton
+from kvstore.policies.settings import take_settings
 
 if TYPE_CHECKING:
     from kvstore.cache.config import CacheConfig

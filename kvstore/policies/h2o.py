@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kvstore.cache.config import named
 from kvstore.policies.base import Policy, ScoreContext, mean_received, observed_sums
+from kvstore.policies.settings import named
 
 
 @dataclass

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from kvstore.cache.config import named
 from kvstore.errors import KVStoreError
 from kvstore.policies.base import Policy, ScoreContext, attention_received, per_kv_head
+from kvstore.policies.settings import named
 
 
 @dataclass

@@ -10,8 +10,8 @@ Defaults and their sources (the authors' code, Zefan-Cai/PyramidKV pyramidkv_uti
 
 from dataclasses import dataclass
 
-from kvstore.cache.config import named
 from kvstore.errors import KVStoreError
+from kvstore.policies.settings import named
 from kvstore.policies.snapkv import SnapKVPolicy, SnapKVSettings
 
 

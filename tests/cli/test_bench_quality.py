@@ -15,8 +15,8 @@ from benchmarks.quality_run import RunSpec, _renderer, cache_budget, evidence_sp
 from benchmarks.quality_tasks import CONTEXT_TASKS, TASKS, make_item, stdlib_files
 from cli.app import app
 from kvstore import POLICIES
+from kvstore.cache.config import is_stochastic
 from kvstore.models.registry import load_model
-from kvstore.policies import is_stochastic
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,9 @@ from sessionlib import tiny_chat_model
 
 import kvstore
 import research.policies
+from kvstore.cache.config import register_policy
 from kvstore.errors import KVStoreError
-from kvstore.policies import POLICIES, register_policy
+from kvstore.policies import POLICIES
 from kvstore.policies.nexus import NexusPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
