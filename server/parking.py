@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import kvstore
 from kvstore.errors import KVStoreError
 from server.config import ServeError
 from server.messages import Said
@@ -49,7 +50,7 @@ def park(entry: Entry, mode: str, registry: Registry) -> bool:
     host-parked ones count their tensors' bytes, so host memory is bounded like disk)."""
     if mode == "host":
         session = entry.session
-        tensors, meta = session.cache.export_state()  # contiguous CPU copies
+        tensors, meta = kvstore.export_state(session.cache)  # contiguous CPU copies
         session.cache = None
         entry.parked, entry.session, entry.held_bytes = (session, tensors, meta), None, 0
         entry.parked_bytes = sum(t.untyped_storage().nbytes() for t in tensors.values())

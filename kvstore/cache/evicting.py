@@ -207,12 +207,6 @@ class EvictingCache(Cache):
             return "once, at the end of the first prefill; later tokens (decode and new turns) accumulate"
         return "every multi-token forward (each prefill chunk, each new turn); decode tokens accumulate"
 
-    def export_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """Tensors + JSON-able metadata to continue exactly here later (see kvstore.cache.snapshot.restore_cache)."""
-        from kvstore.cache.snapshot import export_state
-
-        return export_state(self)
-
     def evictions(self, layer_idx: int) -> torch.Tensor:
         """Survival record of one layer: [E, 2] rows of (tokens seen at eviction, evicted block start position)."""
         return self.layers[layer_idx].stats.events_tensor()

@@ -33,7 +33,7 @@ _CHECKED_CONFIG = ("model", "policy", "budget", "protocol", "seed", "chunk_size"
 
 def save_session(session, path: Path) -> None:
     """Write `session` to `path` atomically (one file)."""
-    cache_tensors, cache_meta = session.cache.export_state()
+    cache_tensors, cache_meta = kvstore.export_state(session.cache)
     tensors = {f"cache.{k}": v for k, v in cache_tensors.items()}
     tensors["history"] = torch.tensor(session.tokens, dtype=torch.int64)
     tensors["sampling_generator"] = session.generator.get_state()
