@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.common import median_time  # noqa: E402
 from benchmarks.decode import bandwidth, weight_bytes  # noqa: E402
 from benchmarks.gpu_measure import QWEN3_TINY, SHAPES, random_qwen3  # noqa: E402
 from benchmarks.timing import sync  # noqa: E402
@@ -63,17 +62,6 @@ class Stepper:
         self.pos.fill_(position)
 
 
-def timed(fn, steps: int, device) -> list[float]:
-    times = []
-    for _ in range(steps):
-        sync(device)
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return times
-
-
 def capture(step: Stepper) -> torch.cuda.CUDAGraph:
     """The step captured as one CUDA graph (warmed on a side stream first, as torch asks)."""
     side = torch.cuda.Stream()
@@ -97,8 +85,7 @@ def probe(model, layers: int, batch: int, capacity: int, steps: int, bw: float, 
     bound_s = (weights + kv_bytes(model.config, batch, capacity, layers)) / bw
     rows = []
     step.at(start)
-    eager = timed(step, steps, device)
-    rows.append(_row("eager", batch, capacity, eager, bound_s))
+    rows.append(_row("eager", batch, capacity, median_time(step, steps, device, warmup=0), bound_s))
     if device.type != "cuda":
         return rows
     try:
@@ -116,22 +103,22 @@ def probe(model, layers: int, batch: int, capacity: int, steps: int, bw: float, 
     sync(device)
     diff = (graph_logits.float() - reference).abs().max().item()
     step.at(start)
-    replays = timed(graph.replay, steps, device)
-    rows.append(_row("graph", batch, capacity, replays, bound_s) | {"max_abs_logit_diff": diff})
+    seconds = median_time(graph.replay, steps, device, warmup=0)
+    rows.append(_row("graph", batch, capacity, seconds, bound_s) | {"max_abs_logit_diff": diff})
     del graph
     return rows
 
 
-def _row(mode: str, batch: int, capacity: int, times: list[float], bound_s: float) -> dict:
-    ms = statistics.median(times)
+def _row(mode: str, batch: int, capacity: int, seconds: float, bound_s: float) -> dict:
+    """One row of the table: `seconds` is the median time of a step."""
     return {
         "mode": mode,
         "batch": batch,
         "capacity": capacity,
-        "ms_step": ms * 1e3,
-        "tok_s": batch / ms,
+        "ms_step": seconds * 1e3,
+        "tok_s": batch / seconds,
         "bound_ms": bound_s * 1e3,
-        "of_bound": bound_s / ms,
+        "of_bound": bound_s / seconds,
     }
 
 
