@@ -7,7 +7,10 @@ Two engines hold the same contents (CacheConfig.engine):
   written in place at the end of the valid length, readers get views of the valid length [:, :, :T], and an eviction
   step compacts the kept tokens into the front of the same buffers (no reallocation). A buffer grows only when a
   write does not fit: to the layer's limit (budget + decode slack + 1, so decoding never reallocates) or, for a cache
-  that does not evict in decode, by doubling.
+  that does not evict in decode, by doubling. Names whose new tokens take one value (a decode step's position, a
+  policy's fresh state, the head mask: `append`'s `filled`) are written with one fill, and a buffer's slots past the
+  held tokens are kept zero for them, so a fresh zero state is not written at all: on a GPU every write is a kernel
+  launch per layer and decode step (tests/kvstore/test_launches.py counts them).
 - `ConcatStore` ("eager", the earlier path): every write concatenates into new tensors, every eviction gathers into
   new tensors. Kept to compare against (tests/kvstore/test_engine.py) and for whoever needs its exact behaviour.
 """
@@ -23,6 +26,16 @@ ROUND = 64  # buffer capacities are whole multiples of this many tokens
 def make_store(engine: str) -> ConcatStore:
     """The storage of one layer for `engine` ("static" or "eager")."""
     return BufferStore() if engine == "static" else ConcatStore()
+
+
+# names appended as one value per new token: name -> (value, dtype), e.g. a policy's fresh state (0.0, float32)
+Filled = dict[str, tuple[float | int | bool, torch.dtype]]
+
+
+def _materialized(fresh: dict[str, torch.Tensor], filled: Filled | None) -> dict[str, torch.Tensor]:
+    """`filled` as tensors [B, H, q] (B, H, q and the device those of `fresh`)."""
+    ref = next(iter(fresh.values()))
+    return {n: ref.new_full(ref.shape[:3], v, dtype=d) for n, (v, d) in (filled or {}).items()}
 
 
 def _expand(index: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -59,9 +72,10 @@ class ConcatStore:
         else:
             self.tensors[name] = t
 
-    def append(self, fresh: dict[str, torch.Tensor]) -> None:
-        """Add q new tokens to each name: fresh[name] is [B, H, q, ...] (a name not stored yet starts with it)."""
-        for name, t in fresh.items():
+    def append(self, fresh: dict[str, torch.Tensor], filled: Filled | None = None) -> None:
+        """Add q new tokens to each name: fresh[name] is [B, H, q, ...] (a name not stored yet starts with it); each
+        name of `filled` gets q tokens [B, H, q] of one value (its (value, dtype)), B and H those of `fresh`."""
+        for name, t in (fresh | _materialized(fresh, filled)).items():
             old = self.tensors.get(name)
             self.tensors[name] = t.clone() if old is None else torch.cat([old, t], dim=2)
 
@@ -79,6 +93,9 @@ class BufferStore(ConcatStore):
     def __init__(self) -> None:
         super().__init__()
         self.length = 0
+        # names of `filled` appends whose slots past the held tokens are all zero, so a new token whose value is 0
+        # (a policy's fresh per-token state) needs no write at all: one kernel launch fewer per name and decode step
+        self.zero_tail: set[str] = set()
 
     def __len__(self) -> int:
         return self.length
@@ -90,6 +107,7 @@ class BufferStore(ConcatStore):
     def set(self, name: str, t: torch.Tensor | None) -> None:
         """Replace `name`'s held tokens by a copy of `t` (so later in-place writes never reach the caller's tensor);
         the held length becomes t's (every name is set to the same length by whoever sets them)."""
+        self.zero_tail.discard(name)  # its tail is what the buffer held: zeroed again at its next `filled` append
         if t is None:
             self.tensors.pop(name, None)
             self.length = self.length if self.tensors else 0
@@ -102,27 +120,49 @@ class BufferStore(ConcatStore):
         buf[:, :, :n].copy_(t)
         self.length = n
 
-    def append(self, fresh: dict[str, torch.Tensor]) -> None:
-        n, q = self.length, next(iter(fresh.values())).shape[2]
+    def append(self, fresh: dict[str, torch.Tensor], filled: Filled | None = None) -> None:
+        ref = next(iter(fresh.values()))
+        n, q = self.length, ref.shape[2]
         for name, t in fresh.items():
+            self._room(name, n, q, t)[:, :, n : n + q].copy_(t)
+        for name, (value, dtype) in (filled or {}).items():
             buf = self.tensors.get(name)
-            if buf is None:  # a name that starts now (the first write of a layer)
-                buf = self.tensors[name] = t.new_empty(*t.shape[:2], self._capacity(n + q, 0), *t.shape[3:])
-            elif buf.shape[2] < n + q:
-                buf = self.tensors[name] = self._grown(buf, n, n + q)
-            buf[:, :, n : n + q].copy_(t)
+            if buf is None or buf.shape[2] < n + q:
+                buf = self._room(name, n, q, ref.new_empty((*ref.shape[:2], 0), dtype=dtype), zero=True)
+            if name not in self.zero_tail:  # once (a name set by `set`): from here on its tail stays zero
+                buf[:, :, n:].zero_()
+                self.zero_tail.add(name)
+            if value != 0:
+                buf[:, :, n : n + q].fill_(value)
         self.length = n + q
+
+    def _room(self, name: str, n: int, q: int, like: torch.Tensor, zero: bool = False) -> torch.Tensor:
+        """`name`'s buffer with room for n + q tokens: as it is, grown, or new (a name that starts now: the first
+        write of a layer) in `like`'s layout ([B, H, any, ...]) and dtype, all zeros when `zero` (a `filled`
+        name: its slots past the held tokens start zero and stay so, see `zero_tail`)."""
+        buf = self.tensors.get(name)
+        if buf is None:
+            make = like.new_zeros if zero else like.new_empty
+            buf = self.tensors[name] = make(*like.shape[:2], self._capacity(n + q, 0), *like.shape[3:])
+            if zero:
+                self.zero_tail.add(name)
+        elif buf.shape[2] < n + q:
+            buf = self.tensors[name] = self._grown(buf, n, n + q, zero=name in self.zero_tail)
+        return buf
 
     def keep(self, index: torch.Tensor) -> None:
         k = index.shape[-1]
-        for buf in self.tensors.values():
+        for name, buf in self.tensors.items():
             held = buf[:, :, : self.length]
             buf[:, :, :k].copy_(held.gather(2, _expand(index, held)))  # gathered first: the regions overlap
+            if name in self.zero_tail:
+                buf[:, :, k : self.length].zero_()
         self.length = k
 
-    def _grown(self, buf: torch.Tensor, n: int, need: int) -> torch.Tensor:
-        """A larger buffer holding buf's first n tokens."""
-        new = buf.new_empty(*buf.shape[:2], self._capacity(need, buf.shape[2]), *buf.shape[3:])
+    def _grown(self, buf: torch.Tensor, n: int, need: int, zero: bool = False) -> torch.Tensor:
+        """A larger buffer holding buf's first n tokens (zeros after them when `zero`)."""
+        make = buf.new_zeros if zero else buf.new_empty
+        new = make(*buf.shape[:2], self._capacity(need, buf.shape[2]), *buf.shape[3:])
         new[:, :, :n].copy_(buf[:, :, :n])
         return new
 

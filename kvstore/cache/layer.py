@@ -78,14 +78,19 @@ class EvictingLayer(DynamicLayer):
         dev = key_states.device
         if q > 1 and self.pending_q and len(self.pending_mass) == len(self.pending_q):
             self.flush_observations()  # decoded tokens' masses, while they are still the last positions
-        fresh = {"keys": key_states, "values": value_states}
-        fresh["positions"] = torch.arange(self.seen, self.seen + q, device=dev).expand(bsz, hkv, q)
+        # the new tokens' positions, the policy's fresh state (zeros) and head mask (kept): written as one value per
+        # name where it can be (a decode step), not made and copied (on a GPU each is a kernel launch per layer)
+        fresh, filled = {"keys": key_states, "values": value_states}, {}
+        if q == 1:
+            filled["positions"] = (self.seen, torch.long)
+        else:
+            fresh["positions"] = torch.arange(self.seen, self.seen + q, device=dev).expand(bsz, hkv, q)
         for name in self.owner.policy.token_state:
-            fresh[f"state.{name}"] = torch.zeros(bsz, hkv, q, device=dev)
+            filled[f"state.{name}"] = (0.0, torch.float32)
         if self.owner.policy.masks_heads:
-            fresh["valid"] = torch.ones(bsz, hkv, q, dtype=torch.bool, device=dev)
+            filled["valid"] = (True, torch.bool)
         self.store.limit = self.owner.decode_limit(self.layer_idx)
-        self.store.append(fresh)
+        self.store.append(fresh, filled)
         self.seen += q
         self.last_q_len = q
         capture.hand_over(self.layer_idx, self)
