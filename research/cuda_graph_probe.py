@@ -29,6 +29,7 @@ from benchmarks.common import median_time  # noqa: E402
 from benchmarks.decode import bandwidth, weight_bytes  # noqa: E402
 from benchmarks.gpu_measure import QWEN3_TINY, SHAPES, random_qwen3  # noqa: E402
 from benchmarks.timing import sync  # noqa: E402
+from kvstore.cache.forwarding import cache_kwarg  # noqa: E402
 
 
 def kv_bytes(config, batch: int, capacity: int, layers: int) -> int:
@@ -46,13 +47,15 @@ class Stepper:
 
         self.model = model
         self.cache = StaticCache(config=model.config, max_cache_len=capacity)
+        self.cache_kwarg = cache_kwarg(model)
         self.ids = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self.pos = torch.zeros(1, dtype=torch.long, device=device)
         self.logits: torch.Tensor | None = None
 
     @torch.inference_mode()
     def __call__(self) -> None:
-        out = self.model(input_ids=self.ids, past_key_values=self.cache, cache_position=self.pos, use_cache=True)
+        cache = {self.cache_kwarg: self.cache}  # `cache` in newer transformers, `past_key_values` before
+        out = self.model(input_ids=self.ids, cache_position=self.pos, use_cache=True, **cache)
         self.logits = out.logits[:, -1]
         self.ids.copy_(self.logits.argmax(-1, keepdim=True))
         self.pos.add_(1)
