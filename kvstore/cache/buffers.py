@@ -126,26 +126,23 @@ class BufferStore(ConcatStore):
         for name, t in fresh.items():
             self._room(name, n, q, t)[:, :, n : n + q].copy_(t)
         for name, (value, dtype) in (filled or {}).items():
-            buf = self.tensors.get(name)
-            if buf is None or buf.shape[2] < n + q:
-                buf = self._room(name, n, q, ref.new_empty((*ref.shape[:2], 0), dtype=dtype), zero=True)
-            if name not in self.zero_tail:  # once (a name set by `set`): from here on its tail stays zero
+            buf = self._room(name, n, q, ref, dtype)
+            if name not in self.zero_tail:  # a new name, or one `set` replaced: from now on its tail stays zero
                 buf[:, :, n:].zero_()
                 self.zero_tail.add(name)
             if value != 0:
                 buf[:, :, n : n + q].fill_(value)
         self.length = n + q
 
-    def _room(self, name: str, n: int, q: int, like: torch.Tensor, zero: bool = False) -> torch.Tensor:
+    def _room(self, name: str, n: int, q: int, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         """`name`'s buffer with room for n + q tokens: as it is, grown, or new (a name that starts now: the first
-        write of a layer) in `like`'s layout ([B, H, any, ...]) and dtype, all zeros when `zero` (a `filled`
-        name: its slots past the held tokens start zero and stay so, see `zero_tail`)."""
+        write of a layer) in `like`'s layout [B, H, any, ...] and dtype, or [B, H, any] of `dtype` when given (a
+        `filled` name)."""
         buf = self.tensors.get(name)
         if buf is None:
-            make = like.new_zeros if zero else like.new_empty
-            buf = self.tensors[name] = make(*like.shape[:2], self._capacity(n + q, 0), *like.shape[3:])
-            if zero:
-                self.zero_tail.add(name)
+            trailing = like.shape[3:] if dtype is None else ()
+            buf = like.new_empty(*like.shape[:2], self._capacity(n + q, 0), *trailing, dtype=dtype or like.dtype)
+            self.tensors[name] = buf
         elif buf.shape[2] < n + q:
             buf = self.tensors[name] = self._grown(buf, n, n + q, zero=name in self.zero_tail)
         return buf

@@ -49,7 +49,7 @@ class CacheConfig:
     def __post_init__(self) -> None:
         self.validate()
         if self.settings is None:
-            self.settings = _policy_class(self.policy).settings_from({})
+            self.settings = policy_class(self.policy).settings_from({})
 
     def validate(self) -> None:
         b = self.budget
@@ -78,7 +78,7 @@ class CacheConfig:
         option of that name in the policy's settings; an option neither declares is an error."""
         options = dict(options)
         shared = {name: options.pop(name) for name in SHARED if name in options}
-        settings = _policy_class(policy).settings_from(options)
+        settings = policy_class(policy).settings_from(options)
         if options:
             raise KVStoreError(
                 f"unknown cache option(s) {', '.join(sorted(options))} for policy {policy!r}; its options: "
@@ -118,7 +118,7 @@ SHARED = tuple(f.name for f in fields(CacheConfig) if f.name not in ("policy", "
 
 def own_options(policy: str) -> dict[str, Any]:
     """The options `policy`'s settings declare, with their defaults (before the registry's variant defaults)."""
-    return settings_options(_policy_class(policy).settings_from({}))
+    return settings_options(policy_class(policy).settings_from({}))
 
 
 def declared(policy: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -166,14 +166,10 @@ def _defaults(policy: str) -> dict[str, Any]:
     return shared | own_options(policy)
 
 
-def _policy_class(policy: str):
-    return policy_class(policy)
-
-
 def register_policy(name: str, cls: type[Policy], **option_defaults: Any) -> None:
-    """Register `cls` under `name` with the option defaults that name implies (flat
-    options, as `make_cache` takes them); checked now, so a bad option fails here. Research variants register
-    themselves this way (research/policies.py); a name already registered for another entry is refused."""
+    """Register `cls` under `name` with the option defaults that name implies (flat options, as `make_cache` takes
+    them); checked now, so a bad option fails here. Research variants register themselves this way
+    (research/policies.py); a name already registered for another entry is refused."""
     if POLICIES.get(name, (cls, option_defaults)) != (cls, option_defaults):
         raise KVStoreError(f"policy {name!r} is already registered")
     POLICIES[name] = (cls, dict(option_defaults))
