@@ -16,9 +16,10 @@ from typing import Any
 from kvstore.errors import KVStoreError
 from server.api import ChatRequest, check_for_model
 from server.asgi import build_app
-from server.batching import Job, Scheduler
+from server.batching import Scheduler
 from server.config import ServeConfig, ServeError, shutting_down
 from server.drain import Drain
+from server.jobs import Job
 from server.listen import bind, make_uvicorn
 from server.metrics import Metrics
 from server.parking import check_park_dir, keep_across_restarts

@@ -25,8 +25,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from server import api
-from server.batching import Job, internal_error
-from server.config import ServeError, shutting_down
+from server.config import ServeError, internal_error, shutting_down
+from server.jobs import Job
 
 if TYPE_CHECKING:
     from server.app import Server

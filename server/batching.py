@@ -15,15 +15,15 @@ from __future__ import annotations
 import queue
 import threading
 import time
-import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
 from kvstore.errors import KVStoreError
 from server import api, heap
 from server.calls import Calls
-from server.config import ServeConfig, ServeError, shutting_down
+from server.config import ServeConfig, ServeError, internal_error, shutting_down
+from server.jobs import Job
 from server.memory import bytes_per_token, cache_bytes, peak_tokens, session_cache_options
 from server.messages import Said, cut_at_stop
 from server.metrics import Metrics
@@ -31,31 +31,6 @@ from server.parking import free_slot, park, restore
 from server.sessions import Entry, Registry
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length"}  # kvstore finish reason -> OpenAI's
-
-
-@dataclass
-class Job:
-    """One chat-completion request on its way through the scheduler."""
-
-    entry: Entry
-    messages: list[dict[str, str]]  # the messages the session has not seen yet
-    max_new_tokens: int
-    temperature: float
-    top_p: float
-    stop: tuple[str, ...]
-    continued: bool  # the session had earlier turns
-    events: queue.Queue = field(default_factory=queue.Queue)  # ("text", str) | ("done", dict) | ("error", ServeError)
-    submitted: float = field(default_factory=time.monotonic)
-    reply: Any = None  # the kvstore ReplyInProgress once started
-    reserved: int = 0  # KV bytes admission set aside for this turn's peak
-    restored: bool = False
-    cancelled: bool = False  # the client went away
-    started: float = 0.0
-    first_token: float = 0.0  # when its prefill ended and the first reply token was chosen
-    batch_rows: int = 0  # sum over this reply's decode steps of the batch size
-    prepared: Any = None  # server.prepare.Prepared: its new messages tokenized on the request side (None: not yet)
-    request: Any = None  # its server.api.ChatRequest: seed, penalties, logprobs, tools, constraint (None: plain)
-    constraint: Any = None  # its grammar, compiled on the request side (api.check_for_model; None: free decoding)
 
 
 class Scheduler(threading.Thread):
@@ -419,8 +394,3 @@ class Scheduler(threading.Thread):
 
 def _put_text(events, piece: str) -> None:
     events.put(("text", piece))
-
-
-def internal_error(exc: Exception) -> ServeError:
-    traceback.print_exc()
-    return ServeError(f"internal error: {type(exc).__name__}: {exc}", 500, "internal_error")

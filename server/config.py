@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import traceback
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,12 @@ class ServeError(KVStoreError):
 def shutting_down() -> ServeError:
     """What a request still waiting or decoding gets once the server stops (its stream: an error event)."""
     return ServeError("the server is shutting down; retry against its next start", 503, "server_shutdown")
+
+
+def internal_error(exc: Exception) -> ServeError:
+    """What a request gets for an exception nothing expected (its traceback goes to stderr): HTTP 500."""
+    traceback.print_exc()
+    return ServeError(f"internal error: {type(exc).__name__}: {exc}", 500, "internal_error")
 
 
 @dataclass
