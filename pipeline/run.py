@@ -119,7 +119,17 @@ def run_task(
     `on_finish(backend)` once the report is written (solve learns a memory profile with the backend's model);
     `on_event(event)`: progress for live views: {"kind": "sandbox"|"env_build"|"env_built"|"loading"|"backend"|"model"|
     "tool"|"grading", ...} ("backend" carries the backend, whose session a view may read prefill progress from;
-    "env_build"/"env_built": a first use building the task's Python env, swe_env.pyenv.build_progress)."""
+    "env_build"/"env_built": a first use building the task's Python env, swe_env.pyenv.build_progress). The run
+    holds `out_dir` (pipeline.folder_lock): another process's run there is refused (RunError) before anything
+    starts."""
+    from pipeline.folder_lock import hold_folder
+
+    with hold_folder(out_dir):
+        return _run_held(task, cfg, out_dir, on_step, on_token, on_finish, on_event)
+
+
+def _run_held(task: Task, cfg: RunConfig, out_dir: Path, on_step, on_token, on_finish, on_event) -> dict[str, Any]:
+    """run_task's work, in a folder this process holds."""
     from agent.environment import SandboxEnvironment
     from agent.loop import Agent
     from agent.prompts import initial_messages
