@@ -171,7 +171,9 @@ def main() -> None:
     import sys
 
     from cli import errors
+    from cli.console import quiet_progress_bars
 
+    quiet_progress_bars()
     # SIGTERM unwinds like Ctrl-C does (finally blocks and atexit run: sandboxes close, trajectories are flushed);
     # the previous handler comes back afterwards, so an in-process caller (a test) keeps its own.
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from cli.console import console as make_console
 from cli.options import run_options
 from cli.safe_text import safe_text, say_to
 from pipeline.config import RunConfig
@@ -41,7 +42,7 @@ def eval_cmd(
     are complete; the same command continues)."""
     from pipeline.eval import plan_eval
 
-    console = Console(stderr=as_json)  # with --json, stdout carries the summary alone
+    console = make_console(stderr=as_json)  # with --json, stdout carries the summary alone
     with plan_eval(cfg, out, instances, slice_, executor, ray_address) as batch:
         summary = _run_batch(console, batch)
     if as_json:

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from cli.console import console as make_console
 from cli.live import STATUS_STYLE, exit_words, plural
 from cli.safe_text import safe_text
 
@@ -30,18 +31,12 @@ def show_cmd(
     if as_json:
         typer.echo(json.dumps(view, indent=2, ensure_ascii=False))
         return
-    console = Console(soft_wrap=not _is_tty())
+    console = make_console()
     if pager and console.is_terminal:
         with console.pager(styles=True):
             _render(console, view, None if full else lines, full)
     else:
         _render(console, view, None if full else lines, full)
-
-
-def _is_tty() -> bool:
-    import sys
-
-    return sys.stdout.isatty()
 
 
 def _render(console: Console, view: dict[str, Any], lines: int | None, replies: bool) -> None:

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from cli.console import console as make_console
 from cli.live import STATUS_STYLE, exit_words, plural
 from cli.options import run_options
 from cli.safe_text import safe_text, say_to
@@ -45,7 +46,7 @@ def solve_cmd(
     task = get_task(instance_id or _recorded_task(cfg.replay) or DEFAULT_TASK, cfg.dataset)
     preflight(cfg, [task])  # after the task: a bad id is answered without importing torch
     out = out or new_run_folder(Path("runs"), task.instance_id)
-    console = Console(stderr=as_json)  # with --json, stdout carries the report alone
+    console = make_console(stderr=as_json)  # with --json, stdout carries the report alone
     with hold_folder(out):  # another run on --out: one line, before anything starts
         report, learned = _solve(console, task, cfg, out)
     if as_json:
