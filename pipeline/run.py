@@ -42,8 +42,8 @@ _SERVER_OWNS = ("model", "policy", "budget", "protocol", "protect", "device")  #
 
 def preflight(cfg: RunConfig, tasks: list[Task]) -> None:
     """The errors every task would hit, raised once before anything starts (no folder made, no model loaded): an
-    unknown sandbox, one this machine lacks, memory settings a --server would ignore, an unknown policy or model, no
-    recordings, a token budget below the protected opening."""
+    unknown sandbox, one this machine lacks, memory settings a --server would ignore, a --device this machine lacks,
+    an unknown policy or model, no recordings, a token budget below the protected opening."""
     from swe_env.sandbox.factory import BACKENDS
 
     if cfg.sandbox not in BACKENDS:
@@ -58,8 +58,9 @@ def preflight(cfg: RunConfig, tasks: list[Task]) -> None:
     if cfg.server is not None:
         _check_served(cfg)
         return
-    from pipeline.backends import check_model_available, check_policy, check_protected_opening
+    from pipeline.backends import check_device, check_model_available, check_policy, check_protected_opening
 
+    check_device(cfg.memory.device)
     check_policy(cfg)
     _check_model_name(cfg.memory.model)
     check_model_available(cfg.memory.model)
