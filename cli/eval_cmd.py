@@ -84,7 +84,7 @@ def _run(console: Console, batch, done: int) -> dict:
     from cli.live import EvalView
     from pipeline.eval import run_eval
 
-    with EvalView(console, len(batch.tasks), done) as view:
+    with EvalView(console, len(batch.tasks), done, batch.cfg.workers) as view:
         return run_eval(batch, view.event, view.finished_one, say_to(console))
 
 
