@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,18 @@ def test_a_local_models_steps_show_their_cache(tmp_path: Path, tiny_model_dir: P
     assert code == 0 and len(held) == 2 and "memory: nexus-agent, budget 256" in out
     for line, turn in zip(held, turns, strict=True):
         assert f"prefill {turn['prefill_tokens']} tok" in line and f"held {turn['held_tokens']} tok/layer" in line
+
+
+def test_on_a_terminal_the_run_is_paged(solved: Path) -> None:
+    from clilib import Pty
+
+    env = {k: v for k, v in cli_env(solved.parent).items() if k not in ("LESS", "PAGER", "MANPAGER")}
+    term = Pty(["show", str(solved)], env={**env, "TERM": "xterm", "LINES": "24"}, cwd=solved.parent)
+    term.expect("step 1", timeout=60)
+    time.sleep(1)
+    assert term.proc.poll() is None  # less waits for a key: the run is longer than one screen
+    term.send("q")
+    assert term.close() == 0
+    plain = Pty(["show", str(solved), "--no-pager"], env={**env, "TERM": "xterm"}, cwd=solved.parent)
+    plain.expect("step 5", timeout=60)
+    assert plain.close() == 0  # without the pager it ends by itself
