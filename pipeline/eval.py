@@ -72,8 +72,12 @@ def plan_eval(
     ef.claim_out_dir(out, cfg, _served(cfg))
     batch = EvalBatch(cfg, out, tasks, [], executor, ray_address)
     batch.held.enter_context(hold_folder(out))  # a second batch on `out` is refused here, before any work
-    sweep()  # what a batch killed earlier left behind (temp folders, containers)
-    batch.todo = [t for t in tasks if not ef.finished(ef.read_report(out, t.instance_id))]
+    try:
+        sweep()  # what a batch killed earlier left behind (temp folders, containers)
+        batch.todo = [t for t in tasks if not ef.finished(ef.read_report(out, t.instance_id))]
+    except BaseException:
+        batch.close()
+        raise
     return batch
 
 
