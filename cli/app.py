@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "solve": ("cli.solve_cmd:solve_cmd", "One task end to end: sandbox, agent (live view), patch, grading, files."),
     "eval": ("cli.eval_cmd:eval_cmd", "Solve and grade many tasks (process pool or Ray), resumable; SWE-bench files."),
     "chat": ("cli.chat_cmd:chat_cmd", "Interactive coding session on a local repo; its KV memory persists (--resume)."),
+    "show": ("cli.show_cmd:show_cmd", "A run afterwards: task, model, memory, result, then each step and its cache."),
     "grade": ("cli.grade_cmd:grade_cmd", "Grade one patch (a file, gold or empty) like SWE-bench in a fresh sandbox."),
     "tasks": ("cli.tasks_cmd:tasks_app", "Browse tasks: built-in, a local JSON/JSONL/parquet file, or a HF dataset."),
     "serve": ("cli.serve_cmd:serve_cmd", "Serve one model to many agent sessions (OpenAI API, batched, evicting)."),
@@ -170,7 +171,9 @@ def main() -> None:
     import sys
 
     from cli import errors
+    from cli.console import quiet_progress_bars
 
+    quiet_progress_bars()
     # SIGTERM unwinds like Ctrl-C does (finally blocks and atexit run: sandboxes close, trajectories are flushed);
     # the previous handler comes back afterwards, so an in-process caller (a test) keeps its own.
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

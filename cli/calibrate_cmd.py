@@ -73,7 +73,10 @@ def calibrate_cmd(
         from pipeline.profiles.store import profile_store
 
         out = profile_store() / store_name(profile)
-        used = "sessions of this model whose opening carries this template now use it (--memory-profile none: not)"
+        used = (
+            "runs with --memory-profile auto (not the default, none) use it for every session of this model whose "
+            "opening carries this template"
+        )
     else:
         used = f"use it with --memory-profile {out}"
     profile.save(out)

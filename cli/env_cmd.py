@@ -106,32 +106,33 @@ def _from_file(task) -> bool:
 
 
 @env_app.command("status")
-def status() -> None:
+def status(as_json: bool = typer.Option(False, "--json", help="Print the status as JSON (for scripts).")) -> None:
     """What sandboxes can run here: docker daemon and images, bubblewrap, debootstrap, leftovers."""
-    from swe_env.images import BASE_IMAGE, BUILTIN_IMAGE, image_exists
-    from swe_env.sandbox.base import SandboxError
+    import json
 
+    from cli.console import console
+    from pipeline.env_status import environment_status
+
+    found = environment_status()
+    if as_json:
+        typer.echo(json.dumps(found, indent=2))
+        return
     table = Table(show_header=False)
-    for tool in ("bwrap", "debootstrap", "dockerd"):
-        table.add_row(tool, _yes(shutil.which(tool) is not None, "installed", "missing (apt-get install -y ...)"))
-    try:
-        from swe_env.dockerd import connect
-
-        client = connect(timeout=10)
-        table.add_row("docker daemon", f"[green]answers[/green] ({client.api.base_url})")
-        for tag in (BASE_IMAGE, BUILTIN_IMAGE):
-            table.add_row(tag, _yes(image_exists(client, tag), "present", "missing (nexus-agent env build)"))
-        left = client.containers.list(all=True, filters={"label": "nexus-agent=1"})
-        table.add_row("leftover containers", str(len(left)) + (" (nexus-agent env prune)" if left else ""))
-    except SandboxError as exc:
-        table.add_row("docker daemon", "[red]not answering[/red] (see below)")
-        problem = str(exc)
+    for tool, installed in found["tools"].items():
+        table.add_row(tool, _yes(installed, "installed", "missing (apt-get install -y ...)"))
+    docker = found["docker"]
+    if docker["answers"]:
+        table.add_row("docker daemon", f"[green]answers[/green] ({docker['url']})")
+        for tag, present in docker["images"].items():
+            table.add_row(tag, _yes(present, "present", "missing (nexus-agent env build)"))
+        left = docker["leftover_containers"]
+        table.add_row("leftover containers", str(left) + (" (nexus-agent env prune)" if left else ""))
     else:
-        problem = ""
-    console = Console()
-    console.print(table)
-    if problem:
-        console.print(problem, soft_wrap=True, highlight=False, markup=False)
+        table.add_row("docker daemon", "[red]not answering[/red] (see below)")
+    out = console()
+    out.print(table)
+    if not docker["answers"]:
+        out.print(docker["problem"], soft_wrap=True, highlight=False, markup=False)
 
 
 def _yes(ok: bool, good: str, bad: str) -> str:

@@ -3,11 +3,13 @@ batch itself is pipeline.eval, this module its options and display."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
+from cli.console import console as make_console
 from cli.options import run_options
 from cli.safe_text import safe_text, say_to
 from pipeline.config import RunConfig
@@ -28,6 +30,9 @@ def eval_cmd(
     executor: str = typer.Option("local", "--executor", help="local (process pool) or ray."),
     ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster address (default: a local Ray)."),
     retry_errors: bool = typer.Option(False, "--retry-errors", hidden=True, help="No effect: errors are retried."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the summary (summary.json's content) as JSON on stdout; progress goes to stderr."
+    ),
 ) -> None:
     """Solve and grade each task into --out/<id>/; a rerun of the same command skips the finished tasks and runs the
     rest, including those whose run failed (an error is not a result: it is left out of predictions.jsonl).
@@ -35,12 +40,25 @@ def eval_cmd(
     Exit code: 0 when every selected task finished, 1 when some task's run failed (listed with its reason at the
     end), 2 for a bad option or --out folder (nothing runs), 130 when interrupted (Ctrl-C: the finished tasks' files
     are complete; the same command continues)."""
-    from cli.errors import Interrupted
     from pipeline.eval import plan_eval
+
+    console = make_console(stderr=as_json)  # with --json, stdout carries the summary alone
+    with plan_eval(cfg, out, instances, slice_, executor, ray_address) as batch:
+        summary = _run_batch(console, batch)
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        _print_summary(console, summary, out)
+    if summary["errors"]:
+        raise typer.Exit(EXIT_TASK_ERRORS)
+
+
+def _run_batch(console: Console, batch) -> dict:
+    """Say what the batch will do, run it with the live view; its summary. Ctrl-C: one line on what is left."""
+    from cli.errors import Interrupted
     from pipeline.eval_files import finished, read_report
 
-    batch = plan_eval(cfg, out, instances, slice_, executor, ray_address)
-    console = Console()
+    cfg, out = batch.cfg, batch.out
     retried = sum(read_report(out, t.instance_id) is not None for t in batch.todo)
     again = f" ({retried} of them failed before and run again)" if retried else ""
     done = len(batch.tasks) - len(batch.todo)
@@ -54,23 +72,19 @@ def eval_cmd(
             highlight=False,
         )
     try:
-        summary = _run(console, batch, done)
+        return _run(console, batch, done)
     except KeyboardInterrupt:  # the files describe exactly the finished tasks
-        summary = batch.summary or {}
         ended = sum(finished(read_report(out, t.instance_id)) for t in batch.tasks)
         raise Interrupted(
             f"interrupted: {ended} finished, {len(batch.tasks) - ended} left; rerun the same command to continue"
         ) from None
-    _print_summary(console, summary, out)
-    if summary["errors"]:
-        raise typer.Exit(EXIT_TASK_ERRORS)
 
 
 def _run(console: Console, batch, done: int) -> dict:
     from cli.live import EvalView
     from pipeline.eval import run_eval
 
-    with EvalView(console, len(batch.tasks), done) as view:
+    with EvalView(console, len(batch.tasks), done, batch.cfg.workers) as view:
         return run_eval(batch, view.event, view.finished_one, say_to(console))
 
 

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from cli.console import console as make_console
 from cli.live import STATUS_STYLE
 from cli.options import raw_options
 from cli.safe_text import safe_markup, safe_text
@@ -38,7 +39,7 @@ def grade_cmd(
         sandbox=SandboxConfig(repo_cache=given["repo_cache"], install_tools=False),
         test_timeout=timeout,
     )
-    console = Console()
+    console = make_console()
     with console.status(f"grading {instance_id} ({sandbox})"):
         report = grade(task, _patch_text(patch, task), config=cfg)
     if json_path is not None:  # first: the report is on disk whatever the display does

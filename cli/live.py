@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -119,12 +119,15 @@ class TaskNow:
         return f"step {self.step}/{self.max_steps}" if self.max_steps else f"step {self.step}"
 
     def _model(self) -> str:
-        from pipeline.executors.progress import prefill_of
+        from pipeline.executors.progress import model_progress
 
         if self.chars:
             return f"the model writes its reply ({plural(self.chars, 'character')} so far)"
-        if (prefill := prefill_of(self.session)) is not None:
-            return f"the model reads the conversation (prefill {prefill[0]}/{prefill[1]} tokens)"
+        now = model_progress(self.session) or {}
+        if "prefill" in now:
+            return f"the model reads the conversation (prefill {now['prefill'][0]}/{now['prefill'][1]} tokens)"
+        if now.get("decoded"):
+            return f"the model writes its reply ({plural(now['decoded'], 'token')} so far)"
         return "the model works on its reply" if self.session is not None else "waiting for the model's reply"
 
 
@@ -243,14 +246,15 @@ class EvalView:
     """done/total with ETA, resolved so far, token and cache totals, and one row per worker (what it does now and for
     how long, refreshed 4 times a second); on output that is not a terminal, a line per task started and ended."""
 
-    def __init__(self, console: Console, total: int, already_done: int = 0) -> None:
-        self.console, self.total, self.done = console, total, already_done
+    def __init__(self, console: Console, total: int, already_done: int = 0, workers: int = 1) -> None:
+        self.console, self.total, self.done, self.workers_at_once = console, total, already_done, workers
         self.plain = not console.is_terminal
         self.progress = Progress(
             TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("ETA"), TimeRemainingColumn(), console=console,
+            TextColumn("{task.fields[eta]}"), console=console,
         )  # fmt: skip
-        self.bar = self.progress.add_task("eval", total=total, completed=already_done)
+        self.durations: list[float] = []  # wall seconds of the tasks finished in this run (the ETA's measure)
+        self.bar = self.progress.add_task("eval", total=total, completed=already_done, eta=self.eta())
         self.workers: dict[str, dict[str, Any]] = {}
         self.resolved = self.finished = self.errors = 0
         self.totals = {"generated_tokens": 0, "prefill_tokens": 0, "evicted_tokens": 0, "peak_held_tokens": 0}
@@ -287,14 +291,28 @@ class EvalView:
         elif ev["kind"] == "done":
             row.update(doing=f"done: {ev.get('status')}", since=now)
 
+    def eta(self) -> str:
+        """The batch's ETA in words (pipeline.executors.progress.eta_seconds)."""
+        from pipeline.executors.progress import eta_seconds
+
+        seconds = eta_seconds(self.durations, self.total - self.done, self.workers_at_once)
+        if seconds is None:
+            return "ETA after the first task"
+        minutes, secs = divmod(round(seconds), 60)
+        return f"ETA {minutes // 60}:{minutes % 60:02d}:{secs:02d}" if minutes >= 60 else f"ETA {minutes}:{secs:02d}"
+
     def finished_one(self, report: dict[str, Any]) -> None:
         if report.get("status") != "error":  # a task whose run failed is not done: the next run retries it
             self.progress.advance(self.bar)
             self.done += 1
+        if report.get("wall_s") is not None:
+            self.durations.append(float(report["wall_s"]))
+        self.progress.update(self.bar, eta=self.eta())
         self.finished += 1
         if self.plain:
             how = report.get("error") if report.get("status") == "error" else exit_words(report.get("exit_reason"))
-            self._say(f"{self.done}/{self.total} finished | {report['instance_id']}: {report.get('status')} ({how})")
+            said = f"{self.done}/{self.total} finished | {report['instance_id']}: {report.get('status')} ({how})"
+            self._say(f"{said} | {self.eta()}")
         self.resolved += bool(report.get("resolved"))
         self.errors += report.get("status") == "error"
         totals = report.get("totals") or {}
@@ -334,6 +352,8 @@ def _phase_words(ev: dict[str, Any]) -> str:
     if phase == "model" and ev.get("prefill"):
         done, total = ev["prefill"]
         return f"the model reads the conversation (prefill {done}/{total} tokens)"
+    if phase == "model" and ev.get("decoded") is not None:
+        return f"the model writes its reply ({plural(ev['decoded'], 'token')} so far)"
     if phase == "tool":
         return "running " + call_text(ev.get("tool") or "-", ev.get("params"), 40)
     if phase in ("env_build", "env_built"):

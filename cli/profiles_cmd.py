@@ -2,52 +2,62 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from cli.console import console as make_console
+
 
 def profiles_cmd(
     folder: Path = typer.Argument(None, help="a folder of profiles (default: the profile store)"),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows as a JSON list (for scripts)."),
 ) -> None:
     """List memory profiles, by default the store's (what sessions use with --memory-profile auto).
 
     One row per profile file: the model it was calibrated with, its template tokens (the fixed opening text),
     how many conversations it averages, and when it was written. A damaged file is listed as such (a
     session given the store would stop on it: remove it)."""
-    from kvstore.defaults import PROFILE_SUFFIX
     from kvstore.errors import KVStoreError
-    from kvstore.profiles.profile import MemoryProfile
+    from pipeline.profiles.listing import profile_files, profile_rows
     from pipeline.profiles.store import profile_store
 
     where = folder if folder is not None else profile_store()
     if folder is not None and not folder.is_dir():
         raise KVStoreError(f"{folder}: no such folder")
-    console = Console()
-    files = sorted(where.glob(f"*{PROFILE_SUFFIX}")) if where.is_dir() else []
+    rows = profile_rows(profile_files(where))
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    console = make_console()
     if folder is None:
         _pool_line(console, where)
-    if not files:
-        hint = " (make one with: nexus-agent calibrate TRACES..., or run solve or chat once)" if folder is None else ""
+    if not rows:
+        hint = (
+            " (make one with: nexus-agent calibrate TRACES..., or a run with --learn-profile)" if folder is None else ""
+        )
         console.print(f"no memory profiles in {where}{hint}", highlight=False)
         return
-    table = Table(title=f"{len(files)} memory profile{'' if len(files) == 1 else 's'} in {where}")
+    console.print(_table(rows, where))
+
+
+def _table(rows: list[dict[str, Any]], where: Path) -> Table:
+    table = Table(title=f"{len(rows)} memory profile{'' if len(rows) == 1 else 's'} in {where}")
     for column in ("file", "model", "layers x kv heads", "template tokens", "conversations", "written"):
         table.add_column(column, justify="right" if column in ("template tokens", "conversations") else "left")
-    for f in files:
-        written = datetime.fromtimestamp(f.stat().st_mtime).strftime("%Y-%m-%d %H:%M")
-        try:
-            p = MemoryProfile.load(f)
-        except KVStoreError:
-            table.add_row(f.name, "[red]damaged: not a memory profile[/red]", "", "", "", written)
+    for r in rows:
+        written = r["written"].replace("T", " ")[:16]
+        if r["damaged"]:
+            table.add_row(r["file"], "[red]damaged: not a memory profile[/red]", "", "", "", written)
             continue
-        shape = f"{p.identity.get('num_layers')} x {p.identity.get('num_kv_heads')}"
-        template = f"{len(p.prefix)} + {len(p.suffix)}"
-        table.add_row(f.name, str(p.meta.get("model", "?")), shape, template, str(p.conversations), written)
-    console.print(table)
+        shape = f"{r['num_layers']} x {r['num_kv_heads']}"
+        template = f"{r['prefix_tokens']} + {r['suffix_tokens']}"
+        table.add_row(r["file"], str(r["model"] or "?"), shape, template, str(r["conversations"]), written)
+    return table
 
 
 def _pool_line(console: Console, store: Path) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,11 +10,12 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from cli.console import console as make_console
 from cli.live import STATUS_STYLE, exit_words, plural
 from cli.options import run_options
 from cli.safe_text import safe_text, say_to
 from pipeline.config import DEFAULT_MAX_STEPS, DEFAULT_TASK, RunConfig
-from pipeline.files import safe_name
+from pipeline.files import new_run_folder
 
 
 @run_options(
@@ -27,7 +28,10 @@ def solve_cmd(
     instance_id: str = typer.Argument(
         None, help=f"The task's instance_id (default: the --replay recording's task, else {DEFAULT_TASK})."
     ),
-    out: Path = typer.Option(None, "--out", "-o", help="Output folder (default runs/<id>-<timestamp>/)."),
+    out: Path = typer.Option(None, "--out", "-o", help="Output folder (default: a new runs/<id>-<time>-<suffix>/)."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the report (report.json's content) as JSON on stdout; progress goes to stderr."
+    ),
 ) -> None:
     """Solve one task: the agent works in a sandbox, its patch is graded, files go to --out.
 
@@ -35,13 +39,26 @@ def solve_cmd(
     used unless --memory-profile names one (or 'auto': the profile store), and none is learned unless
     --learn-profile is given. On a terminal a live table shows each step and what runs now; otherwise (a log file)
     one line per step."""
+    from pipeline.folder_lock import hold_folder
     from pipeline.run import preflight
     from tasks import get_task
 
     task = get_task(instance_id or _recorded_task(cfg.replay) or DEFAULT_TASK, cfg.dataset)
     preflight(cfg, [task])  # after the task: a bad id is answered without importing torch
-    out = out or Path("runs") / f"{safe_name(task.instance_id)}-{time.strftime('%Y%m%d-%H%M%S')}"
-    console = Console()
+    out = out or new_run_folder(Path("runs"), task.instance_id)
+    console = make_console(stderr=as_json)  # with --json, stdout carries the report alone
+    with hold_folder(out):  # another run on --out: one line, before anything starts
+        report, learned = _solve(console, task, cfg, out)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    print_summary(console, report, out, cfg.lacks_profile and learned is None)
+    if learned:
+        console.print(safe_text("  " + learned))
+
+
+def _solve(console: Console, task, cfg: RunConfig, out: Path) -> tuple[dict[str, Any], str | None]:
+    """The run with its live view, then the memory profile it may teach; the report and what was learned."""
     console.print(
         Text.assemble(safe_text(task.instance_id, "bold"), safe_text(f" ({task.source or 'builtin'}) -> {out}"))
     )
@@ -49,9 +66,7 @@ def solve_cmd(
     report = _run_live(console, task, cfg, out, finished.append)
     console.print()
     learned = _learn(console, cfg, finished[0], out, task.problem_statement) if finished else None
-    print_summary(console, report, out, cfg.lacks_profile and learned is None)
-    if learned:
-        console.print(safe_text("  " + learned))
+    return report, learned
 
 
 def _run_live(console: Console, task, cfg: RunConfig, out: Path, on_finish) -> dict[str, Any]:

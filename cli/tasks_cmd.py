@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.console import Console
 from rich.panel import Panel
+from rich.rule import Rule
 from rich.table import Table
 
+from cli.console import console
 from cli.safe_text import safe_text
 
 tasks_app = typer.Typer(
@@ -24,11 +25,18 @@ def _first_line(text: str, width: int = 80) -> str:
 
 
 @tasks_app.command("list")
-def list_tasks(dataset: str = typer.Option(None, "--dataset", "-d", help=DATASET_HELP)) -> None:
-    """One row per task: id, repo, number of FAIL_TO_PASS / PASS_TO_PASS tests, the issue's first line."""
+def list_tasks(
+    dataset: str = typer.Option(None, "--dataset", "-d", help=DATASET_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object per task (id, repo, tests, issue)."),
+) -> None:
+    """One row per task: id, repo, number of FAIL_TO_PASS / PASS_TO_PASS tests, the issue's first line. Piped or
+    redirected, the table keeps whole ids and lines (no terminal width to fit)."""
     from tasks import load_tasks
 
     tasks = load_tasks(dataset)
+    if as_json:
+        typer.echo(json.dumps([_summary(t) for t in tasks], indent=2))
+        return
     table = Table(title=f"{len(tasks)} tasks from {dataset or 'builtin'}")
     for column in ("instance_id", "repo", "#F2P", "#P2P", "issue"):
         table.add_column(column, justify="right" if column.startswith("#") else "left")
@@ -36,7 +44,16 @@ def list_tasks(dataset: str = typer.Option(None, "--dataset", "-d", help=DATASET
         counts = (str(len(task.fail_to_pass)), str(len(task.pass_to_pass)))
         issue = safe_text(_first_line(task.problem_statement))
         table.add_row(safe_text(task.instance_id), safe_text(task.repo), *counts, issue)
-    Console().print(table)
+    console().print(table)
+
+
+def _summary(task) -> dict:
+    """A task's row for scripts: what `list` shows, the issue's first line whole."""
+    return {
+        "instance_id": task.instance_id, "repo": task.repo, "fail_to_pass": len(task.fail_to_pass),
+        "pass_to_pass": len(task.pass_to_pass), "issue": _first_line(task.problem_statement, 10**6),
+        "source": task.source or "builtin",
+    }  # fmt: skip
 
 
 @tasks_app.command("show")
@@ -52,16 +69,16 @@ def show_task(
     if as_json:
         typer.echo(json.dumps(task.to_record(), indent=2))
         return
-    console = Console()
+    out = console()
     meta = Table.grid(padding=(0, 2))
     for key in ("instance_id", "repo", "base_commit", "version", "created_at", "docker_image", "test_cmd", "source"):
         meta.add_row(f"[bold]{key}[/bold]", safe_text(getattr(task, key) or "-"))
-    console.print(meta)
-    console.print(Panel(safe_text(task.problem_statement.strip()), title="issue", expand=False))
+    out.print(meta)
+    out.print(Panel(safe_text(task.problem_statement.strip()), title="issue", expand=False))
     for title, tests in (("FAIL_TO_PASS", task.fail_to_pass), ("PASS_TO_PASS", task.pass_to_pass)):
-        console.print(f"[bold]{title}[/bold] ({len(tests)})")
+        out.print(f"[bold]{title}[/bold] ({len(tests)})")
         for test in tests:
-            console.print(safe_text(f"  {test}"))
+            out.print(safe_text(f"  {test}"))
     for title, patch in (("gold patch", task.patch), ("test patch", task.test_patch)):
-        console.rule(title)
-        console.print(safe_text(patch.rstrip() or "(none)"))
+        out.print(Rule(title), width=out.width if out.is_terminal else 80)  # a file gets a rule, not 100k dashes
+        out.print(safe_text(patch.rstrip() or "(none)"))

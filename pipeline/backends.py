@@ -190,6 +190,32 @@ def replay_file(folder: Path, instance_id: str) -> Path:
     raise RunError(f"several trajectories for {instance_id} in {folder}: {', '.join(p.name for p in found)}")
 
 
+def check_device(device: str | None) -> None:
+    """Fail fast (RunError) on a --device this machine lacks, before any folder, sandbox or model: it was refused
+    only when the model loaded. A CUDA device is looked for without torch where no NVIDIA device node exists."""
+    if device is None or device == "cpu":
+        return
+    if device.startswith("cuda"):
+        if not Path("/dev/nvidiactl").exists() or not _cuda_count():
+            raise RunError(f"--device {device}: no CUDA GPU on this machine; use --device cpu or leave it out")
+        index = device.partition(":")[2]
+        if index and (not index.isdigit() or int(index) >= _cuda_count()):
+            raise RunError(f"--device {device}: this machine has {_cuda_count()} CUDA GPU(s), cuda:0 to cuda:N-1")
+        return
+    import torch
+
+    try:
+        torch.device(device)
+    except RuntimeError:
+        raise RunError(f"--device {device}: not a torch device (cpu, cuda, cuda:N, ...)") from None
+
+
+def _cuda_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def check_model_available(name: str) -> None:
     """Fail fast (KVStoreError) when the model cannot be loaded offline, before any worker starts."""
     from kvstore.errors import KVStoreError

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,17 @@ class EvalBatch:
     executor: str = "local"  # "local" (process pool) or "ray"
     ray_address: str | None = None  # Ray cluster address (None: a local Ray)
     summary: dict[str, Any] | None = None  # summary.json as last written (also when the run was interrupted)
+    held: ExitStack = field(default_factory=ExitStack)  # the lock on `out` (pipeline.folder_lock) until close()
+
+    def close(self) -> None:
+        """Let another run use `out` (the lock also ends with this process)."""
+        self.held.close()
+
+    def __enter__(self) -> EvalBatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def plan_eval(
@@ -41,8 +53,10 @@ def plan_eval(
 ) -> EvalBatch:  # fmt: skip
     """The batch of `--instances a,b` or `--slice a:b` of the source (default: all), its unfinished tasks (those
     without a report, and those whose run ended in an error: errors are not results); raises what every task would
-    hit (no sandbox, no model, no recordings, a budget below the protected opening, --out holding another run) before
-    any work."""
+    hit (no sandbox, no model, no recordings, a budget below the protected opening, --out holding another run or in
+    use by one) before any work. The batch holds --out (pipeline.folder_lock) until it is closed: `with plan_eval(...)
+    as batch:`."""
+    from pipeline.folder_lock import hold_folder
     from pipeline.profiles.warmup import check
     from pipeline.run import preflight
     from swe_env.sandbox.owners import sweep
@@ -55,10 +69,16 @@ def plan_eval(
         raise RunError("no tasks selected")
     preflight(cfg, tasks)
     check(cfg, out, tasks)
-    sweep()  # what a batch killed earlier left behind (temp folders, containers)
     ef.claim_out_dir(out, cfg, _served(cfg))
-    todo = [t for t in tasks if not ef.finished(ef.read_report(out, t.instance_id))]
-    return EvalBatch(cfg, out, tasks, todo, executor, ray_address)
+    batch = EvalBatch(cfg, out, tasks, [], executor, ray_address)
+    batch.held.enter_context(hold_folder(out))  # a second batch on `out` is refused here, before any work
+    try:
+        sweep()  # what a batch killed earlier left behind (temp folders, containers)
+        batch.todo = [t for t in tasks if not ef.finished(ef.read_report(out, t.instance_id))]
+    except BaseException:
+        batch.close()
+        raise
+    return batch
 
 
 def run_eval(

@@ -15,6 +15,7 @@ from typing import Any
 from pipeline.config import RunConfig
 from pipeline.errors import RunError
 from pipeline.files import PATCH, REPORT, atomic_write, safe_name
+from pipeline.folder_lock import LOCK_FILE
 from pipeline.report import turn_totals
 from tasks.schema import Task
 
@@ -99,7 +100,7 @@ def claim_out_dir(out: Path, cfg: RunConfig, served: dict[str, Any] | None = Non
         if "profiles" in held:  # a run.json from before the record: its profiles are not known
             _check_profiles(out, cfg.memory.profile, held["profiles"], profiles, others)
         return
-    if any(out.iterdir()):
+    if any(p.name != LOCK_FILE for p in out.iterdir()):
         raise RunError(
             f"{out} is not empty but holds no {RUN_FILE}: results of another run or tool would be overwritten; "
             "use an empty or new --out"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import secrets
 import tempfile
+import time
 from pathlib import Path
 
 REPORT, PATCH, TRAJECTORY = "report.json", "patch.diff", "trajectory.jsonl"
@@ -14,6 +16,19 @@ def safe_name(text: str) -> str:
     no name is '.', '..' or hidden."""
     name = "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
     return "_" + name[1:] if name.startswith(".") else name or "_"
+
+
+def new_run_folder(root: Path, name: str) -> Path:
+    """A new, empty folder `root/<name>-<date>-<time>-<4 hex>`, made here and never an existing one: two runs started
+    in the same second once shared a folder named by the second alone."""
+    root.mkdir(parents=True, exist_ok=True)
+    while True:
+        folder = root / f"{safe_name(name)}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
 
 
 def atomic_write(path: Path, text: str) -> None:

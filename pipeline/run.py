@@ -42,8 +42,8 @@ _SERVER_OWNS = ("model", "policy", "budget", "protocol", "protect", "device")  #
 
 def preflight(cfg: RunConfig, tasks: list[Task]) -> None:
     """The errors every task would hit, raised once before anything starts (no folder made, no model loaded): an
-    unknown sandbox, one this machine lacks, memory settings a --server would ignore, an unknown policy or model, no
-    recordings, a token budget below the protected opening."""
+    unknown sandbox, one this machine lacks, memory settings a --server would ignore, a --device this machine lacks,
+    an unknown policy or model, no recordings, a token budget below the protected opening."""
     from swe_env.sandbox.factory import BACKENDS
 
     if cfg.sandbox not in BACKENDS:
@@ -58,8 +58,9 @@ def preflight(cfg: RunConfig, tasks: list[Task]) -> None:
     if cfg.server is not None:
         _check_served(cfg)
         return
-    from pipeline.backends import check_model_available, check_policy, check_protected_opening
+    from pipeline.backends import check_device, check_model_available, check_policy, check_protected_opening
 
+    check_device(cfg.memory.device)
     check_policy(cfg)
     _check_model_name(cfg.memory.model)
     check_model_available(cfg.memory.model)
@@ -119,7 +120,17 @@ def run_task(
     `on_finish(backend)` once the report is written (solve learns a memory profile with the backend's model);
     `on_event(event)`: progress for live views: {"kind": "sandbox"|"env_build"|"env_built"|"loading"|"backend"|"model"|
     "tool"|"grading", ...} ("backend" carries the backend, whose session a view may read prefill progress from;
-    "env_build"/"env_built": a first use building the task's Python env, swe_env.pyenv.build_progress)."""
+    "env_build"/"env_built": a first use building the task's Python env, swe_env.pyenv.build_progress). The run
+    holds `out_dir` (pipeline.folder_lock): another process's run there is refused (RunError) before anything
+    starts."""
+    from pipeline.folder_lock import hold_folder
+
+    with hold_folder(out_dir):
+        return _run_held(task, cfg, out_dir, on_step, on_token, on_finish, on_event)
+
+
+def _run_held(task: Task, cfg: RunConfig, out_dir: Path, on_step, on_token, on_finish, on_event) -> dict[str, Any]:
+    """run_task's work, in a folder this process holds."""
     from agent.environment import SandboxEnvironment
     from agent.loop import Agent
     from agent.prompts import initial_messages

@@ -21,7 +21,6 @@ from typing import Any
 
 import torch
 
-from kvstore.cache.evicting import ARCHITECTURE_KEYS
 from kvstore.defaults import PROFILE_SUFFIX
 from kvstore.errors import KVStoreError
 
@@ -74,6 +73,8 @@ class MemoryProfile:
 
     def _mismatch(self, identity: dict[str, Any]) -> str | None:
         """The first architecture key on which the profile's model and this one differ, or None."""
+        from kvstore.cache.evicting import ARCHITECTURE_KEYS  # here: a listing of profiles needs no transformers
+
         return next((k for k in ARCHITECTURE_KEYS if self.identity.get(k) != identity.get(k)), None)
 
     @classmethod

@@ -317,6 +317,13 @@ class Session:
             return None
         return self._prompt[0] - self.prefilled, self._prompt[1] - self.prefilled
 
+    def reply_tokens(self) -> int | None:
+        """Tokens the reply begun by `begin_reply` has generated so far, once its prompt has run; None before that and
+        after `end_reply` (a live view tells the model's writing from its reading by it)."""
+        if self._prompt is None or self._prompt[1] > self.prefilled:
+            return None
+        return len(self.tokens) - self._prompt[1]
+
     def _stats(self, before: dict, after: dict, prefilled: int, generated: int, prefill_s: float, decode_s: float):
         n_layers = max(1, len(after["tokens_held_per_layer"]))
         evict_s = (after["score_s"] + after["select_s"]) - (before["score_s"] + before["select_s"])

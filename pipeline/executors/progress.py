@@ -1,5 +1,6 @@
-"""A worker's view of its model's prefill, which has no events of its own: read from the task's session once a
-second while the model works, and sent as "phase" events (the eval view shows "prefill 1200/3100 tokens"). The
+"""A worker's view of its model's prefill and decoding, which have no events of their own: read from the task's
+session once a second while the model works, and sent as "phase" events (the eval view shows "prefill 1200/3100
+tokens", then "writes its reply (40 tokens so far)"), and the batch's ETA from its finished tasks. The
 watch also passes on the first build of a task's Python env ("env_build", "env_built": swe_env.pyenv), which takes
 minutes before the model is even loaded."""
 
@@ -22,9 +23,28 @@ def prefill_of(session: Any) -> tuple[int, int] | None:
     return min(session.prefilled, total), total
 
 
+def model_progress(session: Any) -> dict[str, Any] | None:
+    """What the model does now: {"prefill": [done, total]} while it reads, {"decoded": n} once it writes (n tokens
+    so far), None between turns or without a session. A prefill's last reading stood for the whole reply before."""
+    if (prefill := prefill_of(session)) is not None:
+        return {"prefill": list(prefill)}
+    decoded = session.reply_tokens() if session is not None else None
+    return {"decoded": decoded} if decoded is not None else None
+
+
+def eta_seconds(durations: list[float], left: int, workers: int) -> float | None:
+    """Seconds until the batch ends: tasks left x the mean duration of the finished ones / the workers they keep
+    busy (never more than the tasks left); None until one has finished (rich's rate over the recent minutes said
+    -:--:--, then 3 s for two 90 s tasks)."""
+    if not durations:
+        return None
+    return left * (sum(durations) / len(durations)) / max(1, min(workers, left))
+
+
 class PrefillWatch:
-    """Emits `emit("phase", step=..., phase="model", prefill=[done, total])` when the prefill has moved, every
-    `every` seconds while the model works on a step (from run_task's events: "backend", "model", then any other)."""
+    """Emits `emit("phase", step=..., phase="model", prefill=[done, total] | decoded=n)` when the model's progress
+    has moved, every `every` seconds while it works on a step (from run_task's events: "backend", "model", then any
+    other)."""
 
     def __init__(self, emit: Callable[..., None], every: float = 1.0) -> None:
         self.emit, self.every = emit, every
@@ -51,7 +71,7 @@ class PrefillWatch:
 
     def _run(self) -> None:
         while not self.stopped.wait(self.every):
-            now = prefill_of(self.session) if self.watching else None
+            now = model_progress(self.session) if self.watching else None
             if now is not None and now != self.last:
                 self.last = now
-                self.emit("phase", step=self.step, phase="model", prefill=list(now))
+                self.emit("phase", step=self.step, phase="model", **now)

@@ -39,7 +39,7 @@ def test_a_calibrated_profile_is_used_by_later_sessions_of_the_same_agent(tmp_pa
                 env=env, cwd=tmp_path)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     (stored,) = (tmp_path / "home" / "profiles").glob("*.pt")
-    assert "now use it" in res.stderr.replace("\n", " ")
+    assert "runs with --memory-profile auto (not the default, none) use it" in " ".join(res.stderr.split())
 
     args = ["--model", str(tiny_model_dir), "--max-steps", "1", "--max-new-tokens", "4", "--sandbox", "bwrap"]
     auto = ["--memory-profile", "auto", "--out", str(tmp_path / "auto")]

@@ -28,7 +28,16 @@ PROBE = (
 
 @pytest.mark.parametrize(
     "args",
-    [["--help"], ["bench", "--help"], ["tasks", "list"], ["solve", "no-such-task"], ["solve", "--help"], ["nope"]],
+    [
+        ["--help"],
+        ["bench", "--help"],
+        ["tasks", "list"],
+        ["solve", "no-such-task"],
+        ["solve", "--help"],
+        ["nope"],
+        ["show", "no-such-run"],
+        ["tasks", "list", "--json"],
+    ],
 )
 def test_help_listings_and_errors_do_not_import_torch(args: list[str], tmp_path: Path) -> None:
     proc = subprocess.run(

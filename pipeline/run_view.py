@@ -1,0 +1,83 @@
+"""A finished (or still running) run folder read back as one plain record: the task, model, memory and result
+(report.json) and each step (trajectory.jsonl) with its call, observation and cache statistics. `nexus-agent show`
+renders it; a script gets it as JSON. Before it, only reading trajectory.jsonl by hand showed a run afterwards.
+
+    view = read_run(Path("runs/nexus-demo__pagekit-1-20261206-031649-a1b2"))   # RunError: not a run folder
+    view["result"]["status"], [s["call"] for s in view["steps"]]
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import RunError
+from pipeline.files import REPORT, TRAJECTORY
+
+_MEMORY = ("policy", "budget", "protocol", "protect", "profile")  # report["config"] fields that say the run's memory
+_RESULT = ("status", "resolved", "exit_reason", "steps", "patch_lines", "agent_s", "grade_s", "wall_s", "error")
+_CACHE = ("prefill_tokens", "generated_tokens", "evicted_tokens", "held_tokens", "held_bytes", "prefill_s", "decode_s")
+
+
+def read_run(folder: Path) -> dict[str, Any]:
+    """The run in `folder` (a solve folder or one task of an eval); RunError, one line, when it is none."""
+    if not folder.is_dir():
+        raise RunError(f"{folder}: no such run folder")
+    if not (folder / TRAJECTORY).is_file():
+        raise RunError(_not_a_run(folder))
+    from agent.trajectory import load_trajectory
+
+    traj = load_trajectory(folder / TRAJECTORY)  # AgentError (one line) on a corrupt file
+    report = _report(folder)
+    config = report.get("config") or traj.header.get("config") or {}
+    return {
+        "folder": str(folder),
+        "task": report.get("instance_id") or traj.header.get("task_id"),
+        "model": report.get("model") or traj.header.get("model"),
+        "memory": {k: config.get(k) for k in _MEMORY if k in config},
+        "result": {k: report.get(k) for k in _RESULT if k in report} if report else None,
+        "truncated": traj.truncated,
+        "steps": [_step(s) for s in traj.steps],
+    }
+
+
+def _report(folder: Path) -> dict[str, Any]:
+    """report.json, or {} while the run has not written it (it is written last)."""
+    path = folder / REPORT
+    if not path.is_file():
+        return {}
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RunError(f"{path} is unreadable or corrupt ({type(exc).__name__})") from None
+    if not isinstance(report, dict):
+        raise RunError(f"{path} is not a run's report (a JSON object)")
+    return report
+
+
+def _step(rec: dict[str, Any]) -> dict[str, Any]:
+    """One step: its call, the tool's output with its exit code, the model's reply, times and cache statistics."""
+    stats = rec.get("stats") or {}
+    observation = str(rec.get("observation") or "")
+    first = observation.splitlines()[0] if observation else ""
+    return {
+        "step": rec.get("step"),
+        "call": rec.get("call"),
+        "exit_code": first.removeprefix("Exit code: ") if first.startswith("Exit code: ") else None,
+        "observation": observation,
+        "reply": rec.get("reply"),
+        "model_s": rec.get("model_s"),
+        "env_s": rec.get("env_s"),
+        "context_tokens": rec.get("context_tokens"),
+        "cache": {k: stats[k] for k in _CACHE if k in stats},
+    }
+
+
+def _not_a_run(folder: Path) -> str:
+    """Why `folder` is no run folder, and for an eval's folder, which of its folders are."""
+    tasks = sorted(p.parent.name for p in folder.glob(f"*/{TRAJECTORY}"))
+    if tasks:
+        listed = ", ".join(tasks[:5]) + (f" and {len(tasks) - 5} more" if len(tasks) > 5 else "")
+        return f"{folder} is a batch of runs (an eval's --out): show one of its tasks, {folder}/<id> ({listed})"
+    return f"{folder} is not a run folder: no {TRAJECTORY} in it"
