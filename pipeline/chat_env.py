@@ -121,7 +121,8 @@ def _remove_older(env: PyEnv, cfg: PyEnvConfig) -> None:
 
 
 def sandbox_settings(env: PyEnv | None, repo: Path) -> dict:
-    """BwrapConfig keyword arguments that put `env` on the sandbox's PATH (nothing when there is no env)."""
+    """BwrapConfig keyword arguments that put `env` on the sandbox's PATH (nothing when there is no env): its
+    folder and its interpreter's prefix bound as they are (nothing the build wrote names a host folder)."""
     if env is None:
         return {}
     from swe_env.pyenv import import_root
@@ -129,7 +130,7 @@ def sandbox_settings(env: PyEnv | None, repo: Path) -> dict:
     extra = [("VIRTUAL_ENV", str(env.path))]
     if not env.recipe.install:  # the repo is not installed: its working copy is importable
         extra.append(("PYTHONPATH", import_root("/testbed", repo)))
-    return {"extra_path": (env.bin_dir,), "extra_env": tuple(extra)}
+    return {"extra_path": (env.bin_dir,), "env_dirs": env.ro_binds, "extra_env": tuple(extra)}
 
 
 def describe(env: PyEnv | None) -> str:

@@ -43,6 +43,7 @@ class BwrapConfig:
     extra_path: tuple[str, ...] = ()  # dirs put on PATH before the system dirs (e.g. a Python env's bin)
     extra_env: tuple[tuple[str, str], ...] = ()  # extra environment variables (the rest is cleared)
     network: bool = False  # keep the host network (only for environment set-up, never for the agent)
+    env_dirs: tuple[str, ...] = ()  # a built env and its interpreter's prefix: bound read-only as they are
     python_env: bool = True  # run in the task's cached Python env (swe_env.pyenv), built in this sandbox if missing
     pyenv: PyEnvConfig | None = None  # where/how those envs are built (first build needs PyPI)
     bwrap: str = "bwrap"  # the bubblewrap executable
@@ -196,11 +197,11 @@ class BwrapSandbox:
 
     def _bwrap_argv(self, build: PyEnv | None = None) -> list[str]:
         """The bwrap arguments of a command; `build`: build mode for that env (network, env dir writable)."""
-        env_binds = list(build.ro_binds if build is not None else self._env_binds)  # the task env + its interpreter
+        env_binds = [*(build.ro_binds if build is not None else self._env_binds), *self.config.env_dirs]
         argv = [self._bwrap, *host_binds(self._root / "etc")]
         argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
         argv += ["--bind", str(self._tmp), "/tmp"]
-        argv += python_binds([current_interpreter(), *env_binds], list(self.config.extra_path))
+        argv += python_binds([current_interpreter()], list(self.config.extra_path), env_binds)
         argv += ["--bind", str(self.repo), self.workdir, "--ro-bind", str(self._tools), self.tools_dir]
         if build is not None:  # downloads need the resolver, CA bundles and pip's settings; the env is written
             for host, inner in build_host_paths():
