@@ -16,7 +16,6 @@ build's generated files (`*.egg-info`) stay in the user's repo, as a `pip instal
 from __future__ import annotations
 
 import hashlib
-import json
 import shlex
 import shutil
 import time
@@ -26,7 +25,8 @@ from pathlib import Path
 
 from pipeline.chat_snapshot import read_inside
 from pipeline.files import safe_name
-from swe_env.pyenv import READY, PyEnv, PyEnvConfig
+from swe_env.pyenv import PyEnv, PyEnvConfig, built_info
+from swe_env.records import write_record
 
 PREFIX = "chat__"
 PACKAGING = ("setup.py", "pyproject.toml", "setup.cfg")
@@ -62,7 +62,7 @@ def plan(repo: Path, cfg: PyEnvConfig | None = None) -> PyEnv:
     return PyEnv(cfg.cache_dir / key, key, recipe, interp)
 
 
-def build_script(env: PyEnv, cfg: PyEnvConfig, now: float) -> str:
+def build_script(env: PyEnv, cfg: PyEnvConfig) -> str:
     """The bash script that builds `env` in the sandbox, in the repo (its cwd)."""
     q, r = shlex.quote, env.recipe
     pip = " ".join(["python -m pip install --disable-pip-version-check --progress-bar off", *map(q, cfg.pip_args)])
@@ -73,8 +73,6 @@ def build_script(env: PyEnv, cfg: PyEnvConfig, now: float) -> str:
         lines.append(r.install)
     for pkg in cfg.test_packages:
         lines.append(f"python -c {q('import ' + pkg)} 2>/dev/null || {pip} {q(pkg)}")
-    info = {"key": env.key, "recipe": r.source, "python": env.interpreter.describe(), "built_at": round(now)}
-    lines.append(f"printf '%s' {q(json.dumps(info))} > {q(str(env.path / READY))}")
     return "\n".join(lines) + "\n"
 
 
@@ -90,22 +88,23 @@ def ensure(repo: Path, cfg: PyEnvConfig | None, status: Callable[[str], Abstract
     env = plan(repo, cfg)
     cfg.cache_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(env.path) + ".lock"):
-        if (env.path / READY).is_file():
+        if env.is_built():
             return env
+        env.stamp.unlink(missing_ok=True)
         shutil.rmtree(env.path, ignore_errors=True)  # a half-built env of an interrupted chat
         env.path.mkdir(parents=True)
         task = Task(instance_id=f"chat-env:{repo.name}", repo=f"local/{repo.name}", base_commit="HEAD",
                     problem_statement="build the chat's Python env")  # fmt: skip
-        start = time.monotonic()
+        start, now = time.monotonic(), time.time()
+        box = BwrapConfig(python_env=False, install_tools=False, pyenv=cfg)
         try:
             with status(f"building the Python env of {repo} once ({env.recipe.source}; pip needs PyPI) ..."):
-                with BwrapSandbox(task, BwrapConfig(python_env=False, install_tools=False), repo=repo) as sandbox:
-                    sandbox.build_env(build_script(env, cfg, time.time()), env)
+                with BwrapSandbox(task, box, repo=repo) as sandbox:
+                    sandbox.build_env(build_script(env, cfg), env)
         except BaseException:
             shutil.rmtree(env.path, ignore_errors=True)
             raise
-        info = json.loads((env.path / READY).read_text())
-        (env.path / READY).write_text(json.dumps({**info, "build_s": round(time.monotonic() - start, 1)}))
+        write_record(env.stamp, built_info(env, now, round(time.monotonic() - start, 1)))
     if env.recipe.install:
         _remove_older(env, cfg)
     return env
@@ -116,6 +115,7 @@ def _remove_older(env: PyEnv, cfg: PyEnvConfig) -> None:
     stem = env.key.rsplit("__", 2)[0]  # chat__<repo>__<path hash>
     for other in cfg.cache_dir.glob(f"{stem}__*"):
         if other.is_dir() and other.name != env.key:
+            other.with_name(other.name + ".ready.json").unlink(missing_ok=True)
             shutil.rmtree(other, ignore_errors=True)
             Path(str(other) + ".lock").unlink(missing_ok=True)
 

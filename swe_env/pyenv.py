@@ -19,7 +19,6 @@ it is done (solve and eval show them: pipeline/run.py).
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import shlex
 import shutil
@@ -34,9 +33,9 @@ from filelock import FileLock
 
 from swe_env.envs.interpreters import Interpreter, find_interpreter
 from swe_env.envs.recipes import Recipe, as_of, recipe_for
+from swe_env.records import read_record, write_record
 from tasks.schema import Task
 
-READY = ".nexus-ready"
 OVERLAY = "overlay.tar"
 
 
@@ -74,6 +73,11 @@ class PyEnv:
         return (str(self.path), self.interpreter.prefix)
 
     @property
+    def stamp(self) -> Path:
+        """The host's record that the env is built: beside it in the cache folder, which no sandbox can write."""
+        return self.path.with_name(self.key + ".ready.json")
+
+    @property
     def overlay(self) -> Path:
         return self.path / OVERLAY
 
@@ -84,8 +88,11 @@ class PyEnv:
         return f"tar -xf {shlex.quote(str(self.overlay))} -C {shlex.quote(workdir)}"
 
     def info(self) -> dict:
-        marker = self.path / READY
-        return json.loads(marker.read_text()) if marker.is_file() else {}
+        """What the host recorded of the build ({} when the env is not built)."""
+        return read_record(self.stamp) or {}
+
+    def is_built(self) -> bool:
+        return self.path.is_dir() and bool(self.info())
 
 
 # Runs the build script inside the sandbox (network on, env path writable); raises SandboxError when it fails.
@@ -137,29 +144,30 @@ def ensure_env(task: Task, repo: Path, cfg: PyEnvConfig | None, build: Builder) 
     env = plan_env(task, repo, cfg)
     cfg.cache_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(env.path) + ".lock"):
-        if not (env.path / READY).exists():
+        if not env.is_built():
+            env.stamp.unlink(missing_ok=True)
             shutil.rmtree(env.path, ignore_errors=True)  # a half-built env from an interrupted run
             env.path.mkdir(parents=True)
-            start = time.monotonic()
+            start, now = time.monotonic(), time.time()
             _tell("env_build", task, env)
             try:
-                build(build_script(env, cfg, time.time()), env)
+                build(build_script(env, cfg), env)
             except BaseException:
                 shutil.rmtree(env.path, ignore_errors=True)
                 raise
             took = round(time.monotonic() - start, 1)
-            _stamp(env, took)
+            write_record(env.stamp, built_info(env, now, took))
             _tell("env_built", task, env, seconds=took)
     return env
 
 
-def _stamp(env: PyEnv, seconds: float) -> None:
-    info = json.loads((env.path / READY).read_text())
-    info["build_s"] = seconds
-    (env.path / READY).write_text(json.dumps(info, indent=1))
+def built_info(env: PyEnv, started: float, seconds: float) -> dict:
+    """The host's record of a finished build (PyEnv.stamp)."""
+    return {"key": env.key, "recipe": env.recipe.source, "python": env.interpreter.describe(),
+            "built_at": round(started), "build_s": seconds}  # fmt: skip
 
 
-def build_script(env: PyEnv, cfg: PyEnvConfig, now: float = 0.0) -> str:
+def build_script(env: PyEnv, cfg: PyEnvConfig) -> str:
     """The bash script that builds `env`; it runs in the sandbox, in the task's working copy (its cwd)."""
     q, r = shlex.quote, env.recipe
     pip = " ".join(["python -m pip install --disable-pip-version-check", *map(q, cfg.pip_args)])
@@ -179,8 +187,6 @@ def build_script(env: PyEnv, cfg: PyEnvConfig, now: float = 0.0) -> str:
         lines.append(f"python -c 'import {pkg}' 2>/dev/null || {pip} {q(spec)}")
     if r.install:  # a shared env (repo not installed) has no generated files of one working copy
         lines.append(_SAVE_OVERLAY.format(overlay=q(str(env.overlay))))
-    info = {"key": env.key, "recipe": r.source, "python": env.interpreter.describe(), "built_at": round(now)}
-    lines.append(f"printf '%s' {q(json.dumps(info))} > {q(str(env.path / READY))}")
     return "\n".join(lines) + "\n"
 
 
