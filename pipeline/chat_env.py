@@ -2,8 +2,12 @@
 
 A virtualenv per user repo, from the host's Python version (swe_env.envs.interpreters): the repo installed editable
 when it is a package (setup.py, pyproject.toml or setup.cfg: its dependencies come with it), else its
-requirements.txt; and pytest. It is built inside a bubblewrap sandbox on the repo (the repo's install code never runs
-on the host; network on only for the build, which needs PyPI or the pip index PIP_* names) and cached under the task
+requirements.txt; and pytest. It is built inside a bubblewrap sandbox on the repo, as an agent's step runs (the
+sandbox's user, a step's limits, its own network namespace) whose only way out is a proxy to the package index
+(PyPI, or NEXUS_PIP_INDEX_URL: swe_env/sandbox/index_proxy.py), so the repo's install code never runs on the host
+and reaches nothing of it. The env is then root's, read-only in every chat sandbox, which binds it and the
+interpreter nexus-agent chose for it as they are (never what the env's pyvenv.cfg names); the host records that it
+is built in the cache folder, never in the env (swe_env.pyenv: PyEnv.stamp). It is cached under the task
 envs' folder (swe_env.pyenv.default_cache_dir) as `chat__<repo>__<hash of its path>__py<version>__<hash of its
 packaging files>`: a later chat on the same repo reuses it, a changed setup.py or pyproject.toml builds a new one
 (the old one is removed). A repo that is not a package shares one env with the repos of the same requirements.txt
@@ -98,7 +102,7 @@ def ensure(repo: Path, cfg: PyEnvConfig | None, status: Callable[[str], Abstract
         start, now = time.monotonic(), time.time()
         box = BwrapConfig(python_env=False, install_tools=False, pyenv=cfg)
         try:
-            with status(f"building the Python env of {repo} once ({env.recipe.source}; pip needs PyPI) ..."):
+            with status(f"building the Python env of {repo} once ({env.recipe.source}; pip needs {cfg.index_url}) ..."):
                 with BwrapSandbox(task, box, repo=repo) as sandbox:
                     sandbox.build_env(build_script(env, cfg), env)
         except BaseException:
