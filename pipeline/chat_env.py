@@ -86,6 +86,7 @@ def ensure(repo: Path, cfg: PyEnvConfig | None, status: Callable[[str], Abstract
     from filelock import FileLock
 
     from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
+    from swe_env.sandbox.index_proxy import shown
     from tasks.schema import Task
 
     cfg = cfg or PyEnvConfig()
@@ -101,8 +102,9 @@ def ensure(repo: Path, cfg: PyEnvConfig | None, status: Callable[[str], Abstract
                     problem_statement="build the chat's Python env")  # fmt: skip
         start, now = time.monotonic(), time.time()
         box = BwrapConfig(python_env=False, install_tools=False, pyenv=cfg)
+        what = f"{env.recipe.source}; pip needs {shown(cfg.index_url)}"
         try:
-            with status(f"building the Python env of {repo} once ({env.recipe.source}; pip needs {cfg.index_url}) ..."):
+            with status(f"building the Python env of {repo} once ({what}) ..."):
                 with BwrapSandbox(task, box, repo=repo) as sandbox:
                     sandbox.build_env(build_script(env, cfg), env)
         except BaseException:

@@ -24,7 +24,7 @@ from swe_env.sandbox import common
 from swe_env.sandbox.base import ExecResult, SandboxError
 from swe_env.sandbox.bwrap_binds import current_interpreter, host_binds, python_binds
 from swe_env.sandbox.host_user import MountStage, hand_over, owner_of, sandbox_user, strip_setid
-from swe_env.sandbox.index_proxy import CA_FILES, IndexProxy, allowed_hosts, pip_environment, relay_command
+from swe_env.sandbox.index_proxy import CA_FILES, IndexProxy, allowed_hosts, pip_environment, relay_command, shown
 from swe_env.sandbox.limits import DiskBudget, DiskUsage, StepCgroup, StepLimits
 from tasks.schema import Task
 
@@ -147,12 +147,7 @@ class BwrapSandbox:
                 if self._drop:  # the built env is root's again: no sandbox may change it later
                     hand_over(env.path, owner_of(env.path.parent))
         if res.timed_out or res.returncode != 0:
-            why = f"not done within {cfg.timeout:.0f} s" if res.timed_out else f"exit {res.returncode}"
-            refused = "".join(f"\n  proxy refused: {r}" for r in proxy.refused[:3])
-            raise SandboxError(
-                f"Python env {env.key}: build failed ({why}; it reaches only {cfg.index_url}):{refused}\n"
-                f"{_tail(res.output)}"
-            )
+            raise _build_failed(env, res, cfg, proxy.refused)
 
     def execute(self, cmd: str, timeout: float = 120.0, check_disk: bool = True) -> ExecResult:
         """Run one command; `check_disk`: a step of the agent's, held to the task's disk budget."""
@@ -287,6 +282,16 @@ class BwrapSandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _build_failed(env: PyEnv, res: ExecResult, cfg: PyEnvConfig, refused: list[str]) -> SandboxError:
+    """Why a build failed: its exit, what the index proxy turned away (a host it may not reach), its last lines."""
+    why = f"not done within {cfg.timeout:.0f} s" if res.timed_out else f"exit {res.returncode}"
+    turned = "".join(f"\n  proxy refused: {r}" for r in refused[:3])
+    return SandboxError(
+        f"Python env {env.key}: build failed ({why}; it reaches only {shown(cfg.index_url)}):{turned}\n"
+        f"{_tail(res.output)}"
+    )
 
 
 def _tail(text: str, lines: int = 15) -> str:

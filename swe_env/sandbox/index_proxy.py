@@ -46,6 +46,12 @@ def allowed_hosts(index_url: str, extra: tuple[str, ...] = ()) -> frozenset[tupl
     return frozenset(out)
 
 
+def shown(index_url: str) -> str:
+    """The index URL as messages show it: without the credentials a private index's URL may hold."""
+    parts = urlsplit(index_url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
 def pip_environment(index_url: str) -> dict[str, str]:
     """The variables a build gets for pip (and any tool that honours https_proxy): nothing from the host's."""
     proxy = f"http://127.0.0.1:{RELAY_PORT}"

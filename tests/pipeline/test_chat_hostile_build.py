@@ -267,3 +267,18 @@ def test_the_docker_build_reaches_nothing_of_the_host(tmp_path, monkeypatch, doc
     assert len(tries) == 2 and all(t.startswith("refused ") for t in tries), probe
     assert not seen, "the build connected to a host loopback port"
     assert token not in probe, f"the build saw the host's pip credentials: {probe}"
+
+
+def test_a_host_other_than_the_index_is_refused(tmp_path):
+    attack = (
+        "import urllib.request\n"  # pip's proxy variables are the environment's: urllib goes through it too
+        "try:\n"
+        "    urllib.request.urlopen('https://example.com/', timeout=10)\n"
+        "    said = 'REACHED'\n"
+        "except OSError as e:\n"
+        "    said = str(e)\n"
+        "open('/testbed/probe.out', 'w').write(said)\n"
+    )
+    repo = _repo(tmp_path, attack)
+    _build(repo, tmp_path)
+    assert "403 Forbidden" in (repo / "probe.out").read_text()

@@ -91,7 +91,7 @@ def test_unpinned_test_runner_resolves_as_of_the_task_date():
 
 
 def test_build_gets_only_the_index_the_user_chose(monkeypatch):
-    from swe_env.sandbox.index_proxy import allowed_hosts, pip_environment
+    from swe_env.sandbox.index_proxy import allowed_hosts, pip_environment, shown
 
     for key, value in {"PIP_INDEX_URL": "https://u:tok@mirror/simple", "HTTPS_PROXY": "http://u:tok@p:3128"}.items():
         monkeypatch.setenv(key, value)
@@ -104,5 +104,6 @@ def test_build_gets_only_the_index_the_user_chose(monkeypatch):
     cfg = PyEnvConfig()
     assert allowed_hosts(cfg.index_url, cfg.index_hosts) == {("mirror.example", 8443), ("files.example", 443)}
     assert allowed_hosts("https://pypi.org/simple") == {("pypi.org", 443), ("files.pythonhosted.org", 443)}
+    assert shown("https://u:tok@mirror.example/simple") == "https://mirror.example/simple"  # messages hide the token
     with pytest.raises(SandboxError, match="https"):
         allowed_hosts("http://localhost:3141/simple")
