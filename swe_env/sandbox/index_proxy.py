@@ -4,6 +4,8 @@ An env build runs the repo's own install code (setup.py, a build backend), so it
 (its own network namespace, the step's limits, the sandbox's user) plus this: a unix socket, bound into the
 sandbox, where this proxy accepts HTTP CONNECT to the index's host (and PyPI's file host when the index is PyPI's)
 on the index's port, and nothing else. Inside, `pip_relay.py` makes that socket pip's proxy at 127.0.0.1:PORT.
+The proxy itself opens the index as the host would: directly, or through the host's own https proxy
+(HTTPS_PROXY, NO_PROXY) when one is set; the build never sees that proxy or its credentials.
 So the build reaches no host loopback port and no abstract unix socket (both belong to the host's network
 namespace), no other host of the network, and it resolves no name itself (the proxy does).
 
@@ -14,12 +16,14 @@ variables, proxies or pip.conf (they may hold credentials for something else).
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import socket
 import threading
+import urllib.request
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from swe_env.sandbox.base import SandboxError
 
@@ -127,7 +131,7 @@ class IndexProxy:
                 conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                 return
             try:
-                upstream = socket.create_connection(target, timeout=30)
+                upstream = open_upstream(target)
             except OSError:
                 conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                 return
@@ -157,6 +161,31 @@ class IndexProxy:
                 self.refused.append(line[:200])
             return None
         return target
+
+
+def open_upstream(target: tuple[str, int]) -> socket.socket:
+    """A connection to the index host: direct, or a tunnel through the host's https proxy when it has one."""
+    proxy = urllib.request.getproxies().get("https")
+    if not proxy or urllib.request.proxy_bypass(target[0]):
+        return socket.create_connection(target, timeout=30)
+    parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    sock = socket.create_connection((parts.hostname, parts.port or 80), timeout=30)
+    auth = ""
+    if parts.username is not None:
+        token = base64.b64encode(f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()).decode()
+        auth = f"Proxy-Authorization: Basic {token}\r\n"
+    host = f"{target[0]}:{target[1]}"
+    sock.sendall(f"CONNECT {host} HTTP/1.1\r\nHost: {host}\r\n{auth}\r\n".encode())
+    head = b""
+    while not head.endswith(b"\r\n\r\n") and len(head) < HEAD_CAP:  # byte by byte: nothing of the tunnel is read
+        byte = sock.recv(1)
+        if not byte:
+            break
+        head += byte
+    if head.split(b" ", 2)[1:2] != [b"200"]:
+        sock.close()
+        raise OSError(f"the host's proxy refused {host}: {head[:80]!r}")
+    return sock
 
 
 def _tunnel(a: socket.socket, b: socket.socket) -> None:
