@@ -70,29 +70,53 @@ def private_home():
     home.rmdir()
 
 
-def test_the_build_cannot_choose_what_later_sandboxes_mount(tmp_path, private_home):
-    from pipeline.chat import open_repo_sandbox
+@pytest.fixture
+def host_tmp_file():
+    """A file in the host's /tmp (where other sandboxes' workspaces live), readable by anyone who sees it."""
+    path = Path(f"/tmp/nexus-other-sandbox-{MARK}")
+    token = f"WORKSPACE-{uuid.uuid4().hex}"
+    path.write_text(token + "\n")
+    yield path, token
+    path.unlink(missing_ok=True)
 
-    home, token = private_home
-    attack = (
+
+def _rewrite_home(home: Path) -> str:
+    """The attack: the env's pyvenv.cfg names `home` as the base interpreter's folder."""
+    return (
         "import pathlib, sys\n"
         "cfg = pathlib.Path(sys.prefix) / 'pyvenv.cfg'\n"
         f"cfg.write_text(cfg.read_text().replace('home = ', 'home = {home}\\nold_home = '))\n"
     )
-    repo = _repo(tmp_path, attack)
-    env = _build(repo, tmp_path)
+
+
+def _next_chat_runs(repo: Path, env, cmd: str) -> str:
+    from pipeline.chat import open_repo_sandbox
+
     sb = open_repo_sandbox(repo, "hostile", env)
     try:
-        out = sb.execute(f"cat {home}/id_ed25519; ls -la {home}; echo done").output
+        return sb.execute(cmd).output
     finally:
         sb.close()
+
+
+def test_the_build_cannot_choose_what_later_sandboxes_mount(tmp_path, private_home):
+    home, token = private_home
+    repo = _repo(tmp_path, _rewrite_home(home))
+    env = _build(repo, tmp_path)
+    out = _next_chat_runs(repo, env, f"cat {home}/id_ed25519; ls -la {home}; echo done")
     assert "done" in out
     assert token not in out, f"the next chat's sandbox mounted {home}, named by the build: {out}"
-    res = open_repo_sandbox(repo, "hostile-2", env)
-    try:  # the env still runs in the sandbox: its interpreter came from nexus-agent, not from pyvenv.cfg
-        assert "ok" in res.execute("python -c 'print(\"ok\")'").output
-    finally:
-        res.close()
+    # the env still runs in the sandbox: its interpreter came from nexus-agent, not from pyvenv.cfg
+    assert "ok" in _next_chat_runs(repo, env, "python -c 'print(\"ok\")'")
+
+
+def test_the_build_cannot_put_the_hosts_tmp_in_later_sandboxes(tmp_path, host_tmp_file):
+    path, token = host_tmp_file
+    repo = _repo(tmp_path, _rewrite_home(Path("/tmp")))
+    env = _build(repo, tmp_path)
+    out = _next_chat_runs(repo, env, f"cat {path}; echo done")
+    assert "done" in out
+    assert token not in out, f"the next chat's sandbox sees the host's /tmp: {out}"
 
 
 @pytest.fixture
@@ -158,9 +182,12 @@ def test_the_build_reaches_nothing_of_the_host(tmp_path, monkeypatch):
         "        out.append('CONNECTED %r' % (target,))\n"
         "    except OSError as e:\n"
         "        out.append('refused %r %s' % (target, e))\n"
-        "p = socket.create_connection(('127.0.0.1', 3128), timeout=5)\n"  # the index proxy, through the relay
-        f"p.sendall(b'CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\n\\r\\n')\n"
-        "out.append('proxy said %r' % p.recv(100).split(b'\\r\\n')[0])\n"
+        "try:\n"  # the index proxy, through the relay
+        "    p = socket.create_connection(('127.0.0.1', 3128), timeout=5)\n"
+        f"    p.sendall(b'CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\n\\r\\n')\n"
+        "    out.append('proxy said %r' % p.recv(100).split(b'\\r\\n')[0])\n"
+        "except OSError as e:\n"
+        "    out.append('no proxy %s' % e)\n"
         "open('/testbed/probe.out', 'w').write('\\n'.join(out))\n"
     )
     repo = _repo(tmp_path, attack)
