@@ -155,7 +155,7 @@ class IndexProxy:
         line = head.split(b"\r\n", 1)[0].decode("latin-1")
         method, _, rest = line.partition(" ")
         host, _, port = rest.split(" ", 1)[0].rpartition(":")
-        target = (host.lower().strip("[]"), int(port)) if port.isdigit() else None
+        target = (host.lower().strip("[]"), int(port)) if port.isascii() and port.isdigit() else None
         if method != "CONNECT" or target not in self.allowed:
             if len(self.refused) < 20:
                 self.refused.append(line[:200])

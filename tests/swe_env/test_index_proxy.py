@@ -42,8 +42,8 @@ def _ask(proxy: IndexProxy, request: bytes) -> tuple[bytes, socket.socket]:
     client.connect(str(proxy.socket_path))
     client.sendall(request)
     head = b""
-    while not head.endswith(b"\r\n\r\n"):
-        head += client.recv(1)
+    while not head.endswith(b"\r\n\r\n") and (byte := client.recv(1)):
+        head += byte
     return head.split(b"\r\n")[0], client
 
 
@@ -68,11 +68,12 @@ def test_a_tunnel_opens_to_an_allowed_host_only(tmp_path: Path, echo_port: int, 
             f"CONNECT localhost:{echo_port} HTTP/1.1\r\n\r\n",  # the same port by another name
             f"GET http://127.0.0.1:{echo_port}/ HTTP/1.1\r\n\r\n",  # plain HTTP through the proxy
             "garbage\r\n\r\n",
+            f"CONNECT 127.0.0.1:{echo_port}\xb2 HTTP/1.1\r\n\r\n",  # a digit that is no ASCII digit
         ):
-            status, conn = _ask(proxy, request.encode())
+            status, conn = _ask(proxy, request.encode("latin-1"))
             conn.close()
             assert status == b"HTTP/1.1 403 Forbidden", request
-        assert len(proxy.refused) == 4
+        assert len(proxy.refused) == 5
     assert not (tmp_path / "net" / "index.sock").exists()
 
 
