@@ -57,6 +57,7 @@ def prune(
         cached = [p for p in default_cache_dir().glob("*") if p.is_dir()] if default_cache_dir().is_dir() else []
         for path in cached:
             shutil.rmtree(path, ignore_errors=True)
+            path.with_name(path.name + ".ready.json").unlink(missing_ok=True)  # the host's record of it
         volumes = client.volumes.list(filters={"label": "nexus-agent=1"})  # env volumes of earlier versions
         for volume in volumes:
             volume.remove(force=True)
