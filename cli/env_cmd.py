@@ -57,6 +57,7 @@ def prune(
         cached = [p for p in default_cache_dir().glob("*") if p.is_dir()] if default_cache_dir().is_dir() else []
         for path in cached:
             shutil.rmtree(path, ignore_errors=True)
+            path.with_name(path.name + ".ready.json").unlink(missing_ok=True)  # the host's record of it
         volumes = client.volumes.list(filters={"label": "nexus-agent=1"})  # env volumes of earlier versions
         for volume in volumes:
             volume.remove(force=True)
@@ -76,14 +77,14 @@ def recipe(
     dataset: str = typer.Option(None, "--dataset", "-d", help="Task source (default: built-in tasks)."),
 ) -> None:
     """The task's environment: its recipe (and source), the interpreter found for it, its cache key, built or not."""
-    from swe_env.pyenv import READY, plan_env
+    from swe_env.pyenv import plan_env
     from swe_env.testspec import test_command
     from tasks import get_task
 
     task = get_task(instance_id, dataset)
     env = plan_env(task, Path("/nonexistent"))  # requirement files are read from the working copy at build time
     r = env.recipe
-    built = sorted(env.path.parent.glob(env.key.rsplit("__", 1)[0] + f"__*/{READY}"))
+    built = sorted(env.path.parent.glob(env.key.rsplit("__", 1)[0] + "__*.ready.json"))
     rows = {
         "recipe": r.source,
         "python": f"{r.python}: {env.interpreter.describe()}",
@@ -91,7 +92,8 @@ def recipe(
         "pre-install": "; ".join(r.pre_install) or "-",
         "install": r.install or "- (the working copy is imported)",
         "test command": test_command(task),
-        "cached": "\n".join(str(p.parent) for p in built) or f"none (first use builds it under {env.path.parent})",
+        "cached": "\n".join(str(p)[: -len(".ready.json")] for p in built)
+        or f"none (first use builds it under {env.path.parent})",
     }
     table = Table(show_header=False)
     for key, value in rows.items():

@@ -2,8 +2,12 @@
 
 A virtualenv per user repo, from the host's Python version (swe_env.envs.interpreters): the repo installed editable
 when it is a package (setup.py, pyproject.toml or setup.cfg: its dependencies come with it), else its
-requirements.txt; and pytest. It is built inside a bubblewrap sandbox on the repo (the repo's install code never runs
-on the host; network on only for the build, which needs PyPI or the pip index PIP_* names) and cached under the task
+requirements.txt; and pytest. It is built inside a bubblewrap sandbox on the repo, as an agent's step runs (the
+sandbox's user, a step's limits, its own network namespace) whose only way out is a proxy to the package index
+(PyPI, or NEXUS_PIP_INDEX_URL: swe_env/sandbox/index_proxy.py), so the repo's install code never runs on the host
+and reaches nothing of it. The env is then root's, read-only in every chat sandbox, which binds it and the
+interpreter nexus-agent chose for it as they are (never what the env's pyvenv.cfg names); the host records that it
+is built in the cache folder, never in the env (swe_env.pyenv: PyEnv.stamp). It is cached under the task
 envs' folder (swe_env.pyenv.default_cache_dir) as `chat__<repo>__<hash of its path>__py<version>__<hash of its
 packaging files>`: a later chat on the same repo reuses it, a changed setup.py or pyproject.toml builds a new one
 (the old one is removed). A repo that is not a package shares one env with the repos of the same requirements.txt
@@ -16,7 +20,6 @@ build's generated files (`*.egg-info`) stay in the user's repo, as a `pip instal
 from __future__ import annotations
 
 import hashlib
-import json
 import shlex
 import shutil
 import time
@@ -26,7 +29,8 @@ from pathlib import Path
 
 from pipeline.chat_snapshot import read_inside
 from pipeline.files import safe_name
-from swe_env.pyenv import READY, PyEnv, PyEnvConfig
+from swe_env.pyenv import PyEnv, PyEnvConfig, built_info
+from swe_env.records import write_record
 
 PREFIX = "chat__"
 PACKAGING = ("setup.py", "pyproject.toml", "setup.cfg")
@@ -62,7 +66,7 @@ def plan(repo: Path, cfg: PyEnvConfig | None = None) -> PyEnv:
     return PyEnv(cfg.cache_dir / key, key, recipe, interp)
 
 
-def build_script(env: PyEnv, cfg: PyEnvConfig, now: float) -> str:
+def build_script(env: PyEnv, cfg: PyEnvConfig) -> str:
     """The bash script that builds `env` in the sandbox, in the repo (its cwd)."""
     q, r = shlex.quote, env.recipe
     pip = " ".join(["python -m pip install --disable-pip-version-check --progress-bar off", *map(q, cfg.pip_args)])
@@ -73,8 +77,6 @@ def build_script(env: PyEnv, cfg: PyEnvConfig, now: float) -> str:
         lines.append(r.install)
     for pkg in cfg.test_packages:
         lines.append(f"python -c {q('import ' + pkg)} 2>/dev/null || {pip} {q(pkg)}")
-    info = {"key": env.key, "recipe": r.source, "python": env.interpreter.describe(), "built_at": round(now)}
-    lines.append(f"printf '%s' {q(json.dumps(info))} > {q(str(env.path / READY))}")
     return "\n".join(lines) + "\n"
 
 
@@ -84,28 +86,31 @@ def ensure(repo: Path, cfg: PyEnvConfig | None, status: Callable[[str], Abstract
     from filelock import FileLock
 
     from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
+    from swe_env.sandbox.index_proxy import shown
     from tasks.schema import Task
 
     cfg = cfg or PyEnvConfig()
     env = plan(repo, cfg)
     cfg.cache_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(env.path) + ".lock"):
-        if (env.path / READY).is_file():
+        if env.is_built():
             return env
+        env.stamp.unlink(missing_ok=True)
         shutil.rmtree(env.path, ignore_errors=True)  # a half-built env of an interrupted chat
         env.path.mkdir(parents=True)
         task = Task(instance_id=f"chat-env:{repo.name}", repo=f"local/{repo.name}", base_commit="HEAD",
                     problem_statement="build the chat's Python env")  # fmt: skip
-        start = time.monotonic()
+        start, now = time.monotonic(), time.time()
+        box = BwrapConfig(python_env=False, install_tools=False, pyenv=cfg)
+        what = f"{env.recipe.source}; pip needs {shown(cfg.index_url)}"
         try:
-            with status(f"building the Python env of {repo} once ({env.recipe.source}; pip needs PyPI) ..."):
-                with BwrapSandbox(task, BwrapConfig(python_env=False, install_tools=False), repo=repo) as sandbox:
-                    sandbox.build_env(build_script(env, cfg, time.time()), env)
+            with status(f"building the Python env of {repo} once ({what}) ..."):
+                with BwrapSandbox(task, box, repo=repo) as sandbox:
+                    sandbox.build_env(build_script(env, cfg), env)
         except BaseException:
             shutil.rmtree(env.path, ignore_errors=True)
             raise
-        info = json.loads((env.path / READY).read_text())
-        (env.path / READY).write_text(json.dumps({**info, "build_s": round(time.monotonic() - start, 1)}))
+        write_record(env.stamp, built_info(env, now, round(time.monotonic() - start, 1)))
     if env.recipe.install:
         _remove_older(env, cfg)
     return env
@@ -116,12 +121,14 @@ def _remove_older(env: PyEnv, cfg: PyEnvConfig) -> None:
     stem = env.key.rsplit("__", 2)[0]  # chat__<repo>__<path hash>
     for other in cfg.cache_dir.glob(f"{stem}__*"):
         if other.is_dir() and other.name != env.key:
+            other.with_name(other.name + ".ready.json").unlink(missing_ok=True)
             shutil.rmtree(other, ignore_errors=True)
             Path(str(other) + ".lock").unlink(missing_ok=True)
 
 
 def sandbox_settings(env: PyEnv | None, repo: Path) -> dict:
-    """BwrapConfig keyword arguments that put `env` on the sandbox's PATH (nothing when there is no env)."""
+    """BwrapConfig keyword arguments that put `env` on the sandbox's PATH (nothing when there is no env): its
+    folder and its interpreter's prefix bound as they are (nothing the build wrote names a host folder)."""
     if env is None:
         return {}
     from swe_env.pyenv import import_root
@@ -129,7 +136,7 @@ def sandbox_settings(env: PyEnv | None, repo: Path) -> dict:
     extra = [("VIRTUAL_ENV", str(env.path))]
     if not env.recipe.install:  # the repo is not installed: its working copy is importable
         extra.append(("PYTHONPATH", import_root("/testbed", repo)))
-    return {"extra_path": (env.bin_dir,), "extra_env": tuple(extra)}
+    return {"extra_path": (env.bin_dir,), "env_dirs": env.ro_binds, "extra_env": tuple(extra)}
 
 
 def describe(env: PyEnv | None) -> str:

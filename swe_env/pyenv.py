@@ -2,11 +2,16 @@
 
 The recipe (swe_env.envs.recipes) names the Python version, packages, pre-install and install commands; the
 interpreter is found on the host (swe_env.envs.interpreters). The build script runs INSIDE the task's sandbox,
-in the task's working copy at the sandbox's workdir (/testbed), with network for package downloads only during
-the build: the repo's install code never runs on the host. The repo is installed the way the recipe says
-(`pip install -e .` for SWE-bench's Python repos), so a repo that is its own test runner (pytest) and files the
-install generates (setuptools_scm's `_version.py`, egg-info) work. Those generated files are saved with the env
-(`overlay.tar`) and restored into every later working copy of the same instance.
+in the task's working copy at the sandbox's workdir (/testbed), as the sandbox's user under a step's limits, in
+its own network namespace whose only way out is a proxy to the package index (swe_env/sandbox/index_proxy.py):
+the repo's install code never runs on the host and reaches nothing of it. The built env is root's (read-only to
+every later sandbox), and whether it is built is recorded host-side, beside it in the cache folder
+(`<key>.ready.json`, swe_env/records.py): nothing the build writes is read back by the host as a record.
+
+The repo is installed the way the recipe says (`pip install -e .` for SWE-bench's Python repos), so a repo that
+is its own test runner (pytest) and files the install generates (setuptools_scm's `_version.py`, egg-info) work.
+Those generated files are saved with the env (`overlay.tar`) and restored into every later working copy of the
+same instance.
 
 The cache key holds the repo, version, the base commit (when the repo itself is installed), the interpreter's
 version and a hash of interpreter path + recipe: a changed recipe or interpreter builds a new env.
@@ -19,7 +24,7 @@ it is done (solve and eval show them: pipeline/run.py).
 from __future__ import annotations
 
 import hashlib
-import json
+import os
 import re
 import shlex
 import shutil
@@ -34,14 +39,26 @@ from filelock import FileLock
 
 from swe_env.envs.interpreters import Interpreter, find_interpreter
 from swe_env.envs.recipes import Recipe, as_of, recipe_for
+from swe_env.records import read_record, write_record
 from tasks.schema import Task
 
-READY = ".nexus-ready"
 OVERLAY = "overlay.tar"
+PYPI = "https://pypi.org/simple"
 
 
 def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "nexus-agent" / "pyenvs"
+
+
+def default_index_url() -> str:
+    """The index builds use: NEXUS_PIP_INDEX_URL when the user set it (never the host's PIP_INDEX_URL, which may
+    carry credentials meant for other tools), else PyPI."""
+    return os.environ.get("NEXUS_PIP_INDEX_URL") or PYPI
+
+
+def default_index_hosts() -> tuple[str, ...]:
+    """Other hosts a build may reach (NEXUS_PIP_INDEX_HOSTS, comma-separated host[:port]: a mirror's file host)."""
+    return tuple(h.strip() for h in os.environ.get("NEXUS_PIP_INDEX_HOSTS", "").split(",") if h.strip())
 
 
 @dataclass
@@ -50,7 +67,9 @@ class PyEnvConfig:
 
     cache_dir: Path = field(default_factory=default_cache_dir)  # one subdir per env key
     test_packages: tuple[str, ...] = ("pytest",)  # installed when the recipe leaves the env without them
-    pip_args: tuple[str, ...] = ()  # extra arguments for every pip install (e.g. an index URL, --no-index)
+    pip_args: tuple[str, ...] = ()  # extra arguments for every pip install (e.g. --no-index)
+    index_url: str = field(default_factory=default_index_url)  # the only index a build reaches (https)
+    index_hosts: tuple[str, ...] = field(default_factory=default_index_hosts)  # other hosts it may reach
     timeout: float = 3600.0  # seconds the whole build may take
 
 
@@ -74,6 +93,11 @@ class PyEnv:
         return (str(self.path), self.interpreter.prefix)
 
     @property
+    def stamp(self) -> Path:
+        """The host's record that the env is built: beside it in the cache folder, which no sandbox can write."""
+        return self.path.with_name(self.key + ".ready.json")
+
+    @property
     def overlay(self) -> Path:
         return self.path / OVERLAY
 
@@ -84,8 +108,11 @@ class PyEnv:
         return f"tar -xf {shlex.quote(str(self.overlay))} -C {shlex.quote(workdir)}"
 
     def info(self) -> dict:
-        marker = self.path / READY
-        return json.loads(marker.read_text()) if marker.is_file() else {}
+        """What the host recorded of the build ({} when the env is not built)."""
+        return read_record(self.stamp) or {}
+
+    def is_built(self) -> bool:
+        return self.path.is_dir() and bool(self.info())
 
 
 # Runs the build script inside the sandbox (network on, env path writable); raises SandboxError when it fails.
@@ -137,29 +164,30 @@ def ensure_env(task: Task, repo: Path, cfg: PyEnvConfig | None, build: Builder) 
     env = plan_env(task, repo, cfg)
     cfg.cache_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(env.path) + ".lock"):
-        if not (env.path / READY).exists():
+        if not env.is_built():
+            env.stamp.unlink(missing_ok=True)
             shutil.rmtree(env.path, ignore_errors=True)  # a half-built env from an interrupted run
             env.path.mkdir(parents=True)
-            start = time.monotonic()
+            start, now = time.monotonic(), time.time()
             _tell("env_build", task, env)
             try:
-                build(build_script(env, cfg, time.time()), env)
+                build(build_script(env, cfg), env)
             except BaseException:
                 shutil.rmtree(env.path, ignore_errors=True)
                 raise
             took = round(time.monotonic() - start, 1)
-            _stamp(env, took)
+            write_record(env.stamp, built_info(env, now, took))
             _tell("env_built", task, env, seconds=took)
     return env
 
 
-def _stamp(env: PyEnv, seconds: float) -> None:
-    info = json.loads((env.path / READY).read_text())
-    info["build_s"] = seconds
-    (env.path / READY).write_text(json.dumps(info, indent=1))
+def built_info(env: PyEnv, started: float, seconds: float) -> dict:
+    """The host's record of a finished build (PyEnv.stamp)."""
+    return {"key": env.key, "recipe": env.recipe.source, "python": env.interpreter.describe(),
+            "built_at": round(started), "build_s": seconds}  # fmt: skip
 
 
-def build_script(env: PyEnv, cfg: PyEnvConfig, now: float = 0.0) -> str:
+def build_script(env: PyEnv, cfg: PyEnvConfig) -> str:
     """The bash script that builds `env`; it runs in the sandbox, in the task's working copy (its cwd)."""
     q, r = shlex.quote, env.recipe
     pip = " ".join(["python -m pip install --disable-pip-version-check", *map(q, cfg.pip_args)])
@@ -179,8 +207,6 @@ def build_script(env: PyEnv, cfg: PyEnvConfig, now: float = 0.0) -> str:
         lines.append(f"python -c 'import {pkg}' 2>/dev/null || {pip} {q(spec)}")
     if r.install:  # a shared env (repo not installed) has no generated files of one working copy
         lines.append(_SAVE_OVERLAY.format(overlay=q(str(env.overlay))))
-    info = {"key": env.key, "recipe": r.source, "python": env.interpreter.describe(), "built_at": round(now)}
-    lines.append(f"printf '%s' {q(json.dumps(info))} > {q(str(env.path / READY))}")
     return "\n".join(lines) + "\n"
 
 
@@ -214,33 +240,3 @@ def sandbox_vars(env: PyEnv, workdir: str, repo: Path) -> dict[str, str]:
     if not env.recipe.install:  # the repo is not installed: import its working copy
         out["PYTHONPATH"] = import_root(workdir, repo)
     return out
-
-
-# Host files a build needs to download packages (a sandbox otherwise sees no /etc/ssl, resolv.conf or pip.conf).
-BUILD_HOST_FILES = ("/etc/resolv.conf", "/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/pip.conf", "/etc/hosts")
-
-
-def build_host_paths(environ: dict[str, str] | None = None) -> list[tuple[str, str]]:
-    """(host path, path inside) pairs to bind read-only during a build: BUILD_HOST_FILES and the CA/cert files the
-    passed-through variables name, where they exist (a symlinked file is bound as its target)."""
-    import os
-
-    named = [v for v in build_vars(environ).values() if v.startswith("/") and os.pathsep not in v]
-    pairs = []
-    for path in dict.fromkeys([*BUILD_HOST_FILES, *named]):
-        if os.path.exists(path):
-            pairs.append((os.path.realpath(path), path))
-    return pairs
-
-
-_BUILD_PASSTHROUGH = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NO_PROXY", "no_proxy")
-
-
-def build_vars(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """Host variables the build needs to download packages (pip settings, proxies, CA bundles); nothing else."""
-    import os
-
-    environ = os.environ if environ is None else environ
-    keep = {k: v for k, v in environ.items() if k.startswith("PIP_") or k.lower().endswith("_proxy")}
-    keep.update({k: environ[k] for k in _BUILD_PASSTHROUGH if k in environ})
-    return keep

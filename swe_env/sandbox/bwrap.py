@@ -19,11 +19,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from swe_env.pyenv import PyEnv, PyEnvConfig, build_host_paths, build_vars, ensure_env, sandbox_vars
+from swe_env.pyenv import PyEnv, PyEnvConfig, ensure_env, sandbox_vars
 from swe_env.sandbox import common
 from swe_env.sandbox.base import ExecResult, SandboxError
 from swe_env.sandbox.bwrap_binds import current_interpreter, host_binds, python_binds
 from swe_env.sandbox.host_user import MountStage, hand_over, owner_of, sandbox_user, strip_setid
+from swe_env.sandbox.index_proxy import CA_FILES, IndexProxy, allowed_hosts, pip_environment, relay_command, shown
 from swe_env.sandbox.limits import DiskBudget, DiskUsage, StepCgroup, StepLimits
 from tasks.schema import Task
 
@@ -42,6 +43,7 @@ class BwrapConfig:
     install_tools: bool = True  # put the agent tools into tools_dir
     extra_path: tuple[str, ...] = ()  # dirs put on PATH before the system dirs (e.g. a Python env's bin)
     extra_env: tuple[tuple[str, str], ...] = ()  # extra environment variables (the rest is cleared)
+    env_dirs: tuple[str, ...] = ()  # a built env and its interpreter's prefix: bound read-only as they are
     network: bool = False  # keep the host network (only for environment set-up, never for the agent)
     python_env: bool = True  # run in the task's cached Python env (swe_env.pyenv), built in this sandbox if missing
     pyenv: PyEnvConfig | None = None  # where/how those envs are built (first build needs PyPI)
@@ -125,19 +127,27 @@ class BwrapSandbox:
         self._build_env(script, env)
 
     def _build_env(self, script: str, env: PyEnv) -> None:
-        """Build mode: network on, the env dir writable, the host's pip/proxy/CA settings passed in."""
-        timeout = (self.config.pyenv or PyEnvConfig()).timeout
-        argv, fds = self._launch([*self._bwrap_argv(build=env), "bash", "-c", script])
-        if self._drop:
-            hand_over(env.path, self.user)
-        try:
-            res = common.run_process(argv, timeout=timeout, env={}, pass_fds=fds)
-        finally:
-            if self._drop:  # the built env is root's again: no sandbox may change it later
-                hand_over(env.path, owner_of(env.path.parent))
+        """Build mode: a step (own network namespace, the step's limits, the sandbox's user) with the env dir
+        writable and the index proxy as its only way out (swe_env/sandbox/index_proxy.py)."""
+        cfg, limits = self.config.pyenv or PyEnvConfig(), self.config.limits
+        allowed = allowed_hosts(cfg.index_url, cfg.index_hosts)
+        with IndexProxy(self._root / "net", allowed, self.user.gid if self._drop else None) as proxy:
+            self._proxy = proxy
+            cgroup = StepCgroup.create(limits)
+            prelude = limits.ulimit_prelude(by_rlimit=cgroup is None)
+            inner = prelude + relay_command(env.interpreter.executable) + script
+            argv, fds = self._launch([*self._bwrap_argv(build=env), "--", "/bin/bash", "-c", inner])
+            if cgroup is not None:
+                argv = cgroup.enter_argv(argv)
+            if self._drop:
+                hand_over(env.path, self.user)
+            try:
+                res = common.run_process(argv, cfg.timeout, env={}, limits=limits, cgroup=cgroup, pass_fds=fds)
+            finally:
+                if self._drop:  # the built env is root's again: no sandbox may change it later
+                    hand_over(env.path, owner_of(env.path.parent))
         if res.timed_out or res.returncode != 0:
-            why = f"not done within {timeout:.0f} s" if res.timed_out else f"exit {res.returncode}"
-            raise SandboxError(f"Python env {env.key}: build failed ({why}; it needs PyPI):\n{_tail(res.output)}")
+            raise _build_failed(env, res, cfg, proxy.refused)
 
     def execute(self, cmd: str, timeout: float = 120.0, check_disk: bool = True) -> ExecResult:
         """Run one command; `check_disk`: a step of the agent's, held to the task's disk budget."""
@@ -196,26 +206,27 @@ class BwrapSandbox:
 
     def _bwrap_argv(self, build: PyEnv | None = None) -> list[str]:
         """The bwrap arguments of a command; `build`: build mode for that env (network, env dir writable)."""
-        env_binds = list(build.ro_binds if build is not None else self._env_binds)  # the task env + its interpreter
+        env_binds = [*(build.ro_binds if build is not None else self._env_binds), *self.config.env_dirs]
         argv = [self._bwrap, *host_binds(self._root / "etc")]
         argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
         argv += ["--bind", str(self._tmp), "/tmp"]
-        argv += python_binds([current_interpreter(), *env_binds], list(self.config.extra_path))
+        argv += python_binds([current_interpreter()], list(self.config.extra_path), env_binds)
         argv += ["--bind", str(self.repo), self.workdir, "--ro-bind", str(self._tools), self.tools_dir]
-        if build is not None:  # downloads need the resolver, CA bundles and pip's settings; the env is written
-            for host, inner in build_host_paths():
-                argv += ["--ro-bind", host, inner]
-            argv += ["--bind", str(build.path), str(build.path)]
+        if build is not None:  # TLS needs the CA bundles, pip its proxy; the env is written
+            for path in CA_FILES:
+                argv += ["--ro-bind-try", path, path]
+            argv += [*self._proxy.bind_args(), "--bind", str(build.path), str(build.path)]
         argv += ["--remount-ro", "/"]  # the sandbox's own root (where mount points were made) is not writable
         argv += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
         if self._drop:  # the host user is root of the sandbox's own namespace (owner of /testbed inside)
             argv += ["--uid", "0", "--gid", "0"]
         argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         argv += ["--die-with-parent", "--new-session"]
-        if not self.config.network and build is None:
+        if not self.config.network or build is not None:
             argv.append("--unshare-net")
         argv += ["--clearenv", "--chdir", self.workdir]
-        for key, value in {**self._env(), **(build_vars() if build is not None else {})}.items():
+        pip = pip_environment((self.config.pyenv or PyEnvConfig()).index_url) if build is not None else {}
+        for key, value in {**self._env(), **pip}.items():
             argv += ["--setenv", key, value]
         return argv
 
@@ -271,6 +282,16 @@ class BwrapSandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _build_failed(env: PyEnv, res: ExecResult, cfg: PyEnvConfig, refused: list[str]) -> SandboxError:
+    """Why a build failed: its exit, what the index proxy turned away (a host it may not reach), its last lines."""
+    why = f"not done within {cfg.timeout:.0f} s" if res.timed_out else f"exit {res.returncode}"
+    turned = "".join(f"\n  proxy refused: {r}" for r in refused[:3])
+    return SandboxError(
+        f"Python env {env.key}: build failed ({why}; it reaches only {shown(cfg.index_url)}):{turned}\n"
+        f"{_tail(res.output)}"
+    )
 
 
 def _tail(text: str, lines: int = 15) -> str:

@@ -38,13 +38,24 @@ def host_binds(private_etc: Path) -> list[str]:
     return argv + _etc_binds(private_etc)
 
 
-def python_binds(interpreters: list[str], extra_dirs: list[str]) -> list[str]:
+def python_binds(interpreters: list[str], extra_dirs: list[str], env_dirs: list[str] = ()) -> list[str]:
     """The Python installations (and extra PATH folders), read-only at their own paths. They go after the /tmp
-    bind: an environment that lives under the host's /tmp (a CI virtualenv) stays visible."""
+    bind: an environment that lives under the host's /tmp (a CI virtualenv) stays visible.
+
+    interpreters, extra_dirs: the host's own (nexus-agent's interpreter, folders the caller chose): a virtualenv's
+    base interpreter is found through its pyvenv.cfg. env_dirs: environments a sandbox built (a task's or chat's
+    env) and the interpreter prefix nexus-agent chose for them: bound as they are, never followed, since the
+    build wrote their pyvenv.cfg (an extra_dir inside one is covered by it and not followed either)."""
+    fixed = [Path(d) for d in env_dirs if Path(d).is_dir() and not _under_system(Path(d))]
+    chosen = [item for item in [*interpreters, *extra_dirs] if not any(_inside(item, d) for d in fixed)]
     argv: list[str] = []
-    for root in _dedupe(r for item in [*interpreters, *extra_dirs] for r in python_roots(item)):
+    for root in _dedupe([*fixed, *(r for item in chosen for r in python_roots(item))]):
         argv += ["--ro-bind", str(root), str(root)]
     return argv
+
+
+def _inside(item: str, folder: Path) -> bool:
+    return Path(item) == folder or Path(item).is_relative_to(folder)
 
 
 def _etc_binds(private_etc: Path) -> list[str]:

@@ -138,7 +138,7 @@ class DockerSandbox:
         from swe_env.pyenv_docker import container_builder, env_mounts
 
         cfg = self.config.pyenv or PyEnvConfig()
-        build = container_builder(self.client, repo, self.workdir, self.image, cfg.timeout)
+        build = container_builder(self.client, repo, self.workdir, self.image, cfg, self.config.limits)
         self.env = ensure_env(self.task, repo, cfg, build)
         extra = sandbox_vars(self.env, self.workdir, repo)
         self._env_bin = [extra.pop("PATH")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from swe_env.envs.interpreters import find_interpreter
 from swe_env.envs.recipes import SWEBENCH_SOURCE, _packages, host_python, recipe_for
-from swe_env.pyenv import PyEnvConfig, build_script, build_vars, env_key, plan_env
+from swe_env.pyenv import PyEnvConfig, build_script, env_key, plan_env
 from swe_env.sandbox.base import SandboxError
 from tasks.builtin import builtin_tasks
 from tasks.schema import Task
@@ -89,8 +90,20 @@ def test_unpinned_test_runner_resolves_as_of_the_task_date():
     assert "pytest" in new.packages
 
 
-def test_build_gets_only_download_settings_from_the_host():
-    host = {"PIP_INDEX_URL": "https://mirror/simple", "HTTPS_PROXY": "http://p:3128", "SSL_CERT_FILE": "/ca.pem",
-            "AWS_SECRET_ACCESS_KEY": "x", "HOME": "/root", "PYTHONPATH": "/work"}  # fmt: skip
-    assert build_vars(host) == {"PIP_INDEX_URL": "https://mirror/simple", "HTTPS_PROXY": "http://p:3128",
-                                "SSL_CERT_FILE": "/ca.pem"}  # fmt: skip
+def test_build_gets_only_the_index_the_user_chose(monkeypatch):
+    from swe_env.sandbox.index_proxy import allowed_hosts, pip_environment, shown
+
+    for key, value in {"PIP_INDEX_URL": "https://u:tok@mirror/simple", "HTTPS_PROXY": "http://u:tok@p:3128"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("NEXUS_PIP_INDEX_URL", raising=False)
+    env = pip_environment(PyEnvConfig().index_url)
+    assert env["PIP_INDEX_URL"] == "https://pypi.org/simple" and "tok" not in " ".join(env.values())
+    assert env["PIP_CONFIG_FILE"] == os.devnull  # no pip.conf of the host's either
+    monkeypatch.setenv("NEXUS_PIP_INDEX_URL", "https://mirror.example:8443/simple")
+    monkeypatch.setenv("NEXUS_PIP_INDEX_HOSTS", "files.example")
+    cfg = PyEnvConfig()
+    assert allowed_hosts(cfg.index_url, cfg.index_hosts) == {("mirror.example", 8443), ("files.example", 443)}
+    assert allowed_hosts("https://pypi.org/simple") == {("pypi.org", 443), ("files.pythonhosted.org", 443)}
+    assert shown("https://u:tok@mirror.example/simple") == "https://mirror.example/simple"  # messages hide the token
+    with pytest.raises(SandboxError, match="https"):
+        allowed_hosts("http://localhost:3141/simple")
