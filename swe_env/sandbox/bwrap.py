@@ -25,6 +25,7 @@ from swe_env.sandbox.base import ExecResult, SandboxError
 from swe_env.sandbox.bwrap_binds import current_interpreter, host_binds, python_binds
 from swe_env.sandbox.host_user import MountStage, hand_over, owner_of, sandbox_user, strip_setid
 from swe_env.sandbox.limits import DiskBudget, DiskUsage, StepCgroup, StepLimits
+from swe_env.sandbox.setid_filter import SetidFilter
 from tasks.schema import Task
 
 INSTALL_HINT = "bubblewrap is not installed: apt-get install -y bubblewrap (or use --sandbox docker)"
@@ -63,9 +64,10 @@ class BwrapSandbox:
         self.user = sandbox_user(repo)
         self._drop = os.geteuid() == 0  # started by root: every step drops to self.user
         self._stages: dict[frozenset[str], MountStage] = {}
+        self._filter = SetidFilter()  # no command makes a setuid/setgid file (they are host files at once)
         self._root = common.make_workspace("bwrap")
         self._user_repo = repo  # a user's own repo (chat): edits land there, owned by its owner
-        self._repo_owner = None  # that repo's owner when it is not self.user (root): it gets the files back at close
+        self._repo_owner = None  # under root, that repo's owner: the sandbox's user sees its files as its own
         try:
             self._share_workspace()
             self.repo = repo or common.prepare_repo(task, self._root / "repo", self.config.repo_cache)
@@ -96,16 +98,15 @@ class BwrapSandbox:
             self._root.chmod(0o710)
 
     def _give_repo(self) -> None:
-        """Under root: the repo and /tmp belong to the sandbox's user (a root-owned user repo is handed over for
-        the session and given back at close)."""
+        """Under root: a task's repo and /tmp belong to the sandbox's user. A user's repo (chat) stays its owner's:
+        the sandbox sees it through an idmapped mount made in its staging namespace (`MountStage`)."""
         if not self._drop:
             return
         os.chown(self._tmp, self.user.uid, self.user.gid)
         if self._user_repo is None:
             hand_over(self.repo, self.user)
-        elif owner_of(self._user_repo) != self.user:
+        else:
             self._repo_owner = owner_of(self._user_repo)
-            hand_over(self._user_repo, self.user, only_from=self._repo_owner)
 
     def _python_env(self) -> PyEnv:
         """The task's Python env (built here, in build mode, the first time), first on PATH from now on."""
@@ -176,12 +177,13 @@ class BwrapSandbox:
         """argv as the sandbox's host user runs it, and the fds it needs: under root, bind sources the user cannot
         reach come from a staging namespace, which the step enters before dropping to the user."""
         if not self._drop:
-            return argv, ()
+            return argv, (self._filter.fd,)
         end = argv.index("--") if "--" in argv else len(argv)
         sources = [argv[i + 1] for i in range(1, end) if argv[i] in BIND_FLAGS]
         key = frozenset(sources)
         if key not in self._stages:
-            self._stages[key] = MountStage(sources, self.user)
+            idmap = (str(self._user_repo), self._repo_owner) if self._repo_owner is not None else None
+            self._stages[key] = MountStage(sources, self.user, idmap)
         stage = self._stages[key]
         out = [*stage.enter_argv(), argv[0]]
         i = 1
@@ -192,7 +194,7 @@ class BwrapSandbox:
             else:
                 out.append(argv[i])
                 i += 1
-        return out, stage.fds
+        return out, (*stage.fds, self._filter.fd)
 
     def _bwrap_argv(self, build: PyEnv | None = None) -> list[str]:
         """The bwrap arguments of a command; `build`: build mode for that env (network, env dir writable)."""
@@ -202,12 +204,14 @@ class BwrapSandbox:
         argv += ["--bind", str(self._tmp), "/tmp"]
         argv += python_binds([current_interpreter(), *env_binds], list(self.config.extra_path))
         argv += ["--bind", str(self.repo), self.workdir, "--ro-bind", str(self._tools), self.tools_dir]
+        if self._user_repo is not None and os.path.lexists(self._user_repo / ".git"):  # git reads it, never writes
+            argv += ["--ro-bind", str(self._user_repo / ".git"), f"{self.workdir}/.git"]
         if build is not None:  # downloads need the resolver, CA bundles and pip's settings; the env is written
             for host, inner in build_host_paths():
                 argv += ["--ro-bind", host, inner]
             argv += ["--bind", str(build.path), str(build.path)]
         argv += ["--remount-ro", "/"]  # the sandbox's own root (where mount points were made) is not writable
-        argv += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+        argv += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL", *self._filter.argv()]
         if self._drop:  # the host user is root of the sandbox's own namespace (owner of /testbed inside)
             argv += ["--uid", "0", "--gid", "0"]
         argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
@@ -245,7 +249,8 @@ class BwrapSandbox:
             fd = common.open_inside(path, self.workdir, self._mounts, flags, make_parents=True)
             with os.fdopen(fd, "wb") as f:
                 if self._drop:
-                    os.fchown(f.fileno(), self.user.uid, self.user.gid)
+                    owner = self._repo_owner if host.is_relative_to(self.repo) and self._repo_owner else self.user
+                    os.fchown(f.fileno(), owner.uid, owner.gid)
                 f.write(content.encode("utf-8", errors="surrogateescape"))
         except OSError as exc:
             raise SandboxError(f"cannot write {path} in the sandbox: {exc.strerror}") from None
@@ -260,9 +265,8 @@ class BwrapSandbox:
         root, self._root = getattr(self, "_root", None), None
         for stage in getattr(self, "_stages", {}).values():
             stage.close()
-        owner = self._repo_owner
-        if root is not None and owner is not None:  # a root-owned user repo: every file the session made is root's
-            hand_over(self._user_repo, owner, only_from=self.user)
+        if getattr(self, "_filter", None) is not None:
+            self._filter.close()
         if root is not None:
             shutil.rmtree(root, ignore_errors=True)
 

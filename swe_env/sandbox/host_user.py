@@ -19,6 +19,7 @@ import shlex
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,12 +65,11 @@ def owner_of(path: Path) -> HostUser:
 
 
 def sandbox_user(repo: Path | None = None) -> HostUser:
-    """Who a sandbox runs as: the caller when it is not root; under root the owner of `repo` (a user's own repo)
-    when that is not root, else the dedicated user."""
+    """Who a sandbox runs as: the caller when it is not root, else the dedicated user (never host uid or gid 0).
+    A chat's repo is not handed to it: the sandbox sees the repo through an idmapped mount (swe_env.sandbox.idmap),
+    so the repo stays its owner's on disk, and a repo whose group is root gives the sandbox no gid 0."""
     if os.geteuid() != 0:
         return current_user()
-    if repo is not None and not owner_of(repo).is_root:
-        return owner_of(repo)
     return dedicated_user()
 
 
@@ -139,13 +139,15 @@ class MountStage:
     /tmp): a sandbox's own workspace may lie under a folder only root can enter (an eval sets TMPDIR to its
     private run folder), and then its repo and /tmp are staged too."""
 
-    def __init__(self, sources: list[str], user: HostUser) -> None:
+    def __init__(self, sources: list[str], user: HostUser, idmap: tuple[str, HostUser] | None = None) -> None:
         self.user = user
         self.staged: dict[str, str] = {}
         self.fd: int | None = None
         self.stage_dir: Path | None = None
+        self.idmap = idmap if idmap is not None and idmap[0] in sources else None  # (a chat's repo, its owner)
         todo = [s for s in dict.fromkeys(sources) if Path(s).exists() and not reachable(s, user)]
-        if todo:
+        todo = [s for s in todo if self.idmap is None or not Path(s).is_relative_to(self.idmap[0])]
+        if todo or self.idmap is not None:
             self._make(todo)
 
     def _make(self, sources: list[str]) -> None:
@@ -169,10 +171,12 @@ class MountStage:
             target.mkdir() if Path(src).is_dir() else target.touch()
             mounts.append(f"mount --rbind -- {shlex.quote(src)} {shlex.quote(str(target))}")
             self.staged[src] = str(target)
+        if self.idmap is not None:
+            mounts.append(self._idmap_command(stage_dir / "repo"))
         script = " && ".join([*mounts, "echo ready", "read _"])
         proc = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_helper_env(),
         )  # fmt: skip
         try:
             if proc.stdout.readline().strip() != b"ready":
@@ -184,8 +188,20 @@ class MountStage:
             proc.stdout.close()
             proc.stderr.close()
 
+    def _idmap_command(self, target: Path) -> str:
+        """The shell command mounting the chat's repo at `target`, its owner's files shown as the user's."""
+        src, owner = self.idmap
+        target.mkdir()
+        self.staged[src] = str(target)
+        args = [sys.executable, "-m", "swe_env.sandbox.idmap", src, str(target)]
+        args += [str(i) for i in (owner.uid, owner.gid, self.user.uid, self.user.gid)]
+        return shlex.join(args)
+
     def source(self, path: str) -> str:
-        """Where bwrap finds `path` (its staging path when it is staged)."""
+        """Where bwrap finds `path` (its staging path when it is staged; a path inside the idmapped repo, such as
+        its .git bound read-only, through that view)."""
+        if self.idmap is not None and path != self.idmap[0] and Path(path).is_relative_to(self.idmap[0]):
+            return str(Path(self.staged[self.idmap[0]]) / Path(path).relative_to(self.idmap[0]))
         return self.staged.get(path, path)
 
     def enter_argv(self) -> list[str]:
@@ -205,3 +221,10 @@ class MountStage:
         if self.stage_dir is not None:  # empty mount points on the host (the mounts lived in the namespace)
             shutil.rmtree(self.stage_dir, ignore_errors=True)
             self.stage_dir = None
+
+
+def _helper_env() -> dict[str, str]:
+    """The environment of the staging namespace's commands: this project importable (swe_env.sandbox.idmap)."""
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": f"{root}:{path}" if path else root}

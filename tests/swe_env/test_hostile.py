@@ -280,15 +280,42 @@ def test_no_sysctl_is_writable(sandbox):
 def test_files_written_are_not_root_owned_on_the_host(sandbox):
     if sandbox.backend != "bwrap":
         pytest.skip("docker's files stay in its own data root, which no user reaches")
-    res = sandbox.execute(
-        "touch /testbed/made-here /tmp/made-here && cp /bin/bash /testbed/.h && chmod 4755 /testbed/.h"
-    )
-    assert res.returncode == 0, res.output
+    res = sandbox.execute("touch /testbed/made-here /tmp/made-here && cp /bin/bash /testbed/.h; chmod 4755 /testbed/.h")
+    assert "Operation not permitted" in res.output, res.output  # the setuid filter refuses the bits
     for path in (sandbox.repo / "made-here", sandbox.repo / ".h", sandbox._tmp / "made-here"):
         st = path.lstat()
         assert st.st_uid != 0 or os.geteuid() != 0, f"{path} is root's on the host"
         assert not (st.st_uid == 0 and st.st_mode & 0o4000), f"{path} is a setuid-root file on the host"
     sandbox.execute("rm -f /testbed/made-here /testbed/.h /tmp/made-here")
+
+
+SETID_STEP = (
+    "cp /bin/bash /testbed/.s; chmod 6755 /testbed/.s; install -m 2755 /bin/true /tmp/.i; "
+    "python3 -c 'import os; os.close(os.open(\"/testbed/.o\", os.O_CREAT | os.O_WRONLY, 0o6755))'; "
+    "python3 -c 'import os; os.mknod(\"/tmp/.n\", 0o104755)'; echo made; sleep 3"
+)
+
+
+def test_no_setuid_file_exists_on_the_host_while_a_step_runs(sandbox):
+    """Issue 62 item 5: the files are checked from the host while the step that made them still sleeps."""
+    if sandbox.backend != "bwrap":
+        pytest.skip("docker's files stay in its own data root, which no user reaches")
+    seen: dict[str, int] = {}
+    step = threading.Thread(target=lambda: sandbox.execute(SETID_STEP, timeout=30))
+    step.start()
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline:
+        for path in (sandbox.repo / ".s", sandbox.repo / ".o", sandbox._tmp / ".i", sandbox._tmp / ".n"):
+            try:
+                mode = path.lstat().st_mode
+            except OSError:
+                continue
+            if mode & 0o6000:
+                seen[path.name] = mode
+        time.sleep(0.05)
+    step.join()
+    sandbox.execute("rm -f /testbed/.s /testbed/.o /tmp/.i /tmp/.n")
+    assert not seen, f"setuid/setgid files on the host during the step: { {k: oct(v) for k, v in seen.items()} }"
 
 
 def test_every_bind_is_nosuid_and_nodev(sandbox):
@@ -416,7 +443,8 @@ def _user_repo(tmp_path: Path, uid: int) -> Path:
 
 
 CHAT_ATTACK = (
-    "echo x >> app.py && touch new.txt && cp /bin/bash .h && chmod 4755 .h && mkdir -p d && touch d/f; echo rc=$?"
+    "echo x >> app.py && touch new.txt && cp /bin/bash .h && mkdir -p d && touch d/f; echo rc=$?; "
+    "chmod 4755 .h || echo chmod-refused"
 )
 
 
@@ -432,8 +460,9 @@ def test_chat_repo_files_end_up_the_owners_without_setuid(request, tmp_path, own
     try:
         res = sb.execute(CHAT_ATTACK)
         assert "rc=0" in res.output, res.output  # the agent can edit the user's files
-        if owner != 0:  # while the session runs, the sandbox's user is the repo's owner
-            assert all(p.lstat().st_uid == owner for p in [repo / "new.txt", repo / ".h", repo / "d" / "f"])
+        assert "chmod-refused" in res.output, res.output  # the setuid filter
+        # while the session runs, what the sandbox makes is the repo owner's on disk (an idmapped mount)
+        assert all(p.lstat().st_uid == owner for p in [repo / "new.txt", repo / ".h", repo / "d" / "f"])
         assert not (repo / ".h").lstat().st_mode & 0o6000, "a setuid file stayed in the user's repo"
     finally:
         sb.close()

@@ -1,0 +1,167 @@
+"""Hostile commands in the sandbox `nexus-agent chat` opens on the user's own repo (issue 62, items 5-7), run as root
+as the review ran them: each test fails if its attack works.
+
+- a setuid/setgid file the agent makes must never exist on the host, even while the step still runs, and the
+  sandbox never holds host gid 0;
+- the repo stays its owner's while the session runs (root's own git keeps working in it), and a kill -9 of the
+  chat leaves nothing for the next command to repair;
+- the repo's .git is read-only to the agent: no planted config or hook reaches the user's own git.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+MARK = uuid.uuid4().hex[:10]
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+
+
+@pytest.fixture(autouse=True)
+def _root_and_bwrap(request):
+    request.getfixturevalue("bwrap_installed")
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the review ran as root, and the repo owners are made with chown")
+
+
+def _user_repo(tmp_path: Path, uid: int, gid: int) -> Path:
+    repo = tmp_path / "proj"
+    repo.mkdir()
+    (repo / "app.py").write_text("print('hi')\n")
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    subprocess.run([*GIT, "-C", str(repo), "add", "."], check=True)
+    subprocess.run([*GIT, "-C", str(repo), "commit", "-qm", "base"], check=True)
+    for p in [repo, *repo.rglob("*")]:
+        os.lchown(p, uid, gid)
+    tmp_path.chmod(0o755)
+    return repo
+
+
+def _open(repo: Path):
+    from pipeline.chat import open_repo_sandbox
+
+    return open_repo_sandbox(repo, "hostile")
+
+
+def _host_gids(marker: str) -> set[int]:
+    """The host gids of the sandbox's processes (bwrap and the step's shell) whose command line holds marker; root's
+    launcher (the cgroup shell, nsenter, setpriv) is left out: it drops to the sandbox's user before bwrap."""
+    out = subprocess.run(["ps", "-wweo", "gid=,args="], capture_output=True, text=True).stdout
+    rows = [line.split(None, 2) for line in out.splitlines() if marker in line]
+    return {int(row[0]) for row in rows if len(row) == 3 and Path(row[1]).name in ("bwrap", "bash")}
+
+
+SETID_STEP = (
+    "cp /bin/bash .s; chmod 6755 .s; install -m 4755 /bin/true .i; "
+    "python3 -c 'import os; os.close(os.open(\"/testbed/.o\", os.O_CREAT | os.O_WRONLY, 0o6755))'; "
+    f"echo made; sleep 4; echo {MARK}"
+)
+
+
+@pytest.mark.parametrize("owner", [(4242, 0), (0, 0)], ids=["user-owned-root-group", "root-owned"])
+def test_no_setuid_file_exists_on_the_host_while_the_step_runs(tmp_path, owner):
+    repo = _user_repo(tmp_path, *owner)
+    sb = _open(repo)
+    seen: dict[str, int] = {}
+    gids: set[int] = set()
+    try:
+        step = threading.Thread(target=lambda: sb.execute(SETID_STEP, timeout=30))
+        step.start()
+        deadline = time.monotonic() + 3.5
+        while time.monotonic() < deadline:
+            for name in (".s", ".i", ".o"):
+                try:
+                    mode = (repo / name).lstat().st_mode
+                except OSError:
+                    continue
+                if mode & 0o6000:
+                    seen[name] = mode
+            gids |= _host_gids(MARK)
+            time.sleep(0.05)
+        step.join()
+    finally:
+        sb.close()
+    assert not seen, f"setuid/setgid files on the host during the step: { {k: oct(v) for k, v in seen.items()} }"
+    assert gids, "the step's processes were not found"
+    assert 0 not in gids, "the sandbox runs with host gid 0"
+
+
+def _git_status(repo: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(repo), "status", "--short"], capture_output=True, text=True)
+
+
+def test_root_owned_repo_stays_roots_and_git_works_during_the_chat(tmp_path):
+    repo = _user_repo(tmp_path, 0, 0)
+    sb = _open(repo)
+    try:
+        res = sb.execute("echo x >> app.py && touch new.txt && mkdir -p d && touch d/f; echo rc=$?")
+        assert "rc=0" in res.output, res.output  # the agent can still edit the user's files
+        owners = {str(p.relative_to(repo)): p.lstat().st_uid for p in [repo, *repo.rglob("*")]}
+        assert set(owners.values()) == {0}, f"not root's during the chat: { {k: v for k, v in owners.items() if v} }"
+        status = _git_status(repo)
+        assert status.returncode == 0, status.stderr
+        assert "new.txt" in status.stdout
+    finally:
+        sb.close()
+
+
+KILLED_CHAT = """
+import sys, time
+from pathlib import Path
+from pipeline.chat import open_repo_sandbox
+sb = open_repo_sandbox(Path(sys.argv[1]), "killed")
+sb.execute("touch /testbed/made-in-step")
+print("opened", flush=True)
+sb.execute("sleep 60")
+"""
+
+
+def test_kill_9_of_a_chat_leaves_the_repo_as_it_was(tmp_path):
+    repo = _user_repo(tmp_path, 0, 0)
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_CHAT, str(repo)], cwd=root, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )  # fmt: skip
+    try:
+        assert proc.stdout.readline().strip() == "opened"
+        time.sleep(0.5)
+    finally:
+        proc.kill()
+        proc.wait()
+    owners = {str(p.relative_to(repo)): p.lstat().st_uid for p in [repo, *repo.rglob("*")]}
+    assert set(owners.values()) == {0}, f"left owned by others: { {k: v for k, v in owners.items() if v} }"
+    assert (repo / "made-in-step").exists()
+    status = _git_status(repo)
+    assert status.returncode == 0 and "made-in-step" in status.stdout, status.stderr
+
+
+GIT_PLANT = (
+    f"git config core.fsmonitor 'touch /tmp/fsmonitor-{MARK}' ; "
+    f"printf '[include]\\n\\tpath = /testbed/evil.cfg\\n' >> .git/config ; "
+    "mkdir -p .git/hooks && printf '#!/bin/sh\\ntouch /tmp/hook-ran\\n' > .git/hooks/pre-commit && "
+    "chmod +x .git/hooks/pre-commit ; echo planted-rc=$?"
+)
+
+
+@pytest.mark.parametrize("owner", [(4242, 4242), (0, 0)], ids=["user-owned", "root-owned"])
+def test_git_dir_is_read_only_to_the_agent(tmp_path, owner):
+    repo = _user_repo(tmp_path, *owner)
+    config_before = (repo / ".git" / "config").read_bytes()
+    sb = _open(repo)
+    try:
+        res = sb.execute(GIT_PLANT)
+        status = sb.execute("git status --short && git log --oneline | head -1 && git diff --stat; echo git-rc=$?")
+    finally:
+        sb.close()
+    assert "git-rc=0" in status.output and "base" in status.output, status.output  # read-only git works inside
+    assert (repo / ".git" / "config").read_bytes() == config_before, res.output
+    assert not (repo / ".git" / "hooks" / "pre-commit").exists(), res.output
+    assert "planted-rc=0" not in res.output
