@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from swe_env.pyenv import PyEnv, PyEnvConfig, build_host_paths, build_vars, ensure_env, sandbox_vars
-from swe_env.sandbox import common
+from swe_env.sandbox import common, diskfs
 from swe_env.sandbox.base import ExecResult, SandboxError
 from swe_env.sandbox.bwrap_binds import current_interpreter, host_binds, python_binds
+from swe_env.sandbox.diskfs import SizedFs
 from swe_env.sandbox.host_user import MountStage, hand_over, owner_of, sandbox_user, strip_setid
-from swe_env.sandbox.limits import DiskBudget, DiskUsage, StepCgroup, StepLimits
+from swe_env.sandbox.limits import DiskBudget, DiskUsage, StepCgroup, StepLimits, held_deleted
 from swe_env.sandbox.setid_filter import SetidFilter
 from tasks.schema import Task
 
@@ -64,15 +65,17 @@ class BwrapSandbox:
         self.user = sandbox_user(repo)
         self._drop = os.geteuid() == 0  # started by root: every step drops to self.user
         self._stages: dict[frozenset[str], MountStage] = {}
+        self._step_cgroup: StepCgroup | None = None  # the running step's (its processes' open files are counted)
         self._filter = SetidFilter()  # no command makes a setuid/setgid file (they are host files at once)
         self._root = common.make_workspace("bwrap")
         self._user_repo = repo  # a user's own repo (chat): edits land there, owned by its owner
         self._repo_owner = None  # under root, that repo's owner: the sandbox's user sees its files as its own
         try:
             self._share_workspace()
-            self.repo = repo or common.prepare_repo(task, self._root / "repo", self.config.repo_cache)
-            self._tmp = self._root / "tmp"
-            self._tmp.mkdir()
+            self._fs = SizedFs(self._root, self.config.limits) if self._sized() else None
+            base = self._root / ("base" if self._fs is not None else "repo")  # under an overlay on the sized fs
+            self.repo = repo or common.prepare_repo(task, base, self.config.repo_cache)
+            self._make_tmp()
             self._give_repo()
             self._tools = self._root / "tools"
             if self.config.install_tools:
@@ -83,9 +86,7 @@ class BwrapSandbox:
             self._env_extra: dict[str, str] = {}
             self._env_binds: tuple[str, ...] = ()
             self.python_env = self._python_env() if self.config.python_env else None
-            self.disk = DiskBudget(
-                self.config.limits, lambda: DiskUsage.of(self.repo, self._tmp), roots=(self.repo, self._tmp)
-            )
+            self.disk = self._budget()
             common.track(self)
         except BaseException:
             self.close()
@@ -97,16 +98,51 @@ class BwrapSandbox:
             os.chown(self._root, 0, self.user.gid)
             self._root.chmod(0o710)
 
+    def _sized(self) -> bool:
+        """Whether the writable places go on a size-limited filesystem (under root, with a disk budget)."""
+        return self._drop and self.config.limits.disk_mb is not None and diskfs.available()
+
+    def _make_tmp(self) -> None:
+        """/tmp (and /dev/shm) of the sandbox: on the sized filesystem when there is one."""
+        if self._fs is None:
+            self._tmp = self._root / "tmp"
+            self._tmp.mkdir()
+            self._shm = None
+            return
+        self._tmp = self._fs.folder("tmp", self.user.uid, self.user.gid, 0o700)
+        self._shm = self._fs.folder("shm", self.user.uid, self.user.gid, 0o1777)
+
     def _give_repo(self) -> None:
-        """Under root: a task's repo and /tmp belong to the sandbox's user. A user's repo (chat) stays its owner's:
-        the sandbox sees it through an idmapped mount made in its staging namespace (`MountStage`)."""
+        """Under root: a task's repo and /tmp belong to the sandbox's user; on a sized filesystem the repo is seen
+        through an overlay whose changes go there. A user's repo (chat) stays its owner's: the sandbox sees it
+        through an idmapped mount made in its staging namespace (`MountStage`)."""
         if not self._drop:
             return
         os.chown(self._tmp, self.user.uid, self.user.gid)
-        if self._user_repo is None:
-            hand_over(self.repo, self.user)
-        else:
+        if self._user_repo is not None:
             self._repo_owner = owner_of(self._user_repo)
+            return
+        hand_over(self.repo, self.user)
+        if self._fs is not None:
+            self.repo = self._fs.overlay(self.repo, self._root / "repo", self.user.uid, self.user.gid)
+
+    def _budget(self) -> DiskBudget:
+        """The task's disk budget: on the sized filesystem, its used space (a hard limit too); a chat's repo is the
+        user's own, walked, with the deleted files its steps hold open."""
+        limits, fs = self.config.limits, self._fs
+        if fs is None:
+            return DiskBudget(limits, lambda: DiskUsage.of(self.repo, self._tmp), roots=(self.repo, self._tmp))
+        if self._user_repo is None:
+            return DiskBudget(limits, fs.usage)
+        dev = self.repo.stat().st_dev
+        return DiskBudget(
+            limits, lambda: DiskUsage.of(self.repo) + fs.usage() + self._held(dev), roots=(self.repo, fs.root)
+        )
+
+    def _held(self, dev: int) -> DiskUsage:
+        """The deleted files on `dev` (the user's repo's disk) that the running step holds open."""
+        cgroup = self._step_cgroup
+        return held_deleted(cgroup.procs(), dev) if cgroup is not None else DiskUsage(0, 0)
 
     def _python_env(self) -> PyEnv:
         """The task's Python env (built here, in build mode, the first time), first on PATH from now on."""
@@ -164,12 +200,14 @@ class BwrapSandbox:
             argv, stage_fds = self._launch(argv)
             if cgroup is not None:
                 argv = cgroup.enter_argv(argv)
+            self._step_cgroup = cgroup
             try:
                 return common.run_process(
                     argv, timeout, env={}, limits=limits, cgroup=cgroup, pass_fds=(*fds, *stage_fds),
                     disk=getattr(self, "disk", None) if check_disk else None,
                 )  # fmt: skip
             finally:
+                self._step_cgroup = None
                 if self._user_repo is not None:
                     strip_setid(self._user_repo)
 
@@ -201,6 +239,8 @@ class BwrapSandbox:
         env_binds = list(build.ro_binds if build is not None else self._env_binds)  # the task env + its interpreter
         argv = [self._bwrap, *host_binds(self._root / "etc")]
         argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
+        if self._shm is not None:  # on the sized filesystem: no unbounded tmpfs
+            argv += ["--bind", str(self._shm), "/dev/shm"]
         argv += ["--bind", str(self._tmp), "/tmp"]
         argv += python_binds([current_interpreter(), *env_binds], list(self.config.extra_path))
         argv += ["--bind", str(self.repo), self.workdir, "--ro-bind", str(self._tools), self.tools_dir]
@@ -256,6 +296,12 @@ class BwrapSandbox:
             raise SandboxError(f"cannot write {path} in the sandbox: {exc.strerror}") from None
 
     def get_patch(self) -> str:
+        """The task's change; an episode that ended on its disk budget first gets its /tmp and /dev/shm emptied, so
+        that git finds room on the sized filesystem (neither is part of the patch, and no step runs after it)."""
+        if self._fs is not None and self.disk.exceeded() is not None:
+            for folder in (self._tmp, self._shm):
+                for entry in os.scandir(folder):
+                    shutil.rmtree(entry.path) if entry.is_dir(follow_symlinks=False) else os.unlink(entry.path)
         res = self.execute(common.patch_command(self.task.base_commit), timeout=120, check_disk=False)
         if res.returncode != 0:
             raise SandboxError(f"git diff failed in the sandbox: {res.output.strip()[-500:]}")
@@ -267,6 +313,9 @@ class BwrapSandbox:
             stage.close()
         if getattr(self, "_filter", None) is not None:
             self._filter.close()
+        if getattr(self, "_fs", None) is not None:
+            self._fs.close(root / "repo" if root is not None else self._fs.root)
+            self._fs = None
         if root is not None:
             shutil.rmtree(root, ignore_errors=True)
 

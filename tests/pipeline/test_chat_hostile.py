@@ -165,3 +165,26 @@ def test_git_dir_is_read_only_to_the_agent(tmp_path, owner):
     assert (repo / ".git" / "config").read_bytes() == config_before, res.output
     assert not (repo / ".git" / "hooks" / "pre-commit").exists(), res.output
     assert "planted-rc=0" not in res.output
+
+
+@pytest.mark.parametrize("where", ["/testbed", "/tmp"])
+def test_disk_budget_counts_deleted_files_held_open(tmp_path, where):
+    """Issue 62 item 4 in a chat: /tmp is the sandbox's size-limited filesystem (a hard limit); the repo is the
+    user's own disk, where the watch counts the deleted files the step holds open (stopped within about a second)."""
+    from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
+    from swe_env.sandbox.limits import StepLimits
+    from tasks.schema import Task
+    from tests.swe_env.test_hostile import HELD_OPEN, _most_held
+
+    repo = _user_repo(tmp_path, 0, 0)
+    limits = StepLimits(pids=64, memory_mb=256, cpu_s=60, file_mb=16, output_bytes=1 << 20, disk_mb=40, inodes=3000)
+    task = Task(instance_id="chat:hostile", repo="local/proj", base_commit="HEAD", problem_statement="chat")
+    sb = BwrapSandbox(task, BwrapConfig(python_env=False, install_tools=False, limits=limits), repo=repo)
+    try:
+        res = sb.execute(f"WHERE={where} {HELD_OPEN}", timeout=60)
+    finally:
+        sb.close()
+    assert res.disk_exceeded, f"held {_most_held(res.output)} MiB against a 40 MiB budget: {res.output[-300:]}"
+    if where == "/tmp":
+        assert _most_held(res.output) <= 48, res.output[-300:]
+    assert sorted(p.name for p in repo.iterdir()) == [".git", "app.py"]

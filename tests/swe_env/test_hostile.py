@@ -368,6 +368,47 @@ def test_disk_budget_ends_the_task(budgeted, attack):
     assert "budget" in res.disk_exceeded
 
 
+# Issue 62 item 4: space no folder shows. Each file stays under file_mb (16 MiB); 192 MiB in all against 40 MiB.
+HELD_OPEN = """python3 -c '
+import os, time
+held = []
+for i in range(24):
+    path = "%s/held-%d" % (os.environ.get("WHERE", "/tmp"), i)
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+    os.unlink(path)
+    try:
+        os.write(fd, bytes(8 << 20))
+    except OSError as exc:
+        print("stopped:", exc.strerror, flush=True)
+        break
+    held.append(fd)
+    print("held", 8 * len(held), "MiB", flush=True)
+time.sleep(4)
+'"""
+SPACE_ATTACKS = [
+    pytest.param(f"WHERE=/tmp {HELD_OPEN}", id="unlinked-open-tmp"),
+    pytest.param(f"WHERE=/testbed {HELD_OPEN}", id="unlinked-open-testbed"),
+    pytest.param("for i in $(seq 1 24); do head -c 8M /dev/zero > /dev/shm/f$i || break; echo held $((8*i)) MiB; done",
+                 id="dev-shm"),
+    pytest.param("for i in $(seq 1 24); do truncate -s 15M /tmp/sp$i && dd if=/dev/urandom of=/tmp/sp$i bs=1M count=8 "
+                 "seek=4 conv=notrunc status=none || break; echo held $((8 * i)) MiB; done", id="sparse"),
+]  # fmt: skip
+
+
+def _most_held(output: str) -> int:
+    return max((int(n) for n in re.findall(r"^held (\d+) MiB", output, re.MULTILINE)), default=0)
+
+
+@pytest.mark.parametrize("attack", SPACE_ATTACKS)
+def test_disk_budget_is_a_hard_limit(budgeted, attack):
+    """Past the budget the step is stopped (the watch) and, on bwrap under root, the writes fail outright: the
+    sandbox's writable places are a filesystem of the budget's size."""
+    res = budgeted.execute(attack, timeout=60)
+    assert res.disk_exceeded, f"held {_most_held(res.output)} MiB against a 40 MiB budget: {res.output[-300:]}"
+    if budgeted.backend == "bwrap" and os.geteuid() == 0:
+        assert _most_held(res.output) <= 48, res.output[-300:]  # the filesystem's size: 40 MiB + ext4's share
+
+
 def test_disk_budget_ends_the_agent_episode(request):
     from agent.environment import SandboxEnvironment
     from agent.loop import Agent, AgentConfig
