@@ -143,10 +143,10 @@ class DiskBudget:
         return self.limits.disk_mb is not None or self.limits.inodes is not None
 
 
-def held_deleted(pids: list[int], dev: int) -> DiskUsage:
-    """Space of the deleted files on device `dev` that these processes hold open (in no folder, so no walk sees
-    them: issue 62 held 184 MiB so against a 40 MiB budget). Each file counted once."""
-    seen: set[int] = set()
+def held_deleted(pids: list[int], dev: int | None) -> DiskUsage:
+    """Space of the deleted files on device `dev` (None: any) that these processes hold open (in no folder, so no
+    walk sees them: issue 62 held 184 MiB so against a 40 MiB budget). Each file counted once."""
+    seen: set[tuple[int, int]] = set()
     size = 0
     for pid in pids:
         try:
@@ -158,8 +158,9 @@ def held_deleted(pids: list[int], dev: int) -> DiskUsage:
                 st = os.stat(f"/proc/{pid}/fd/{fd}")
             except OSError:
                 continue
-            if st.st_nlink == 0 and st.st_dev == dev and stat.S_ISREG(st.st_mode) and st.st_ino not in seen:
-                seen.add(st.st_ino)
+            key = (st.st_dev, st.st_ino)
+            if st.st_nlink == 0 and dev in (None, st.st_dev) and stat.S_ISREG(st.st_mode) and key not in seen:
+                seen.add(key)
                 size += st.st_blocks * 512
     return DiskUsage(size, len(seen))
 

@@ -401,11 +401,13 @@ def _most_held(output: str) -> int:
 
 @pytest.mark.parametrize("attack", SPACE_ATTACKS)
 def test_disk_budget_is_a_hard_limit(budgeted, attack):
-    """Past the budget the step is stopped (the watch) and, on bwrap under root, the writes fail outright: the
-    sandbox's writable places are a filesystem of the budget's size."""
+    """Past the budget the step is stopped (the watch), or the writes fail at it (docker's /dev/shm); on bwrap under
+    root both: the sandbox's writable places are a filesystem of the budget's size."""
     res = budgeted.execute(attack, timeout=60)
-    assert res.disk_exceeded, f"held {_most_held(res.output)} MiB against a 40 MiB budget: {res.output[-300:]}"
+    held = _most_held(res.output)
+    assert res.disk_exceeded or held <= 40, f"held {held} MiB against a 40 MiB budget: {res.output[-300:]}"
     if budgeted.backend == "bwrap" and os.geteuid() == 0:
+        assert res.disk_exceeded, res.output[-300:]
         assert _most_held(res.output) <= 48, res.output[-300:]  # the filesystem's size: 40 MiB + ext4's share
 
 
