@@ -24,7 +24,7 @@ from swe_env.sandbox import common, diskfs
 from swe_env.sandbox.base import ExecResult, SandboxError
 from swe_env.sandbox.bwrap_binds import current_interpreter, host_binds, python_binds
 from swe_env.sandbox.diskfs import SizedFs
-from swe_env.sandbox.host_user import MountStage, hand_over, owner_of, sandbox_user, strip_setid
+from swe_env.sandbox.host_user import MountStage, hand_over, owner_of, repair_handed_over, sandbox_user, strip_setid
 from swe_env.sandbox.limits import DiskBudget, DiskUsage, StepCgroup, StepLimits, held_deleted
 from swe_env.sandbox.setid_filter import SetidFilter
 from tasks.schema import Task
@@ -70,6 +70,7 @@ class BwrapSandbox:
         self._root = common.make_workspace("bwrap")
         self._user_repo = repo  # a user's own repo (chat): edits land there, owned by its owner
         self._repo_owner = None  # under root, that repo's owner: the sandbox's user sees its files as its own
+        self.notes: list[str] = []  # one line each for the user: what opening the sandbox repaired
         try:
             self._share_workspace()
             self._fs = SizedFs(self._root, self.config.limits) if self._sized() else None
@@ -120,6 +121,8 @@ class BwrapSandbox:
             return
         os.chown(self._tmp, self.user.uid, self.user.gid)
         if self._user_repo is not None:
+            repaired = repair_handed_over(self._user_repo)
+            self.notes += [repaired] if repaired else []
             self._repo_owner = owner_of(self._user_repo)
             return
         hand_over(self.repo, self.user)

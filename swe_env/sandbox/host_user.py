@@ -73,6 +73,19 @@ def sandbox_user(repo: Path | None = None) -> HostUser:
     return dedicated_user()
 
 
+def repair_handed_over(repo: Path) -> str | None:
+    """Give a repo left the sandbox account's back to root, and say so (None: nothing to repair).
+
+    Before chats saw a root-owned repo through an idmapped mount, they chowned it to the sandbox account for the
+    session and back at close; a kill -9 left it that account's for good (issue 62), and root's git then refused
+    it. No user's repo belongs to that account otherwise, so the next chat on it gives its files back."""
+    account = dedicated_user()
+    if os.geteuid() != 0 or owner_of(repo) != account:
+        return None
+    hand_over(repo, HostUser(0, 0), only_from=account)
+    return f"repaired: {repo} was left owned by {DEDICATED_NAME} (an interrupted chat); its files are root's again"
+
+
 def walk(root: Path):
     """Every entry under root (root included), never following a symlink."""
     yield root

@@ -188,3 +188,23 @@ def test_disk_budget_counts_deleted_files_held_open(tmp_path, where):
     if where == "/tmp":
         assert _most_held(res.output) <= 48, res.output[-300:]
     assert sorted(p.name for p in repo.iterdir()) == [".git", "app.py"]
+
+
+def test_a_repo_an_older_chat_left_to_the_sandbox_account_is_repaired_and_said(tmp_path):
+    """What a kill -9 of a chat left before the idmapped mount: the whole repo the sandbox account's. Root's git
+    refuses it; the next chat gives it back and says so in one line."""
+    from swe_env.sandbox.host_user import dedicated_user
+
+    repo = _user_repo(tmp_path, 0, 0)
+    account = dedicated_user()
+    for p in [repo, *repo.rglob("*")]:
+        os.lchown(p, account.uid, account.gid)
+    assert "dubious ownership" in _git_status(repo).stderr
+    sb = _open(repo)
+    try:
+        notes = list(sb.notes)
+    finally:
+        sb.close()
+    assert len(notes) == 1 and notes[0].startswith("repaired:"), notes
+    assert {p.lstat().st_uid for p in [repo, *repo.rglob("*")]} == {0}
+    assert _git_status(repo).returncode == 0
