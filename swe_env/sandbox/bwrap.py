@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from swe_env.pyenv import PyEnv, PyEnvConfig, build_host_paths, build_vars, ensure_env, sandbox_vars
@@ -24,8 +24,9 @@ from swe_env.sandbox import common, diskfs
 from swe_env.sandbox.base import ExecResult, SandboxError
 from swe_env.sandbox.bwrap_binds import current_interpreter, host_binds, python_binds
 from swe_env.sandbox.diskfs import SizedFs
-from swe_env.sandbox.host_user import MountStage, hand_over, owner_of, repair_handed_over, sandbox_user, strip_setid
+from swe_env.sandbox.host_user import MountStage, hand_over, owner_of, repair_handed_over, sandbox_user
 from swe_env.sandbox.limits import DiskBudget, DiskUsage, StepCgroup, StepLimits, held_deleted
+from swe_env.sandbox.repo_guard import check_after_step, git_entries
 from swe_env.sandbox.setid_filter import SetidFilter
 from tasks.schema import Task
 
@@ -71,6 +72,7 @@ class BwrapSandbox:
         self._user_repo = repo  # a user's own repo (chat): edits land there, owned by its owner
         self._repo_owner = None  # under root, that repo's owner: the sandbox's user sees its files as its own
         self.notes: list[str] = []  # one line each for the user: what opening the sandbox repaired
+        self._nested_git = git_entries(repo) if repo is not None else set()  # read-only in the sandbox
         try:
             self._share_workspace()
             self._fs = SizedFs(self._root, self.config.limits) if self._sized() else None
@@ -203,16 +205,17 @@ class BwrapSandbox:
             argv, stage_fds = self._launch(argv)
             if cgroup is not None:
                 argv = cgroup.enter_argv(argv)
-            self._step_cgroup = cgroup
+            self._step_cgroup, notes = cgroup, []
             try:
-                return common.run_process(
+                res = common.run_process(
                     argv, timeout, env={}, limits=limits, cgroup=cgroup, pass_fds=(*fds, *stage_fds),
                     disk=getattr(self, "disk", None) if check_disk else None,
                 )  # fmt: skip
             finally:
                 self._step_cgroup = None
                 if self._user_repo is not None:
-                    strip_setid(self._user_repo)
+                    notes = check_after_step(self._user_repo, self._nested_git)
+        return replace(res, output=res.output + "".join(f"\n[{n}]\n" for n in notes)) if notes else res
 
     def _launch(self, argv: list[str]) -> tuple[list[str], tuple[int, ...]]:
         """argv as the sandbox's host user runs it, and the fds it needs: under root, bind sources the user cannot
@@ -247,8 +250,8 @@ class BwrapSandbox:
         argv += ["--bind", str(self._tmp), "/tmp"]
         argv += python_binds([current_interpreter(), *env_binds], list(self.config.extra_path))
         argv += ["--bind", str(self.repo), self.workdir, "--ro-bind", str(self._tools), self.tools_dir]
-        if self._user_repo is not None and os.path.lexists(self._user_repo / ".git"):  # git reads it, never writes
-            argv += ["--ro-bind", str(self._user_repo / ".git"), f"{self.workdir}/.git"]
+        for rel in self._git_binds():  # git reads them, never writes (repo_guard.py)
+            argv += ["--ro-bind", str(self._user_repo / rel), f"{self.workdir}/{rel}"]
         if build is not None:  # downloads need the resolver, CA bundles and pip's settings; the env is written
             for host, inner in build_host_paths():
                 argv += ["--ro-bind", host, inner]
@@ -265,6 +268,13 @@ class BwrapSandbox:
         for key, value in {**self._env(), **(build_vars() if build is not None else {})}.items():
             argv += ["--setenv", key, value]
         return argv
+
+    def _git_binds(self) -> list[str]:
+        """The user's repo's `.git` entries (its own and those below it when the chat opened), bound read-only."""
+        if self._user_repo is None:
+            return []
+        top = [".git"] if os.path.lexists(self._user_repo / ".git") else []
+        return top + sorted(self._nested_git)
 
     def _env(self) -> dict[str, str]:
         # the task's env (with its test runner) right after the tools; never the host's interpreter by accident

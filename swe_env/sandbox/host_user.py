@@ -107,21 +107,6 @@ def hand_over(root: Path, to: HostUser, only_from: HostUser | None = None) -> No
             continue
 
 
-def strip_setid(root: Path) -> list[Path]:
-    """Clear the setuid/setgid bits of every regular file under root (git never records them, so none is the
-    repo's own); returns the files changed. Directories keep theirs (setgid directories share a group)."""
-    changed = []
-    for path in walk(root):
-        try:
-            st = path.lstat()
-            if stat.S_ISREG(st.st_mode) and st.st_mode & SETID:
-                os.chmod(path, stat.S_IMODE(st.st_mode) & ~SETID, follow_symlinks=False)
-                changed.append(path)
-        except (OSError, NotImplementedError):
-            continue
-    return changed
-
-
 def reachable(path: str, user: HostUser) -> bool:
     """Whether `user` can walk down to `path` (search permission on every folder above it; ACLs not read)."""
     p = Path(path)

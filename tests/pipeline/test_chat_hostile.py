@@ -208,3 +208,20 @@ def test_a_repo_an_older_chat_left_to_the_sandbox_account_is_repaired_and_said(t
     assert len(notes) == 1 and notes[0].startswith("repaired:"), notes
     assert {p.lstat().st_uid for p in [repo, *repo.rglob("*")]} == {0}
     assert _git_status(repo).returncode == 0
+
+
+def test_a_git_repository_made_or_held_below_the_top_is_no_way_in(tmp_path):
+    """A nested repository: one the agent makes is removed after its step (and the step says so); one the repo
+    held when the chat opened is read-only like the top .git."""
+    repo = _user_repo(tmp_path, 0, 0)
+    subprocess.run(["git", "init", "-q", str(repo / "vendor")], check=True)
+    vendor_config = (repo / "vendor" / ".git" / "config").read_bytes()
+    sb = _open(repo)
+    try:
+        made = sb.execute("git init -q sub 2>&1; mkdir -p deep && printf 'gitdir: /testbed/x\\n' > deep/.git; echo ok")
+        held = sb.execute("printf '[core]\\n\\tfsmonitor = touch /tmp/x\\n' >> vendor/.git/config; echo rc=$?")
+    finally:
+        sb.close()
+    assert not (repo / "sub" / ".git").exists() and not (repo / "deep" / ".git").exists()
+    assert "removed sub/.git" in made.output and "removed deep/.git" in made.output, made.output
+    assert (repo / "vendor" / ".git" / "config").read_bytes() == vendor_config and "rc=0" not in held.output
