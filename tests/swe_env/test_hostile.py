@@ -15,6 +15,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -514,3 +515,42 @@ def test_chat_repo_files_end_up_the_owners_without_setuid(request, tmp_path, own
         assert (st.st_uid, st.st_gid) == (owner, owner), f"{p} is owned by {st.st_uid}, not the repo's owner {owner}"
         assert not (p.is_file() and st.st_mode & 0o6000), f"{p} is setuid/setgid"
     assert (repo / "app.py").read_text() == "print('hi')\nx\n"
+
+
+KILLED_OWNER = """
+import sys, time
+from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
+from swe_env.sandbox.limits import StepLimits
+from tasks import get_task
+sb = BwrapSandbox(get_task(sys.argv[1]), BwrapConfig(install_tools=False, limits=StepLimits(disk_mb=40)))
+print(sb.repo.parent, flush=True)
+time.sleep(60)
+"""
+
+
+def _mounts_under(folder: Path) -> list[str]:
+    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    return [p for p in points if p.startswith(f"{folder}/")]
+
+
+def test_a_sandbox_killed_with_sigkill_leaves_mounts_the_next_sweep_removes(request):
+    """The sized filesystem and the repo's overlay are host mounts in the workspace: a kill -9 of their owner
+    leaves them, and the start-up sweep of the next process unmounts them before it removes the workspace."""
+    request.getfixturevalue("bwrap_installed")
+    if os.geteuid() != 0:
+        pytest.skip("the sized filesystem is made under root")
+    from swe_env.sandbox.owners import sweep
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_OWNER, TASK_ID], cwd=root, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )  # fmt: skip
+    try:
+        workspace = Path(proc.stdout.readline().strip())
+    finally:
+        proc.kill()
+        proc.wait()
+    assert len(_mounts_under(workspace)) == 2, "the sized filesystem and the overlay"
+    sweep(workspace.parent)
+    assert not workspace.exists() and not _mounts_under(workspace)
