@@ -26,6 +26,7 @@ from swe_env.sandbox.bwrap_binds import current_interpreter, host_binds, python_
 from swe_env.sandbox.diskfs import SizedFs
 from swe_env.sandbox.host_user import MountStage, hand_over, owner_of, repair_handed_over, sandbox_user
 from swe_env.sandbox.limits import DiskBudget, DiskUsage, StepCgroup, StepLimits, held_deleted
+from swe_env.sandbox.overlay_sync import sync_upper
 from swe_env.sandbox.repo_guard import check_after_step, git_entries
 from swe_env.sandbox.setid_filter import SetidFilter
 from tasks.schema import Task
@@ -174,6 +175,7 @@ class BwrapSandbox:
             hand_over(env.path, self.user)
         try:
             res = common.run_process(argv, timeout=timeout, env={}, pass_fds=fds)
+            self._after_step()
         finally:
             if self._drop:  # the built env is root's again: no sandbox may change it later
                 hand_over(env.path, owner_of(env.path.parent))
@@ -213,9 +215,18 @@ class BwrapSandbox:
                 )  # fmt: skip
             finally:
                 self._step_cgroup = None
-                if self._user_repo is not None:
-                    notes = check_after_step(self._user_repo, self._nested_git)
+                notes = self._after_step()
         return replace(res, output=res.output + "".join(f"\n[{n}]\n" for n in notes)) if notes else res
+
+    def _after_step(self) -> list[str]:
+        """A chat's step: its overlay's changes copied into the user's repo (under root, on a sized filesystem), then
+        the repo checked (setuid bits, planted .git); notes for the step's output."""
+        if self._user_repo is None:
+            return []
+        notes = []
+        if self._fs is not None and self._repo_owner is not None and (self._fs.root / "upper").is_dir():
+            notes = sync_upper(self._fs.root / "upper", self._user_repo, self._repo_owner)
+        return notes + check_after_step(self._user_repo, self._nested_git)
 
     def _launch(self, argv: list[str]) -> tuple[list[str], tuple[int, ...]]:
         """argv as the sandbox's host user runs it, and the fds it needs: under root, bind sources the user cannot
@@ -227,7 +238,8 @@ class BwrapSandbox:
         key = frozenset(sources)
         if key not in self._stages:
             idmap = (str(self._user_repo), self._repo_owner) if self._repo_owner is not None else None
-            self._stages[key] = MountStage(sources, self.user, idmap)
+            overlay = (self._fs.root / "upper", self._fs.root / "work") if self._fs is not None else None
+            self._stages[key] = MountStage(sources, self.user, idmap, overlay)
         stage = self._stages[key]
         out = [*stage.enter_argv(), argv[0]]
         i = 1

@@ -137,12 +137,17 @@ class MountStage:
     /tmp): a sandbox's own workspace may lie under a folder only root can enter (an eval sets TMPDIR to its
     private run folder), and then its repo and /tmp are staged too."""
 
-    def __init__(self, sources: list[str], user: HostUser, idmap: tuple[str, HostUser] | None = None) -> None:
+    def __init__(
+        self, sources: list[str], user: HostUser, idmap: tuple[str, HostUser] | None = None,
+        overlay: tuple[Path, Path] | None = None,
+    ) -> None:  # fmt: skip
         self.user = user
         self.staged: dict[str, str] = {}
         self.fd: int | None = None
         self.stage_dir: Path | None = None
         self.idmap = idmap if idmap is not None and idmap[0] in sources else None  # (a chat's repo, its owner)
+        self.overlay = overlay if self.idmap is not None else None  # (upper, work): the repo seen through an overlay
+        self.merged: Path | None = None
         todo = [s for s in dict.fromkeys(sources) if Path(s).exists() and not reachable(s, user)]
         todo = [s for s in todo if self.idmap is None or not Path(s).is_relative_to(self.idmap[0])]
         if todo or self.idmap is not None:
@@ -171,6 +176,9 @@ class MountStage:
             self.staged[src] = str(target)
         if self.idmap is not None:
             mounts.append(self._idmap_command(stage_dir / "repo"))
+        if self.overlay is not None:
+            self.merged = stage_dir / "merged"
+            self.merged.mkdir()
         script = " && ".join([*mounts, "echo ready", "read _"])
         proc = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
@@ -200,13 +208,33 @@ class MountStage:
         its .git bound read-only, through that view)."""
         if self.idmap is not None and path != self.idmap[0] and Path(path).is_relative_to(self.idmap[0]):
             return str(Path(self.staged[self.idmap[0]]) / Path(path).relative_to(self.idmap[0]))
+        if self.merged is not None and path == self.idmap[0]:
+            return str(self.merged)
         return self.staged.get(path, path)
+
+    def _overlay_prelude(self) -> list[str]:
+        """Before each step (as root, in the namespace): a fresh overlay over the idmapped repo, its upper layer
+        emptied (the last step's changes were copied into the repo: overlay_sync.py)."""
+        if self.merged is None:
+            return []
+        upper, work = self.overlay
+        lower, merged, u = self.staged[self.idmap[0]], str(self.merged), self.user
+        mode = stat.S_IMODE(Path(self.idmap[0]).stat().st_mode)
+        opts = f"lowerdir={lower},upperdir={upper},workdir={work},nosuid,nodev"
+        script = (
+            f"umount -l {shlex.quote(merged)} 2>/dev/null; rm -rf {shlex.quote(str(upper))} {shlex.quote(str(work))}"
+            f" && mkdir -m 0700 {shlex.quote(str(work))} && mkdir -m {mode:o} {shlex.quote(str(upper))}"
+            f" && chown {u.uid}:{u.gid} {shlex.quote(str(upper))}"
+            f" && mount -t overlay overlay -o {shlex.quote(opts)} {shlex.quote(merged)}"
+        )
+        return ["/bin/sh", "-c", f'{script} && exec "$@"', "nexus-overlay"]
 
     def enter_argv(self) -> list[str]:
         """The prefix that enters the staging namespace (if any) and becomes the user, before bwrap."""
         prefix = ["nsenter", f"--mount=/proc/self/fd/{self.fd}", "--"] if self.fd is not None else []
         u = self.user
-        return [*prefix, "setpriv", f"--reuid={u.uid}", f"--regid={u.gid}", "--clear-groups", "--"]
+        drop = ["setpriv", f"--reuid={u.uid}", f"--regid={u.gid}", "--clear-groups", "--"]
+        return [*prefix, *self._overlay_prelude(), *drop]
 
     @property
     def fds(self) -> tuple[int, ...]:
