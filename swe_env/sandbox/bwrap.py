@@ -9,6 +9,9 @@ installations it runs) plus the task's working copy read-write at /testbed, a pr
 at tools_dir. PID, IPC, UTS, cgroup and network namespaces are unshared, so when a command ends (or is killed)
 everything it started dies with it, setsid children included. Each command runs under `StepLimits` (a per-step
 cgroup when the caller may make one, rlimits always) and the host reads at most `output_bytes` of its output.
+A seccomp filter refuses setuid/setgid bits (setid_filter.py). Under root the writable places are on a filesystem
+of the disk budget's size (diskfs.py), and a chat's repo is seen idmapped, through an overlay whose changes are
+copied into it after each step, with its .git read-only (idmap.py, overlay_sync.py, repo_guard.py).
 """
 
 from __future__ import annotations

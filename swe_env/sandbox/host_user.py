@@ -3,12 +3,14 @@
 Started by root, bwrap maps the sandbox's uid 0 to host root: what the agent writes is root's on the host and
 /proc/sys is writable (a core_pattern written there makes the kernel run a program as host root). So under root
 every step drops to an unprivileged host user first: a dedicated one (the `nexus-sandbox` account when it exists,
-else uid/gid 60999, which no account should hold), or for a chat the owner of the user's repo when that is not
-root. Inside, that user is uid 0 of the sandbox's own user namespace, with no capabilities.
+else uid/gid 60999, which no account should hold), for a chat too. Inside, that user is uid 0 of the sandbox's own
+user namespace, with no capabilities.
 
 bwrap then resolves its bind sources with that user's rights. A source it cannot reach (an interpreter under
 /root, a 0700 virtualenv) is bind-mounted at a staging path inside the sandbox's own workspace, in a private mount
 namespace that root makes once per sandbox; each step enters it (nsenter) before dropping to the user (setpriv).
+A chat's repo is mounted there idmapped (idmap.py: its owner's files seen as the user's, nothing chowned), and
+under a size-limited filesystem an overlay over it is mounted afresh before each step (overlay_sync.py).
 """
 
 from __future__ import annotations
