@@ -2,7 +2,9 @@
 attack works. Escapes (remount, open_by_handle_at), host secrets (directly, through a symlink, through the tools),
 host sockets, fork and memory bombs, the output-cap bypass and setsid survivors; host root through /proc/sys
 (core_pattern), root-owned and setuid files on the host, the file-size limit, the disk and inode budget, an
-observation too big to tokenize, and host-side reads and writes through planted symlinks.
+observation too big to tokenize, and host-side reads and writes through planted symlinks. Issue 62: space held by
+unlinked open files, /dev/shm and sparse files against the disk budget, setuid files seen from the host while
+the step that made them runs, and the mounts a kill -9 leaves (the chat's attacks: tests/pipeline/).
 
 Run as root (as CI does) they test the sandbox as root starts it: that is where these attacks reached host root.
 
