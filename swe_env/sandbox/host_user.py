@@ -222,7 +222,8 @@ class MountStage:
         upper, work = self.overlay
         lower, merged, u = self.staged[self.idmap[0]], str(self.merged), self.user
         mode = stat.S_IMODE(Path(self.idmap[0]).stat().st_mode)
-        opts = f"lowerdir={lower},upperdir={upper},workdir={work},nosuid,nodev"
+        # a folder renamed is copied whole and chmod copies data (no redirect or metacopy entries to miss in the sync)
+        opts = f"lowerdir={lower},upperdir={upper},workdir={work},redirect_dir=off,metacopy=off,nosuid,nodev"
         script = (
             f"umount -l {shlex.quote(merged)} 2>/dev/null; rm -rf {shlex.quote(str(upper))} {shlex.quote(str(work))}"
             f" && mkdir -m 0700 {shlex.quote(str(work))} && mkdir -m {mode:o} {shlex.quote(str(upper))}"

@@ -235,13 +235,14 @@ def test_a_steps_changes_reach_the_repo_as_its_owners(tmp_path, owner):
     (repo / "pkg" / "sub" / "deep.txt").write_text("d\n")
     (repo / "gone").mkdir()
     (repo / "gone" / "f").write_text("f\n")
-    for p in [repo / "pkg", *(repo / "pkg").rglob("*"), repo / "gone", repo / "gone" / "f"]:
+    (repo / "keep.sh").write_text("echo kept\n")
+    for p in [repo / "pkg", *(repo / "pkg").rglob("*"), repo / "gone", repo / "gone" / "f", repo / "keep.sh"]:
         os.lchown(p, *owner)
     sb = _open(repo)
     try:
         res = sb.execute(
             "echo more >> app.py && rm -r gone && mv pkg/sub pkg/moved && mkdir -p new/dir && echo n > new/dir/f && "
-            "ln -s /etc/passwd link && chmod 700 app.py && echo rc=$?"
+            "ln -s /etc/passwd link && chmod 700 app.py && chmod 755 keep.sh && echo rc=$?"
         )
         (repo / "app.py").write_text("your edit\n")
         seen = sb.execute("cat app.py")
@@ -253,5 +254,6 @@ def test_a_steps_changes_reach_the_repo_as_its_owners(tmp_path, owner):
     assert (repo / "pkg" / "moved" / "deep.txt").read_text() == "d\n"
     assert (repo / "new" / "dir" / "f").read_text() == "n\n"
     assert os.readlink(repo / "link") == "/etc/passwd" and (repo / "app.py").stat().st_mode & 0o777 == 0o700
+    assert (repo / "keep.sh").read_text() == "echo kept\n" and (repo / "keep.sh").stat().st_mode & 0o777 == 0o755
     for p in [repo, *repo.rglob("*")]:
         assert (p.lstat().st_uid, p.lstat().st_gid) == owner, p
