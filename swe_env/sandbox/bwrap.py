@@ -312,6 +312,8 @@ class BwrapSandbox:
         host = common.rewrite_path(path, self.workdir, self._mounts)
         if host is None or host.is_relative_to(self._tools):
             raise SandboxError(f"cannot write {path}: only {self.workdir} and /tmp are writable in the sandbox")
+        if self._user_repo is not None and ".git" in host.parts:  # read-only in the sandbox, so here too
+            raise SandboxError(f"cannot write {path}: the repo's git is read-only in the sandbox")
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         try:
             fd = common.open_inside(path, self.workdir, self._mounts, flags, make_parents=True)

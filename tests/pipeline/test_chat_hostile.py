@@ -167,6 +167,21 @@ def test_git_dir_is_read_only_to_the_agent(tmp_path, owner):
     assert "planted-rc=0" not in res.output
 
 
+def test_the_host_side_writer_refuses_the_repos_git(tmp_path):
+    from swe_env.sandbox.base import SandboxError
+
+    repo = _user_repo(tmp_path, 0, 0)
+    before = (repo / ".git" / "config").read_bytes()
+    sb = _open(repo)
+    try:
+        with pytest.raises(SandboxError, match="read-only"):
+            sb.write_file("/testbed/.git/config", "[core]\n\tfsmonitor = touch /tmp/x\n")
+        sb.write_file("/testbed/notes.txt", "fine\n")
+    finally:
+        sb.close()
+    assert (repo / ".git" / "config").read_bytes() == before and (repo / "notes.txt").read_text() == "fine\n"
+
+
 @pytest.mark.parametrize("where", ["/testbed", "/tmp"])
 def test_disk_budget_counts_deleted_files_held_open(tmp_path, where):
     """Issue 62 item 4 in a chat: /tmp is the sandbox's size-limited filesystem, and so is what a step writes in the
