@@ -94,6 +94,8 @@ class BwrapSandbox:
             self._env_binds: tuple[str, ...] = ()
             self.python_env = self._python_env() if self.config.python_env else None
             self.disk = self._budget()
+            if self._repo_owner is not None:  # a chat's staging namespace now: a repo it cannot map fails the open
+                self._launch([*self._bwrap_argv(), "--", "true"])
             common.track(self)
         except BaseException:
             self.close()

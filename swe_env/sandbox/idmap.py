@@ -71,7 +71,9 @@ def mount_idmapped(src: str, target: str, owner: tuple[int, int], user: tuple[in
         fd = _check(_libc.syscall(SYS_OPEN_TREE, AT_FDCWD, src.encode(), OPEN_TREE_CLONE | os.O_CLOEXEC), "open_tree")
         attr = MountAttr(MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, 0, ns)
         _check(_libc.syscall(SYS_MOUNT_SETATTR, fd, b"", AT_EMPTY_PATH, ctypes.byref(attr), ctypes.sizeof(attr)),
-               f"an idmapped mount of {src} (does its filesystem support them?)")  # fmt: skip
+               f"{src} lies on a filesystem without idmapped mounts (overlayfs, NFS...), which a chat under root "
+               "needs to leave your repo yours: run the chat as the repo's owner, not root, or keep the repo on "
+               "ext4, xfs, btrfs or tmpfs")  # fmt: skip
         _check(_libc.syscall(SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH), "move_mount")
         os.close(fd)
     finally:

@@ -272,3 +272,23 @@ def test_a_steps_changes_reach_the_repo_as_its_owners(tmp_path, owner):
     assert (repo / "keep.sh").read_text() == "echo kept\n" and (repo / "keep.sh").stat().st_mode & 0o777 == 0o755
     for p in [repo, *repo.rglob("*")]:
         assert (p.lstat().st_uid, p.lstat().st_gid) == owner, p
+
+
+def test_a_repo_on_a_filesystem_without_idmapped_mounts_fails_the_open_with_a_way_out(tmp_path):
+    """overlayfs (a container's root) cannot be mounted idmapped: the chat says so when it opens, never later."""
+    from swe_env.sandbox.base import SandboxError
+
+    layers = {name: tmp_path / name for name in ("lower", "upper", "work", "merged")}
+    for folder in layers.values():
+        folder.mkdir()
+    opts = f"lowerdir={layers['lower']},upperdir={layers['upper']},workdir={layers['work']}"
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o", opts, str(layers["merged"])], check=True)
+    try:
+        repo = layers["merged"] / "proj"
+        repo.mkdir()
+        (repo / "app.py").write_text("print('hi')\n")
+        tmp_path.chmod(0o755)
+        with pytest.raises(SandboxError, match="without idmapped mounts.*as the repo's owner"):
+            _open(repo).close()
+    finally:
+        subprocess.run(["umount", "-l", str(layers["merged"])], check=True)
