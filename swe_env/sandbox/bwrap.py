@@ -67,7 +67,7 @@ class BwrapSandbox:
         self._bwrap = shutil.which(self.config.bwrap)
         if self._bwrap is None:
             raise SandboxError(INSTALL_HINT)
-        self.user = sandbox_user(repo)
+        self.user = sandbox_user()
         self._drop = os.geteuid() == 0  # started by root: every step drops to self.user
         self._stages: dict[frozenset[str], MountStage] = {}
         self._step_cgroup: StepCgroup | None = None  # the running step's (its processes' open files are counted)

@@ -66,7 +66,7 @@ def owner_of(path: Path) -> HostUser:
     return HostUser(st.st_uid, st.st_gid)
 
 
-def sandbox_user(repo: Path | None = None) -> HostUser:
+def sandbox_user() -> HostUser:
     """Who a sandbox runs as: the caller when it is not root, else the dedicated user (never host uid or gid 0).
     A chat's repo is not handed to it: the sandbox sees the repo through an idmapped mount (swe_env.sandbox.idmap),
     so the repo stays its owner's on disk, and a repo whose group is root gives the sandbox no gid 0."""
