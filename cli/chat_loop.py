@@ -253,6 +253,8 @@ class Chat:
         where = f" on {self.state.repo} (at /testbed in the sandbox) | {self.conv.describe()} | {mode}"
         self._print("nexus-agent chat ", safe_text(self.name, "bold"), safe_text(where))
         self._print(safe_text(self._sandbox_line(), "dim"))
+        for note in getattr(self.sandbox, "notes", ()):
+            self._print(safe_text(note))
         if self.state.requests:
             self._print(safe_text(f"resumed: {len(self.state.requests)} requests, {self.conv.attach()}"))
         self.console.print(HELP, markup=False, highlight=False)

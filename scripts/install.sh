@@ -10,6 +10,9 @@ PY="${PYTHON:-python3}"
 sys_need=()
 command -v bwrap >/dev/null || sys_need+=(bubblewrap)
 python3 -c "import ensurepip" 2>/dev/null || sys_need+=(python3-venv)
+# Under root each sandbox writes onto its own size-limited ext4 image (the disk budget as a hard limit).
+command -v mkfs.ext4 >/dev/null || sys_need+=(e2fsprogs)
+command -v losetup >/dev/null || sys_need+=(mount)
 if ((${#sys_need[@]})); then
   if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
     echo "apt-get install ${sys_need[*]}"

@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for tool in bwrap:bubblewrap dockerd:docker.io debootstrap:debootstrap patch:patch openssl:openssl; do
+for tool in bwrap:bubblewrap dockerd:docker.io debootstrap:debootstrap patch:patch openssl:openssl mkfs.ext4:e2fsprogs \
+    losetup:mount; do
   command -v "${tool%%:*}" >/dev/null || need+=("${tool#*:}")
 done
 if ((${#need[@]})); then

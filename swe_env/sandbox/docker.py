@@ -22,7 +22,7 @@ from swe_env.dockerd import connect
 from swe_env.pyenv import PyEnvConfig
 from swe_env.sandbox import common
 from swe_env.sandbox.base import ExecResult, SandboxError
-from swe_env.sandbox.limits import DiskBudget, DiskUsage, StepLimits
+from swe_env.sandbox.limits import DiskBudget, DiskUsage, StepLimits, held_deleted
 from swe_env.sandbox.owners import owner_tag
 from tasks.builtin import is_builtin
 from tasks.schema import Task
@@ -155,7 +155,7 @@ class DockerSandbox:
             ulimits.append(Ulimit(name="fsize", soft=lim.file_mb << 20, hard=lim.file_mb << 20))
         self.container = self.client.containers.run(
             self.image, command=["sleep", "infinity"], detach=True, tty=False, init=True,
-            network_mode="none", mem_limit=mem, memswap_limit=mem, pids_limit=lim.pids or -1,
+            network_mode="none", mem_limit=mem, memswap_limit=mem, pids_limit=lim.pids or -1, shm_size=_shm_size(lim),
             nano_cpus=int(lim.cpus * 1e9) if lim.cpus else None, ulimits=ulimits,
             labels={**images.LABEL, "nexus-agent.task": self.task.instance_id, "nexus-agent.owner": owner_tag()},
             working_dir="/", volumes=volumes,
@@ -229,7 +229,7 @@ class DockerSandbox:
         """What the container wrote: its writable layer, walked from the host when the daemon's files are here
         (a local daemon, run by root); else /testbed and /tmp measured inside."""
         if self._upper is not None:
-            return DiskUsage.of(self._upper)
+            return DiskUsage.of(self._upper) + held_deleted(self._host_pids(), None)
         where = f"{shlex.quote(self.workdir)} /tmp"
         res = self.container.exec_run(["sh", "-c", f"du -skx {where}; find {where} -xdev | wc -l"])
         numbers = [line.split()[0] for line in res.output.decode(errors="replace").splitlines() if line.strip()]
@@ -237,6 +237,16 @@ class DockerSandbox:
             return DiskUsage(sum(int(n) for n in numbers[:-1]) * 1024, int(numbers[-1]))
         except (ValueError, IndexError):
             return DiskUsage(0, 0)
+
+    def _host_pids(self) -> list[int]:
+        """The container's processes as host pids (the daemon is local: its layer is walked from here), whose
+        deleted files held open count against the budget (issue 62: no walk sees them)."""
+        try:
+            top = self.client.api.top(self.container.id)
+            col = top["Titles"].index("PID")
+            return [int(row[col]) for row in top["Processes"] or []]
+        except Exception:  # noqa: BLE001 - a container between restarts has no processes to count
+            return []
 
     def _result(self, box: dict, secs: int, elapsed: float) -> ExecResult:
         output, code = bytes(box["output"]).decode("utf-8", errors="replace"), box.get("code")
@@ -332,6 +342,11 @@ class DockerSandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _shm_size(limits: StepLimits) -> str:
+    """/dev/shm (a tmpfs, no part of the writable layer): Docker's 64 MiB, or the disk budget when that is less."""
+    return f"{min(64, limits.disk_mb) if limits.disk_mb is not None else 64}m"
 
 
 def _upper_dir(client, container_id: str) -> Path | None:

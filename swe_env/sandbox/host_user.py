@@ -3,12 +3,14 @@
 Started by root, bwrap maps the sandbox's uid 0 to host root: what the agent writes is root's on the host and
 /proc/sys is writable (a core_pattern written there makes the kernel run a program as host root). So under root
 every step drops to an unprivileged host user first: a dedicated one (the `nexus-sandbox` account when it exists,
-else uid/gid 60999, which no account should hold), or for a chat the owner of the user's repo when that is not
-root. Inside, that user is uid 0 of the sandbox's own user namespace, with no capabilities.
+else uid/gid 60999, which no account should hold), for a chat too. Inside, that user is uid 0 of the sandbox's own
+user namespace, with no capabilities.
 
 bwrap then resolves its bind sources with that user's rights. A source it cannot reach (an interpreter under
 /root, a 0700 virtualenv) is bind-mounted at a staging path inside the sandbox's own workspace, in a private mount
 namespace that root makes once per sandbox; each step enters it (nsenter) before dropping to the user (setpriv).
+A chat's repo is mounted there idmapped (idmap.py: its owner's files seen as the user's, nothing chowned), and
+under a size-limited filesystem an overlay over it is mounted afresh before each step (overlay_sync.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import shlex
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,14 +66,26 @@ def owner_of(path: Path) -> HostUser:
     return HostUser(st.st_uid, st.st_gid)
 
 
-def sandbox_user(repo: Path | None = None) -> HostUser:
-    """Who a sandbox runs as: the caller when it is not root; under root the owner of `repo` (a user's own repo)
-    when that is not root, else the dedicated user."""
+def sandbox_user() -> HostUser:
+    """Who a sandbox runs as: the caller when it is not root, else the dedicated user (never host uid or gid 0).
+    A chat's repo is not handed to it: the sandbox sees the repo through an idmapped mount (swe_env.sandbox.idmap),
+    so the repo stays its owner's on disk, and a repo whose group is root gives the sandbox no gid 0."""
     if os.geteuid() != 0:
         return current_user()
-    if repo is not None and not owner_of(repo).is_root:
-        return owner_of(repo)
     return dedicated_user()
+
+
+def repair_handed_over(repo: Path) -> str | None:
+    """Give a repo left the sandbox account's back to root, and say so (None: nothing to repair).
+
+    Before chats saw a root-owned repo through an idmapped mount, they chowned it to the sandbox account for the
+    session and back at close; a kill -9 left it that account's for good (issue 62), and root's git then refused
+    it. No user's repo belongs to that account otherwise, so the next chat on it gives its files back."""
+    account = dedicated_user()
+    if os.geteuid() != 0 or owner_of(repo) != account:
+        return None
+    hand_over(repo, HostUser(0, 0), only_from=account)
+    return f"repaired: {repo} was left owned by {DEDICATED_NAME} (an interrupted chat); its files are root's again"
 
 
 def walk(root: Path):
@@ -92,21 +107,6 @@ def hand_over(root: Path, to: HostUser, only_from: HostUser | None = None) -> No
                 os.lchown(path, to.uid, to.gid)
         except OSError:
             continue
-
-
-def strip_setid(root: Path) -> list[Path]:
-    """Clear the setuid/setgid bits of every regular file under root (git never records them, so none is the
-    repo's own); returns the files changed. Directories keep theirs (setgid directories share a group)."""
-    changed = []
-    for path in walk(root):
-        try:
-            st = path.lstat()
-            if stat.S_ISREG(st.st_mode) and st.st_mode & SETID:
-                os.chmod(path, stat.S_IMODE(st.st_mode) & ~SETID, follow_symlinks=False)
-                changed.append(path)
-        except (OSError, NotImplementedError):
-            continue
-    return changed
 
 
 def reachable(path: str, user: HostUser) -> bool:
@@ -139,13 +139,20 @@ class MountStage:
     /tmp): a sandbox's own workspace may lie under a folder only root can enter (an eval sets TMPDIR to its
     private run folder), and then its repo and /tmp are staged too."""
 
-    def __init__(self, sources: list[str], user: HostUser) -> None:
+    def __init__(
+        self, sources: list[str], user: HostUser, idmap: tuple[str, HostUser] | None = None,
+        overlay: tuple[Path, Path] | None = None,
+    ) -> None:  # fmt: skip
         self.user = user
         self.staged: dict[str, str] = {}
         self.fd: int | None = None
         self.stage_dir: Path | None = None
+        self.idmap = idmap if idmap is not None and idmap[0] in sources else None  # (a chat's repo, its owner)
+        self.overlay = overlay if self.idmap is not None else None  # (upper, work): the repo seen through an overlay
+        self.merged: Path | None = None
         todo = [s for s in dict.fromkeys(sources) if Path(s).exists() and not reachable(s, user)]
-        if todo:
+        todo = [s for s in todo if self.idmap is None or not Path(s).is_relative_to(self.idmap[0])]
+        if todo or self.idmap is not None:
             self._make(todo)
 
     def _make(self, sources: list[str]) -> None:
@@ -169,10 +176,15 @@ class MountStage:
             target.mkdir() if Path(src).is_dir() else target.touch()
             mounts.append(f"mount --rbind -- {shlex.quote(src)} {shlex.quote(str(target))}")
             self.staged[src] = str(target)
+        if self.idmap is not None:
+            mounts.append(self._idmap_command(stage_dir / "repo"))
+        if self.overlay is not None:
+            self.merged = stage_dir / "merged"
+            self.merged.mkdir()
         script = " && ".join([*mounts, "echo ready", "read _"])
         proc = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_helper_env(),
         )  # fmt: skip
         try:
             if proc.stdout.readline().strip() != b"ready":
@@ -184,15 +196,48 @@ class MountStage:
             proc.stdout.close()
             proc.stderr.close()
 
+    def _idmap_command(self, target: Path) -> str:
+        """The shell command mounting the chat's repo at `target`, its owner's files shown as the user's."""
+        src, owner = self.idmap
+        target.mkdir()
+        self.staged[src] = str(target)
+        args = [sys.executable, "-m", "swe_env.sandbox.idmap", src, str(target)]
+        args += [str(i) for i in (owner.uid, owner.gid, self.user.uid, self.user.gid)]
+        return shlex.join(args)
+
     def source(self, path: str) -> str:
-        """Where bwrap finds `path` (its staging path when it is staged)."""
+        """Where bwrap finds `path` (its staging path when it is staged; a path inside the idmapped repo, such as
+        its .git bound read-only, through that view)."""
+        if self.idmap is not None and path != self.idmap[0] and Path(path).is_relative_to(self.idmap[0]):
+            return str(Path(self.staged[self.idmap[0]]) / Path(path).relative_to(self.idmap[0]))
+        if self.merged is not None and path == self.idmap[0]:
+            return str(self.merged)
         return self.staged.get(path, path)
+
+    def _overlay_prelude(self) -> list[str]:
+        """Before each step (as root, in the namespace): a fresh overlay over the idmapped repo, its upper layer
+        emptied (the last step's changes were copied into the repo: overlay_sync.py)."""
+        if self.merged is None:
+            return []
+        upper, work = self.overlay
+        lower, merged, u = self.staged[self.idmap[0]], str(self.merged), self.user
+        mode = stat.S_IMODE(Path(self.idmap[0]).stat().st_mode)
+        # a folder renamed is copied whole and chmod copies data (no redirect or metacopy entries to miss in the sync)
+        opts = f"lowerdir={lower},upperdir={upper},workdir={work},redirect_dir=off,metacopy=off,nosuid,nodev"
+        script = (
+            f"umount -l {shlex.quote(merged)} 2>/dev/null; rm -rf {shlex.quote(str(upper))} {shlex.quote(str(work))}"
+            f" && mkdir -m 0700 {shlex.quote(str(work))} && mkdir -m {mode:o} {shlex.quote(str(upper))}"
+            f" && chown {u.uid}:{u.gid} {shlex.quote(str(upper))}"
+            f" && mount -t overlay overlay -o {shlex.quote(opts)} {shlex.quote(merged)}"
+        )
+        return ["/bin/sh", "-c", f'{script} && exec "$@"', "nexus-overlay"]
 
     def enter_argv(self) -> list[str]:
         """The prefix that enters the staging namespace (if any) and becomes the user, before bwrap."""
         prefix = ["nsenter", f"--mount=/proc/self/fd/{self.fd}", "--"] if self.fd is not None else []
         u = self.user
-        return [*prefix, "setpriv", f"--reuid={u.uid}", f"--regid={u.gid}", "--clear-groups", "--"]
+        drop = ["setpriv", f"--reuid={u.uid}", f"--regid={u.gid}", "--clear-groups", "--"]
+        return [*prefix, *self._overlay_prelude(), *drop]
 
     @property
     def fds(self) -> tuple[int, ...]:
@@ -205,3 +250,10 @@ class MountStage:
         if self.stage_dir is not None:  # empty mount points on the host (the mounts lived in the namespace)
             shutil.rmtree(self.stage_dir, ignore_errors=True)
             self.stage_dir = None
+
+
+def _helper_env() -> dict[str, str]:
+    """The environment of the staging namespace's commands: this project importable (swe_env.sandbox.idmap)."""
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": f"{root}:{path}" if path else root}

@@ -66,6 +66,9 @@ def sweep(root: Path | None = None) -> list[Path]:
         except OSError:
             continue
         if not is_alive(tag):
+            from swe_env.sandbox.diskfs import unmount_under
+
+            unmount_under(folder)  # a sandbox's sized filesystem and overlay, still mounted
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     _sweep_containers()

@@ -2,7 +2,9 @@
 attack works. Escapes (remount, open_by_handle_at), host secrets (directly, through a symlink, through the tools),
 host sockets, fork and memory bombs, the output-cap bypass and setsid survivors; host root through /proc/sys
 (core_pattern), root-owned and setuid files on the host, the file-size limit, the disk and inode budget, an
-observation too big to tokenize, and host-side reads and writes through planted symlinks.
+observation too big to tokenize, and host-side reads and writes through planted symlinks. Issue 62: space held by
+unlinked open files, /dev/shm and sparse files against the disk budget, setuid files seen from the host while
+the step that made them runs, and the mounts a kill -9 leaves (the chat's attacks: tests/pipeline/).
 
 Run as root (as CI does) they test the sandbox as root starts it: that is where these attacks reached host root.
 
@@ -15,6 +17,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -280,15 +283,42 @@ def test_no_sysctl_is_writable(sandbox):
 def test_files_written_are_not_root_owned_on_the_host(sandbox):
     if sandbox.backend != "bwrap":
         pytest.skip("docker's files stay in its own data root, which no user reaches")
-    res = sandbox.execute(
-        "touch /testbed/made-here /tmp/made-here && cp /bin/bash /testbed/.h && chmod 4755 /testbed/.h"
-    )
-    assert res.returncode == 0, res.output
+    res = sandbox.execute("touch /testbed/made-here /tmp/made-here && cp /bin/bash /testbed/.h; chmod 4755 /testbed/.h")
+    assert "Operation not permitted" in res.output, res.output  # the setuid filter refuses the bits
     for path in (sandbox.repo / "made-here", sandbox.repo / ".h", sandbox._tmp / "made-here"):
         st = path.lstat()
         assert st.st_uid != 0 or os.geteuid() != 0, f"{path} is root's on the host"
         assert not (st.st_uid == 0 and st.st_mode & 0o4000), f"{path} is a setuid-root file on the host"
     sandbox.execute("rm -f /testbed/made-here /testbed/.h /tmp/made-here")
+
+
+SETID_STEP = (
+    "cp /bin/bash /testbed/.s; chmod 6755 /testbed/.s; install -m 2755 /bin/true /tmp/.i; "
+    "python3 -c 'import os; os.close(os.open(\"/testbed/.o\", os.O_CREAT | os.O_WRONLY, 0o6755))'; "
+    "python3 -c 'import os; os.mknod(\"/tmp/.n\", 0o104755)'; echo made; sleep 3"
+)
+
+
+def test_no_setuid_file_exists_on_the_host_while_a_step_runs(sandbox):
+    """Issue 62 item 5: the files are checked from the host while the step that made them still sleeps."""
+    if sandbox.backend != "bwrap":
+        pytest.skip("docker's files stay in its own data root, which no user reaches")
+    seen: dict[str, int] = {}
+    step = threading.Thread(target=lambda: sandbox.execute(SETID_STEP, timeout=30))
+    step.start()
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline:
+        for path in (sandbox.repo / ".s", sandbox.repo / ".o", sandbox._tmp / ".i", sandbox._tmp / ".n"):
+            try:
+                mode = path.lstat().st_mode
+            except OSError:
+                continue
+            if mode & 0o6000:
+                seen[path.name] = mode
+        time.sleep(0.05)
+    step.join()
+    sandbox.execute("rm -f /testbed/.s /testbed/.o /tmp/.i /tmp/.n")
+    assert not seen, f"setuid/setgid files on the host during the step: { {k: oct(v) for k, v in seen.items()} }"
 
 
 def test_every_bind_is_nosuid_and_nodev(sandbox):
@@ -339,6 +369,49 @@ def test_disk_budget_ends_the_task(budgeted, attack):
     assert res.disk_exceeded, res.output[-300:]
     assert "budget" in res.output and time.monotonic() - start < 45
     assert "budget" in res.disk_exceeded
+
+
+# Issue 62 item 4: space no folder shows. Each file stays under file_mb (16 MiB); 192 MiB in all against 40 MiB.
+HELD_OPEN = """python3 -c '
+import os, time
+held = []
+for i in range(24):
+    path = "%s/held-%d" % (os.environ.get("WHERE", "/tmp"), i)
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+    os.unlink(path)
+    try:
+        os.write(fd, bytes(8 << 20))
+    except OSError as exc:
+        print("stopped:", exc.strerror, flush=True)
+        break
+    held.append(fd)
+    print("held", 8 * len(held), "MiB", flush=True)
+time.sleep(4)
+'"""
+SPACE_ATTACKS = [
+    pytest.param(f"WHERE=/tmp {HELD_OPEN}", id="unlinked-open-tmp"),
+    pytest.param(f"WHERE=/testbed {HELD_OPEN}", id="unlinked-open-testbed"),
+    pytest.param("for i in $(seq 1 24); do head -c 8M /dev/zero > /dev/shm/f$i || break; echo held $((8*i)) MiB; done",
+                 id="dev-shm"),
+    pytest.param("for i in $(seq 1 24); do truncate -s 15M /tmp/sp$i && dd if=/dev/urandom of=/tmp/sp$i bs=1M count=8 "
+                 "seek=4 conv=notrunc status=none || break; echo held $((8 * i)) MiB; done", id="sparse"),
+]  # fmt: skip
+
+
+def _most_held(output: str) -> int:
+    return max((int(n) for n in re.findall(r"^held (\d+) MiB", output, re.MULTILINE)), default=0)
+
+
+@pytest.mark.parametrize("attack", SPACE_ATTACKS)
+def test_disk_budget_is_a_hard_limit(budgeted, attack):
+    """Past the budget the step is stopped (the watch), or the writes fail at it (docker's /dev/shm); on bwrap under
+    root both: the sandbox's writable places are a filesystem of the budget's size."""
+    res = budgeted.execute(attack, timeout=60)
+    held = _most_held(res.output)
+    assert res.disk_exceeded or held <= 40, f"held {held} MiB against a 40 MiB budget: {res.output[-300:]}"
+    if budgeted.backend == "bwrap" and os.geteuid() == 0:
+        assert res.disk_exceeded, res.output[-300:]
+        assert _most_held(res.output) <= 48, res.output[-300:]  # the filesystem's size: 40 MiB + ext4's share
 
 
 def test_disk_budget_ends_the_agent_episode(request):
@@ -416,7 +489,8 @@ def _user_repo(tmp_path: Path, uid: int) -> Path:
 
 
 CHAT_ATTACK = (
-    "echo x >> app.py && touch new.txt && cp /bin/bash .h && chmod 4755 .h && mkdir -p d && touch d/f; echo rc=$?"
+    "echo x >> app.py && touch new.txt && cp /bin/bash .h && mkdir -p d && touch d/f; echo rc=$?; "
+    "chmod 4755 .h || echo chmod-refused"
 )
 
 
@@ -432,8 +506,9 @@ def test_chat_repo_files_end_up_the_owners_without_setuid(request, tmp_path, own
     try:
         res = sb.execute(CHAT_ATTACK)
         assert "rc=0" in res.output, res.output  # the agent can edit the user's files
-        if owner != 0:  # while the session runs, the sandbox's user is the repo's owner
-            assert all(p.lstat().st_uid == owner for p in [repo / "new.txt", repo / ".h", repo / "d" / "f"])
+        assert "chmod-refused" in res.output, res.output  # the setuid filter
+        # while the session runs, what the sandbox makes is the repo owner's on disk (an idmapped mount)
+        assert all(p.lstat().st_uid == owner for p in [repo / "new.txt", repo / ".h", repo / "d" / "f"])
         assert not (repo / ".h").lstat().st_mode & 0o6000, "a setuid file stayed in the user's repo"
     finally:
         sb.close()
@@ -442,3 +517,42 @@ def test_chat_repo_files_end_up_the_owners_without_setuid(request, tmp_path, own
         assert (st.st_uid, st.st_gid) == (owner, owner), f"{p} is owned by {st.st_uid}, not the repo's owner {owner}"
         assert not (p.is_file() and st.st_mode & 0o6000), f"{p} is setuid/setgid"
     assert (repo / "app.py").read_text() == "print('hi')\nx\n"
+
+
+KILLED_OWNER = """
+import sys, time
+from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
+from swe_env.sandbox.limits import StepLimits
+from tasks import get_task
+sb = BwrapSandbox(get_task(sys.argv[1]), BwrapConfig(install_tools=False, limits=StepLimits(disk_mb=40)))
+print(sb.repo.parent, flush=True)
+time.sleep(60)
+"""
+
+
+def _mounts_under(folder: Path) -> list[str]:
+    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    return [p for p in points if p.startswith(f"{folder}/")]
+
+
+def test_a_sandbox_killed_with_sigkill_leaves_mounts_the_next_sweep_removes(request):
+    """The sized filesystem and the repo's overlay are host mounts in the workspace: a kill -9 of their owner
+    leaves them, and the start-up sweep of the next process unmounts them before it removes the workspace."""
+    request.getfixturevalue("bwrap_installed")
+    if os.geteuid() != 0:
+        pytest.skip("the sized filesystem is made under root")
+    from swe_env.sandbox.owners import sweep
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_OWNER, TASK_ID], cwd=root, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )  # fmt: skip
+    try:
+        workspace = Path(proc.stdout.readline().strip())
+    finally:
+        proc.kill()
+        proc.wait()
+    assert len(_mounts_under(workspace)) == 2, "the sized filesystem and the overlay"
+    sweep(workspace.parent)
+    assert not workspace.exists() and not _mounts_under(workspace)
