@@ -195,17 +195,6 @@ def _write_sidecar(path: Path, entry: Entry) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
-def free_slot(registry: Registry, entry: Entry, metrics) -> bool:
-    """Before `entry` becomes resident: while `max_sessions` sessions are, park the least recently used idle one to
-    disk (closed if it cannot be); False when every resident session is busy (the request waits)."""
-    while True:
-        free, victim = registry.slot_for(entry)
-        if victim is None:
-            return free
-        park(victim, "disk", registry)
-        metrics.add("sessions_parked_total")
-
-
 def hold_park_dir(folder: Path) -> int:
     """An exclusive lock on `folder`'s `.lock` (created with the folder if need be; a link there is refused, not
     followed), as an open file descriptor that holds it until closed or the process ends, even by kill -9. A second

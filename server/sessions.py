@@ -2,9 +2,9 @@
 
 The registry is shared by the HTTP threads (finding or opening the session of a request) and the scheduler thread
 (the only one that runs the model, parks and restores). A session in use by a request is `busy` and is neither
-matched by another request nor parked. `max_sessions` bounds the *resident* sessions (their caches on the model's
-device): when it is reached, the scheduler parks the least recently used idle one to disk before another comes in
-(server.parking), and a request is refused (429) only when every resident session is busy. Parked sessions, on disk
+matched by another request nor parked while it decodes. `max_sessions` bounds the *resident* sessions (their caches
+on the model's device): when it is reached, the scheduler parks one to disk before another comes in (server.admission
+says which; a request waits for a slot, it is never refused for want of one). Parked sessions, on disk
 or in host memory (`--park host`), are bounded together by `park_quota` (bytes of their session files and host
 tensors): past it, the least recently used are closed.
 """
@@ -77,22 +77,18 @@ class Registry:
         An explicit `session_id` continues that session: `messages` are the whole conversation when they extend
         its transcript, else only the new messages; an unknown id opens a session under that id. Without an id,
         the idle session whose transcript `messages` extend (the longest; never one opened under an explicit id)
-        continues; else a new session opens. 429 when the session must become resident and every resident one is
-        busy.
+        continues; else a new session opens.
         """
         with self.lock:
             self._expire()
             if session_id is not None:
-                new = session_id not in self.entries
                 entry = self.entries.get(session_id) or self._open(session_id, seed)
                 if entry.busy:
                     raise ServeError(f"session {session_id} is busy with another request", 409, "conflict")
                 known = len(entry.transcript) if continues(entry.transcript, messages) else 0
             else:
                 matched = self._match(messages)
-                new = matched is None
                 entry, known = matched or (self._open(None, seed), 0)
-            self._check_room(entry, new)
             entry.busy, entry.last_used = True, time.monotonic()
             return entry, known
 
@@ -112,34 +108,6 @@ class Registry:
         entry = Entry(id=session_id or f"sess-{uuid.uuid4().hex[:16]}", seed=seed, named=session_id is not None)
         self.entries[entry.id] = entry
         return entry
-
-    def _check_room(self, entry: Entry, new: bool) -> None:
-        """Refuse (429, and forget `entry` when `new`) when it must become resident and no resident slot can be
-        freed: every resident session is busy."""
-        if entry.session is not None:
-            return
-        others = [e for e in self.entries.values() if e.resident and e is not entry]
-        if len(others) < self.config.max_sessions or any(not e.busy for e in others):
-            return
-        if new:
-            self.entries.pop(entry.id, None)
-        raise ServeError(
-            f"all {self.config.max_sessions} resident sessions of the server are busy with requests; retry when one "
-            "finishes, or start the server with a larger --max-sessions",
-            429,
-            "rate_limit_error",
-        )
-
-    def slot_for(self, keep: Entry) -> tuple[bool, Entry | None]:
-        """For the scheduler, before `keep` becomes resident: (True, None) when a resident slot is free, (True,
-        victim) when the least recently used idle resident session must be parked first, (False, None) when every
-        resident session is busy (the request waits)."""
-        with self.lock:
-            others = [e for e in self.entries.values() if e.resident and e is not keep]
-            if keep.session is not None or len(others) < self.config.max_sessions:
-                return True, None
-            idle = sorted((e for e in others if not e.busy and e.session is not None), key=lambda e: e.last_used)
-        return (True, idle[0]) if idle else (False, None)
 
     def release(self, entry: Entry, said: list[Said] | None) -> None:
         """The request is over: extend the transcript (None: the turn failed, the session is closed; so is a session
