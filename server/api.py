@@ -55,6 +55,7 @@ class ChatRequest:
     tool_choice: str = "none"  # "none" | "auto" | "required" | a function name
     constraint: tuple[str, Any] | None = None  # ("tool_call" | "json_schema", schema): decoding is constrained
     parallel_tool_calls: bool = True  # False: at most one tool call is returned (the first)
+    owner: str = ""  # the client (server.sessions.owner_of: its API key and `user`): whose sessions a prefix adopts
 
 
 def parse_request(body: object, header_session: str | None, config: ServeConfig) -> ChatRequest:

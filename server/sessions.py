@@ -11,6 +11,7 @@ tensors): past it, the least recently used are closed.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -32,6 +33,7 @@ class Entry:
     id: str
     seed: int  # seed of the session's cache and sampling
     named: bool = False  # opened under a client's explicit id: only that id continues it, never a prefix match
+    owner: str = ""  # the client that opened it (owner_of): only its requests continue it by a prefix match
     session: Any = None  # the kvstore Session while resident; None while parked or not opened yet
     parked: Any = None  # a Path (disk) or (session, tensors, meta) of the cache (host) while parked
     transcript: list[Said] = field(default_factory=list)  # the conversation as the client saw it
@@ -71,13 +73,15 @@ class Registry:
         self.park_lock: int | None = None  # the park folder's lock (server.parking.hold_park_dir), held while serving
         self.closed_total = 0
 
-    def claim(self, messages: list[dict[str, str]], session_id: str | None, seed: int | None) -> tuple[Entry, int]:
+    def claim(
+        self, messages: list[dict[str, str]], session_id: str | None, seed: int | None, owner: str = ""
+    ) -> tuple[Entry, int]:
         """The session a request continues (marked busy) and how many of its messages the session already has.
 
         An explicit `session_id` continues that session: `messages` are the whole conversation when they extend
         its transcript, else only the new messages; an unknown id opens a session under that id. Without an id,
-        the idle session whose transcript `messages` extend (the longest; never one opened under an explicit id)
-        continues; else a new session opens.
+        the idle session of the same `owner` (owner_of) whose transcript `messages` extend (the longest, the
+        earliest opened among equals; never one opened under an explicit id) continues; else a new session opens.
         """
         with self.lock:
             self._expire()
@@ -87,25 +91,27 @@ class Registry:
                     raise ServeError(f"session {session_id} is busy with another request", 409, "conflict")
                 known = len(entry.transcript) if continues(entry.transcript, messages) else 0
             else:
-                matched = self._match(messages)
-                entry, known = matched or (self._open(None, seed), 0)
+                matched = self._match(messages, owner)
+                entry, known = matched or (self._open(None, seed, owner), 0)
             entry.busy, entry.last_used = True, time.monotonic()
             return entry, known
 
-    def _match(self, messages: list[dict[str, str]]) -> tuple[Entry, int] | None:
+    def _match(self, messages: list[dict[str, str]], owner: str) -> tuple[Entry, int] | None:
         found = [
             e
             for e in self.entries.values()
-            if not e.busy and not e.named and e.transcript and continues(e.transcript, messages)
+            if not e.busy and not e.named and e.owner == owner and e.transcript and continues(e.transcript, messages)
         ]
         if not found:
             return None
         best = max(found, key=lambda e: len(e.transcript))
         return best, len(best.transcript)
 
-    def _open(self, session_id: str | None, seed: int | None) -> Entry:
+    def _open(self, session_id: str | None, seed: int | None, owner: str = "") -> Entry:
         seed = self.config.memory.seed if seed is None else seed
-        entry = Entry(id=session_id or f"sess-{uuid.uuid4().hex[:16]}", seed=seed, named=session_id is not None)
+        entry = Entry(
+            id=session_id or f"sess-{uuid.uuid4().hex[:16]}", seed=seed, named=session_id is not None, owner=owner
+        )
         self.entries[entry.id] = entry
         return entry
 
@@ -191,3 +197,13 @@ class Registry:
             self.park_lock = None
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def owner_of(authorization: str | None, user: object) -> str:
+    """Who sent a request, as far as prefix matching may tell clients apart: a digest of its API key (the
+    `Authorization` header) and OpenAI's `user` field. Two clients that send the same conversation so far are told
+    apart by these only; a digest, so that no key is kept in memory or in a park folder's sidecar."""
+    user = user if isinstance(user, str) else ""
+    if not authorization and not user:
+        return ""
+    return hashlib.sha256(f"{authorization or ''}\0{user}".encode()).hexdigest()[:32]
