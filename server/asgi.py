@@ -88,7 +88,10 @@ class _Handlers:
 
     # --- routes ---------------------------------------------------------------------------------------------------
     async def models(self, request: Request) -> Response:
-        return self._refused(request) or JSONResponse(api.models(self.server.config, self.server.started))
+        tool_template = self.server.scheduler.reference.renderer.tool_template
+        return self._refused(request) or JSONResponse(
+            api.models(self.server.config, self.server.started, tool_template)
+        )
 
     async def metrics(self, request: Request) -> Response:
         return PlainTextResponse(self.server.metrics_text(), media_type="text/plain; version=0.0.4")

@@ -16,7 +16,8 @@ Where this differs from re-rendering the whole conversation with the template:
   across appends each batch is a closed turn, because the tokens of the earlier one are already in the cache.
 
 Content is text (kvstore.session.control): a special token's text inside a message, a tool call or a tool spec is
-spelled out as plain tokens; only the template's own text becomes control tokens.
+spelled out as plain tokens; only the template's own text becomes control tokens. A template without tool support
+renders tools, tool calls and tool results through the fallback tool template (kvstore.session.tools_fallback).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 
 from kvstore.errors import KVStoreError
 from kvstore.session.control import ControlText
+from kvstore.session.tools_fallback import renders_tools, rewrite
 
 ROLES = ("system", "user", "assistant", "tool")
 _X = "x"  # placeholder content of context messages
@@ -48,6 +50,7 @@ class ChatRenderer:
         self.tokenizer = tokenizer
         self.template_kwargs = dict(template_kwargs or {})
         self.control = ControlText(tokenizer)
+        self.tool_template = "model" if renders_tools(tokenizer) else "fallback"  # who renders tools and their turns
         self._prompt_text = self._generation_prompt_text()
         self._end_text = self._end_of_turn_text()
         self.generation_prompt_ids = self.encode(self._prompt_text)
@@ -61,6 +64,8 @@ class ChatRenderer:
     def _render(self, messages: Sequence[dict], add_generation_prompt: bool = False) -> str:
         """`render` with the special-token texts of the conversation's strings marked (what `encode` takes)."""
         masked = self.control.mask(list(messages))
+        if self.tool_template == "fallback" and any(_uses_tools(m) for m in masked):
+            masked = rewrite(masked)
         kwargs = self.template_kwargs
         if masked and masked[0].get("tools"):
             kwargs = kwargs | {"tools": masked[0]["tools"]}
@@ -170,6 +175,10 @@ def _runs(messages: list[dict]) -> list[tuple[bool, list[dict]]]:
         else:
             runs[-1][1].append(m)
     return runs
+
+
+def _uses_tools(message: dict) -> bool:
+    return bool(message.get("tools") or message.get("tool_calls")) or message.get("role") == "tool"
 
 
 def check_message(message: dict) -> dict:
