@@ -7,6 +7,7 @@ import threading
 import time
 
 import openai
+import pytest
 from sessionlib import words
 
 
@@ -56,14 +57,17 @@ def idle_seconds(stamps: list[float], t0: float) -> list[int]:
     return [s for s in range(int(stamps[-1] - t0) + 1) if s not in seen] if stamps else [0]
 
 
-def test_more_clients_than_sessions_for_many_turns_generate_every_second(make_server) -> None:
-    """4 clients on 2 resident sessions, 2 decoding at a time, 6 turns each: before fair admission a newcomer at the
-    head of the queue waited for a resident slot held by sessions whose turns queued behind it (a deadlock until
-    the queue timeout) or was refused with 429."""
-    server = make_server(max_sessions=2, max_batch=2, queue_timeout_s=20)
-    stamps, errors, ids, t0 = run_clients(server.url, clients=4, turns=6)
+@pytest.mark.parametrize(("clients", "sessions", "batch", "turns"), [(4, 2, 2, 6), (16, 8, 16, 4)])
+def test_more_clients_than_sessions_for_many_turns_generate_every_second(
+    make_server, clients: int, sessions: int, batch: int, turns: int
+) -> None:
+    """More clients than resident sessions (issue 61's two cases: 4 on `--max-sessions 2 --max-batch 2`, 16 on 8),
+    several turns each: before fair admission a newcomer at the head of the queue waited for a resident slot held
+    by sessions whose turns queued behind it (a deadlock until the queue timeout) or was refused with 429."""
+    server = make_server(max_sessions=sessions, max_batch=batch, queue_timeout_s=20)
+    stamps, errors, ids, t0 = run_clients(server.url, clients=clients, turns=turns)
     assert not errors, errors
-    assert all(len(v) == 6 and len(set(v)) == 1 for v in ids.values()), ids  # each client kept its own session
+    assert all(len(v) == turns and len(set(v)) == 1 for v in ids.values()), ids  # each client kept its session
     assert idle_seconds(stamps, t0) == [], (idle_seconds(stamps, t0), stamps[-1] - t0)
-    assert server.metrics.requests == {200: 24}
+    assert server.metrics.requests == {200: clients * turns}
     assert server.metrics.counters.get("sessions_parked_total", 0) > 0  # the slots were shared by parking
