@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -222,7 +222,9 @@ def serve_bench(
     stall_tokens: Annotated[
         int, typer.Option(min=0, help="Newcomer prompt of the stall test, interleaved vs whole prefill (0: skip).")
     ] = StallPlan.newcomer_tokens,
-    prefill_chunk: Annotated[int, typer.Option(min=1, help="Prefill chunk of the stall test.")] = StallPlan.chunk,
+    prefill_chunk: Annotated[
+        int, typer.Option(min=1, help="Prefill chunk of the stall and admission tests.")
+    ] = StallPlan.chunk,
     admission_clients: Annotated[
         int, typer.Option(min=0, help="Clients of the admission test, all at once (0: skip).")
     ] = AdmissionPlan.clients,
@@ -239,14 +241,23 @@ def serve_bench(
     from pipeline.backends import set_threads
 
     stall = StallPlan(newcomer_tokens=stall_tokens, chunk=prefill_chunk) if stall_tokens else None
-    admission = AdmissionPlan(clients=admission_clients, max_sessions=admission_sessions, turns=turns,
-                              reply_tokens=reply_tokens) if admission_clients else None  # fmt: skip
+    admission = (
+        None
+        if not admission_clients
+        else AdmissionPlan(
+            clients=admission_clients,
+            max_sessions=admission_sessions,
+            turns=turns,
+            reply_tokens=reply_tokens,
+            chunk=prefill_chunk,
+        )
+    )
     if quick:
         plan = ServePlan.quick()
         stall = stall and StallPlan(
             newcomer_tokens=min(stall_tokens, 1200), chunk=prefill_chunk, active_reply_tokens=48
         )
-        admission = admission and AdmissionPlan(clients=16, max_sessions=4, turns=2, reply_tokens=8)
+        admission = admission and replace(admission, clients=16, max_sessions=4, turns=2, reply_tokens=8)
     else:
         sizes = tuple(int(c) for c in clients.split(","))
         plan = ServePlan(clients=sizes, turns=turns, prompt_tokens=prompt_tokens, reply_tokens=reply_tokens,

@@ -3,8 +3,9 @@ conversations, against one server: does every conversation finish, are tokens ge
 the turn latency's tail, and what resident memory does the load leave behind.
 
 Each client streams its turns (greedy), each request carrying the whole conversation so far; every text piece is
-time-stamped as it arrives. Reported: conversations finished and failed (with the first error), the whole seconds of
-the run with no token arriving (an admission stall), turn latency p50 / p99 / max and time to first token p99, and
+time-stamped as it arrives. Reported: conversations finished and failed (with the first error), the whole seconds
+from the first token to the last with no token arriving (an admission stall; before the first token the first
+prefill runs, reported as `first_token_s`), turn latency p50 / p99 / max and time to first token p99, and
 this process's RSS before the clients start, right after they finish, and 10 s later (the server returns freed
 memory to the system once idle, server/heap.py).
 """
@@ -32,6 +33,9 @@ class AdmissionPlan:
     max_batch: int = 16  # the server's batch (--max-batch)
     turns: int = 3  # requests per conversation
     reply_tokens: int = 16  # max_tokens of each reply
+    chunk: int = 128  # the server's prefill chunk: a newcomer's prefill runs one chunk per decode step of the others
+    queue_timeout_s: float = 3600.0  # the server's --queue-timeout: the test asks whether admission ever stalls
+    # (seconds without tokens), not whether a CPU prefills every newcomer within the default 120 s
 
 
 def converse(url: str, conv: Conversation, plan: AdmissionPlan, stamps: list[float]) -> tuple[list[Timed], str]:
@@ -54,7 +58,8 @@ def measure_admission(model, tokenizer, name: str, convs: list[Conversation], pl
     from server.config import ServeConfig
 
     config = ServeConfig(port=0, memory=MemorySettings(model=name), max_sessions=plan.max_sessions,
-                         max_batch=plan.max_batch)  # fmt: skip
+                         max_batch=plan.max_batch, chunk_size=plan.chunk,
+                         queue_timeout_s=plan.queue_timeout_s)  # fmt: skip
     server = Server(model, tokenizer, config).start()
     try:
         stamps: list[float] = []
@@ -75,11 +80,13 @@ def summary(done, stamps: list[float], t0: float, wall: float, counters: dict, p
     turns = [a for answers, _ in done for a in answers]
     errors = [e for _, e in done if e]
     seen = {int(s - t0) for s in stamps}
-    silent = [s for s in range(int(wall)) if s not in seen]  # whole seconds of the run without a token
+    first = int(stamps[0] - t0) if stamps else int(wall)
+    silent = [s for s in range(first, int(wall)) if s not in seen]  # whole seconds after the first token without one
     return {
         "plan": asdict(plan), "wall_s": wall, "conversations": len(done), "finished": len(done) - len(errors),
         "failed": len(errors), "first_error": errors[0] if errors else None, "turns": len(turns),
         "seconds_without_tokens": len(silent), "silent_seconds": silent[:20],
+        "first_token_s": stamps[0] - t0 if stamps else None,
         "latency_p50_s": _quantile([a.total_s for a in turns], 0.5),
         "latency_p99_s": _quantile([a.total_s for a in turns], 0.99),
         "latency_max_s": max((a.total_s for a in turns), default=None),
@@ -99,7 +106,8 @@ def admission_line(r: dict[str, Any]) -> str:
     return (
         f"admission: {p['clients']} clients x {p['turns']} turns on --max-sessions {p['max_sessions']}: "
         f"{r['finished']}/{r['conversations']} conversations finished in {r['wall_s']:.1f} s, "
-        f"{r['seconds_without_tokens']} s without tokens, latency p50 {f(r['latency_p50_s'])} p99 "
+        f"{r['seconds_without_tokens']} s without tokens after the first at {f(r['first_token_s'])}, "
+        f"latency p50 {f(r['latency_p50_s'])} p99 "
         f"{f(r['latency_p99_s'])} max {f(r['latency_max_s'])}, TTFT p99 {f(r['ttft_p99_s'])}, "
         f"{r['sessions_parked']:.0f} parks; RSS {_mib(r['rss_before_mib'])} before, {_mib(r['rss_after_mib'])} "
         f"after, {_mib(r['rss_settled_mib'])} {SETTLE_S:.0f} s later"
