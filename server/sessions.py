@@ -51,11 +51,6 @@ class Entry:
         return "active" if self.busy else "idle"
 
     @property
-    def resident(self) -> bool:
-        """Its cache is on the model's device, or will be once its first turn opens it (not parked)."""
-        return self.parked is None
-
-    @property
     def on_disk(self) -> bool:
         return isinstance(self.parked, Path)
 
