@@ -4,13 +4,20 @@ the device); the scheduler's behaviour with real sessions is tests/server/test_f
 
 from __future__ import annotations
 
+import tempfile
 import time
 
+import pytest
 from sessionlib import serve_config
 
 from server.admission import victim_for
 from server.jobs import Job
 from server.sessions import Entry, Registry
+
+
+@pytest.fixture(autouse=True)
+def park_dir(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the registries' temporary park folders go there
 
 
 def setup(*states: str) -> tuple[Registry, dict[str, Entry]]:
