@@ -10,7 +10,8 @@ decode steps), time to first token, and the resident memory (RSS) of this proces
 after the phase, so that memory a load leaves behind shows. The fit test opens sessions one by one under a KV cap
 until the server has to park one: the sessions that were resident then are the ones that fit. The stall test
 (benchmarks/serve_stall.py) measures what a long newcomer's prefill costs the sessions already decoding, with the
-prefill interleaved chunk by chunk vs run whole.
+prefill interleaved chunk by chunk vs run whole. The admission test (benchmarks/serve_admission.py) runs many more
+clients than resident sessions: conversations finished, seconds without tokens, latency p99, RSS.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from __future__ import annotations
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from benchmarks.common import console, table, write_json
+from benchmarks.serve_admission import AdmissionPlan, admission_line, measure_admission
 from benchmarks.serve_client import Timed, stream_chat
 from benchmarks.serve_stall import StallPlan, measure_stall, stall_line
 from benchmarks.serve_workload import Conversation, conversations
@@ -123,14 +125,18 @@ def fit(model, tokenizer, name: str, policy: str, budget, convs: list[Conversati
         server.close()
 
 
-def run_bench(model, tokenizer, name: str, plan: ServePlan, stall: StallPlan | None = None) -> dict[str, Any]:
-    """The whole benchmark on a loaded model; a JSON-able result (`stall`: also the newcomer-stall measurement)."""
+def run_bench(
+    model, tokenizer, name: str, plan: ServePlan, stall: StallPlan | None = None, admission: AdmissionPlan | None = None
+) -> dict[str, Any]:
+    """The whole benchmark on a loaded model; a JSON-able result (`stall`: also the newcomer-stall measurement;
+    `admission`: also the many-clients admission test)."""
     from kvstore.session.config import MemorySettings
     from server.app import Server
     from server.config import ServeConfig
 
     top = max(plan.clients)
-    convs, source = conversations(max(top, plan.fit_max), plan.turns, plan.prompt_tokens, plan.obs_tokens, tokenizer)
+    n = max(top, plan.fit_max, admission.clients if admission else 0)
+    convs, source = conversations(n, plan.turns, plan.prompt_tokens, plan.obs_tokens, tokenizer)
     common = {"port": 0, "memory": MemorySettings(model=name, budget=plan.density), "max_sessions": 2 * top + 2}
     servers = {"batched": ServeConfig(**common, max_batch=16), "serial": ServeConfig(**common, max_batch=1)}
     started = {k: Server(model, tokenizer, c).start() for k, c in servers.items()}
@@ -154,6 +160,9 @@ def run_bench(model, tokenizer, name: str, plan: ServePlan, stall: StallPlan | N
     if stall is not None:
         result["stall"] = measure_stall(model, tokenizer, name, stall, plan.prompt_tokens)
         console.print("  " + stall_line(result["stall"]), highlight=False)
+    if admission is not None:
+        result["admission"] = measure_admission(model, tokenizer, name, convs, admission)
+        console.print("  " + admission_line(result["admission"]), highlight=False)
     return result
 
 
@@ -198,6 +207,8 @@ def print_report(result: dict[str, Any]) -> None:
     )
     if "stall" in result:
         console.print(stall_line(result["stall"]), highlight=False)
+    if "admission" in result:
+        console.print(admission_line(result["admission"]), highlight=False)
 
 
 def serve_bench(
@@ -211,7 +222,15 @@ def serve_bench(
     stall_tokens: Annotated[
         int, typer.Option(min=0, help="Newcomer prompt of the stall test, interleaved vs whole prefill (0: skip).")
     ] = StallPlan.newcomer_tokens,
-    prefill_chunk: Annotated[int, typer.Option(min=1, help="Prefill chunk of the stall test.")] = StallPlan.chunk,
+    prefill_chunk: Annotated[
+        int, typer.Option(min=1, help="Prefill chunk of the stall and admission tests.")
+    ] = StallPlan.chunk,
+    admission_clients: Annotated[
+        int, typer.Option(min=0, help="Clients of the admission test, all at once (0: skip).")
+    ] = AdmissionPlan.clients,
+    admission_sessions: Annotated[
+        int, typer.Option(min=1, help="--max-sessions of the admission test's server.")
+    ] = AdmissionPlan.max_sessions,
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: all cores, 1 if busy).")] = None,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: a GPU when present).")] = None,
     dtype: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp32 (default: bf16 where supported).")] = None,
@@ -222,18 +241,30 @@ def serve_bench(
     from pipeline.backends import set_threads
 
     stall = StallPlan(newcomer_tokens=stall_tokens, chunk=prefill_chunk) if stall_tokens else None
+    admission = (
+        None
+        if not admission_clients
+        else AdmissionPlan(
+            clients=admission_clients,
+            max_sessions=admission_sessions,
+            turns=turns,
+            reply_tokens=reply_tokens,
+            chunk=prefill_chunk,
+        )
+    )
     if quick:
         plan = ServePlan.quick()
         stall = stall and StallPlan(
             newcomer_tokens=min(stall_tokens, 1200), chunk=prefill_chunk, active_reply_tokens=48
         )
+        admission = admission and replace(admission, clients=16, max_sessions=4, turns=2, reply_tokens=8)
     else:
         sizes = tuple(int(c) for c in clients.split(","))
         plan = ServePlan(clients=sizes, turns=turns, prompt_tokens=prompt_tokens, reply_tokens=reply_tokens,
                          fit_cap_mib=fit_cap)  # fmt: skip
     set_threads(threads)
     loaded, tokenizer, info = load_model(model, device=device, dtype=dtype)
-    result = run_bench(loaded, tokenizer, model, plan, stall)
+    result = run_bench(loaded, tokenizer, model, plan, stall, admission)
     result["model_info"] = asdict(info)
     print_report(result)
     write_json(json_path, result)

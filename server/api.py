@@ -22,7 +22,7 @@ from server.config import ServeConfig, ServeError
 from server.logprobs import logprob_content
 from server.messages import normalize
 from server.tools import OPEN as TOOL_CALL_OPEN
-from server.tools import check_choice, check_template, check_tools, constraint_spec, make_constraint, parse_reply
+from server.tools import check_choice, check_tools, constraint_spec, make_constraint, parse_reply
 
 SESSION_HEADER = "X-Nexus-Session"
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")  # what a client may name a session
@@ -55,6 +55,7 @@ class ChatRequest:
     tool_choice: str = "none"  # "none" | "auto" | "required" | a function name
     constraint: tuple[str, Any] | None = None  # ("tool_call" | "json_schema", schema): decoding is constrained
     parallel_tool_calls: bool = True  # False: at most one tool call is returned (the first)
+    owner: str = ""  # the client (server.sessions.owner_of: its API key and `user`): whose sessions a prefix adopts
 
 
 def parse_request(body: object, header_session: str | None, config: ServeConfig) -> ChatRequest:
@@ -214,12 +215,10 @@ def _no_non_finite(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def check_for_model(req: ChatRequest, tokenizer) -> Any:
     """On the request's side (a worker thread), before its turn is queued: a 400 for a logit_bias id outside the
-    vocabulary, tools the model's template cannot render, or a grammar that does not compile; else the request's
+    vocabulary or a grammar that does not compile; else the request's
     compiled constraint (kvstore.session.grammar.Constraint of its tool_choice or response_format; None: free).
     Compiling takes about a second the first time per tokenizer, which the scheduler must never spend."""
     check_bias(req.logit_bias, len(tokenizer))
-    if req.tools:
-        check_template(tokenizer)
     return None if req.constraint is None else make_constraint(*req.constraint, tokenizer)
 
 
@@ -347,13 +346,15 @@ def error_body(exc: ServeError) -> dict[str, Any]:
     return {"error": {"message": str(exc), "type": exc.kind, "code": exc.status}}
 
 
-def models(config: ServeConfig, started: float) -> dict[str, Any]:
-    """/v1/models: the one served model, with the cache settings every session runs with (extension `nexus`)."""
+def models(config: ServeConfig, started: float, tool_template: str) -> dict[str, Any]:
+    """/v1/models: the one served model, with the cache settings every session runs with (extension `nexus`) and
+    what renders tools: the model's own chat template ("model") or the server's fallback ("fallback",
+    kvstore.session.tools_fallback)."""
     return {
         "object": "list",
         "data": [
             {"id": config.model_id, "object": "model", "created": int(started), "owned_by": "nexus-agent",
-             "nexus": config.cache_settings()}
+             "nexus": config.cache_settings() | {"tool_template": tool_template}}
         ],
     }  # fmt: skip
 

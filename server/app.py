@@ -146,7 +146,7 @@ class Server:
         if self.scheduler.stopping:  # the drain of a shutdown, or after it
             raise shutting_down()
         constraint = check_for_model(req, self.scheduler.tokenizer)  # a grammar compiles here, not on the scheduler
-        entry, known = self.registry.claim(req.messages, req.session_id, req.seed)
+        entry, known = self.registry.claim(req.messages, req.session_id, req.seed, req.owner)
         messages = req.messages[known:]
         try:
             prepared = prepare(self.scheduler.reference, messages, first=not entry.transcript)

@@ -27,6 +27,7 @@ from starlette.routing import Route
 from server import api
 from server.config import ServeError, internal_error, shutting_down
 from server.jobs import Job
+from server.sessions import owner_of
 
 if TYPE_CHECKING:
     from server.app import Server
@@ -87,7 +88,10 @@ class _Handlers:
 
     # --- routes ---------------------------------------------------------------------------------------------------
     async def models(self, request: Request) -> Response:
-        return self._refused(request) or JSONResponse(api.models(self.server.config, self.server.started))
+        tool_template = self.server.scheduler.reference.renderer.tool_template
+        return self._refused(request) or JSONResponse(
+            api.models(self.server.config, self.server.started, tool_template)
+        )
 
     async def metrics(self, request: Request) -> Response:
         return PlainTextResponse(self.server.metrics_text(), media_type="text/plain; version=0.0.4")
@@ -135,8 +139,8 @@ class _Handlers:
         events = Events(asyncio.get_running_loop())
         try:
             body = await read_body(request, self.server.config)
-            header = request.headers.get(api.SESSION_HEADER)
-            req, job = await run_in_threadpool(self._submit, body, header, events)
+            headers = request.headers.get(api.SESSION_HEADER), request.headers.get("Authorization")
+            req, job = await run_in_threadpool(self._submit, body, headers, events)
         except ClientDisconnect:
             return Response(status_code=499)  # nobody reads it
         except ServeError as exc:
@@ -145,9 +149,12 @@ class _Handlers:
             return error_response(internal_error(exc), self._count(request))
         return ChatAnswer(self.server, req, job, events)
 
-    def _submit(self, body: bytes, header: str | None, events: Events) -> tuple[api.ChatRequest, Job]:
-        """In a worker thread: parse the body, claim the session, tokenize the new messages, queue the turn."""
-        req = api.parse_request(api.parse_json(body), header, self.server.config)
+    def _submit(self, body: bytes, headers: tuple[str | None, ...], events: Events) -> tuple[api.ChatRequest, Job]:
+        """In a worker thread: parse the body, claim the session, tokenize the new messages, queue the turn.
+        `headers`: the request's session header and Authorization (whose sessions a prefix may adopt)."""
+        doc = api.parse_json(body)
+        req = api.parse_request(doc, headers[0], self.server.config)
+        req.owner = owner_of(headers[1], doc.get("user"))  # parse_request took a dict
         return req, self.server.submit(req, events)
 
     # --- plumbing -------------------------------------------------------------------------------------------------

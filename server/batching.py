@@ -21,13 +21,14 @@ from typing import Any
 
 from kvstore.errors import KVStoreError
 from server import api, heap
+from server.admission import session_lost, take_slot
 from server.calls import Calls
 from server.config import ServeConfig, ServeError, internal_error, shutting_down
 from server.jobs import Job
 from server.memory import bytes_per_token, cache_bytes, peak_tokens, session_cache_options
 from server.messages import Said, cut_at_stop
 from server.metrics import Metrics
-from server.parking import free_slot, park, restore
+from server.parking import park, restore
 from server.sessions import Entry, Registry
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length"}  # kvstore finish reason -> OpenAI's
@@ -159,7 +160,7 @@ class Scheduler(threading.Thread):
         for job in [j for j in self.waiting if j.cancelled or now - j.submitted > self.config.queue_timeout_s]:
             self.waiting.remove(job)
             self._fail(job, ServeError(
-                f"server busy: waited {now - job.submitted:.0f} s for KV memory or a batch slot "
+                f"server busy: waited {now - job.submitted:.0f} s for KV memory, a batch or a session slot "
                 f"({len(self.active)} sessions decoding); retry later", 503, "server_busy",
             ))  # fmt: skip
 
@@ -182,7 +183,8 @@ class Scheduler(threading.Thread):
 
     def _make_room(self, job: Job) -> bool:
         """Reserve the job's KV peak under the cap, parking idle sessions (least recently used first)."""
-        if not free_slot(self.registry, job.entry, self.metrics):  # max_sessions resident, all busy: wait
+        lost = lambda j: (self.waiting.remove(j), self._abort(j, session_lost(j.entry)))  # noqa: E731 - its park failed
+        if not take_slot(self.registry, job, self.waiting, self.metrics, lost):  # every resident session decodes
             return False
         cap = self.config.memory_cap
         job.reserved = self._peak_bytes(job)

@@ -51,8 +51,8 @@ class ServeConfig:
     interleave_prefill: bool = True  # a newcomer's prefill runs one chunk per decode step of the others (False: whole)
     dtype: str | None = None  # "bf16" | "fp16" | "fp32" (None: bf16 where supported, else fp32)
     threads: int | None = None  # torch CPU threads (None: all cores, 1 on a busy machine)
-    max_sessions: int = 64  # most resident sessions; past it the least recently used idle one is parked to disk
-    # (HTTP 429 only when all are busy)
+    max_sessions: int = 64  # most resident sessions; past it one is parked to disk (server.admission says which;
+    # a request waits for a slot, never refused for want of one)
     max_batch: int = 16  # most sessions decoding in one batched forward; more wait their turn
     memory_cap: int | None = None  # bytes of KV all resident sessions may hold (None: no cap); idle ones are parked
     park: str = "disk"  # where idle sessions go under memory pressure: "disk" (session files) or "host" (CPU RAM)

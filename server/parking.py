@@ -170,7 +170,7 @@ def _read_entry(sidecar: Path, path: Path, model, session_config) -> Entry:
         raise ValueError(str(exc)) from None
     idle = max(0.0, time.time() - float(doc["last_used"]))
     return Entry(
-        id=doc["id"], seed=int(doc["seed"]), named=bool(doc["named"]), parked=path,
+        id=doc["id"], seed=int(doc["seed"]), named=bool(doc["named"]), owner=str(doc.get("owner", "")), parked=path,
         transcript=[Said.load(row) for row in doc["transcript"]],
         last_used=time.monotonic() - idle, history_tokens=int(doc["history_tokens"]),
         parked_bytes=path.stat().st_size + sidecar.stat().st_size, restores=int(doc["restores"]),
@@ -180,6 +180,7 @@ def _read_entry(sidecar: Path, path: Path, model, session_config) -> Entry:
 def _write_sidecar(path: Path, entry: Entry) -> None:
     doc: dict[str, Any] = {
         "format": FORMAT, "version": VERSION, "id": entry.id, "seed": entry.seed, "named": entry.named,
+        "owner": entry.owner,
         "transcript": [s.dump() for s in entry.transcript],
         "last_used": time.time() - (time.monotonic() - entry.last_used), "history_tokens": entry.history_tokens,
         "restores": entry.restores,
@@ -193,17 +194,6 @@ def _write_sidecar(path: Path, entry: Entry) -> None:
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
-
-
-def free_slot(registry: Registry, entry: Entry, metrics) -> bool:
-    """Before `entry` becomes resident: while `max_sessions` sessions are, park the least recently used idle one to
-    disk (closed if it cannot be); False when every resident session is busy (the request waits)."""
-    while True:
-        free, victim = registry.slot_for(entry)
-        if victim is None:
-            return free
-        park(victim, "disk", registry)
-        metrics.add("sessions_parked_total")
 
 
 def hold_park_dir(folder: Path) -> int:

@@ -2,15 +2,16 @@
 
 The registry is shared by the HTTP threads (finding or opening the session of a request) and the scheduler thread
 (the only one that runs the model, parks and restores). A session in use by a request is `busy` and is neither
-matched by another request nor parked. `max_sessions` bounds the *resident* sessions (their caches on the model's
-device): when it is reached, the scheduler parks the least recently used idle one to disk before another comes in
-(server.parking), and a request is refused (429) only when every resident session is busy. Parked sessions, on disk
+matched by another request nor parked while it decodes. `max_sessions` bounds the *resident* sessions (their caches
+on the model's device): when it is reached, the scheduler parks one to disk before another comes in (server.admission
+says which; a request waits for a slot, it is never refused for want of one). Parked sessions, on disk
 or in host memory (`--park host`), are bounded together by `park_quota` (bytes of their session files and host
 tensors): past it, the least recently used are closed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -32,6 +33,7 @@ class Entry:
     id: str
     seed: int  # seed of the session's cache and sampling
     named: bool = False  # opened under a client's explicit id: only that id continues it, never a prefix match
+    owner: str = ""  # the client that opened it (owner_of): only its requests continue it by a prefix match
     session: Any = None  # the kvstore Session while resident; None while parked or not opened yet
     parked: Any = None  # a Path (disk) or (session, tensors, meta) of the cache (host) while parked
     transcript: list[Said] = field(default_factory=list)  # the conversation as the client saw it
@@ -47,11 +49,6 @@ class Entry:
         if self.parked is not None:
             return "parked"
         return "active" if self.busy else "idle"
-
-    @property
-    def resident(self) -> bool:
-        """Its cache is on the model's device, or will be once its first turn opens it (not parked)."""
-        return self.parked is None
 
     @property
     def on_disk(self) -> bool:
@@ -71,75 +68,47 @@ class Registry:
         self.park_lock: int | None = None  # the park folder's lock (server.parking.hold_park_dir), held while serving
         self.closed_total = 0
 
-    def claim(self, messages: list[dict[str, str]], session_id: str | None, seed: int | None) -> tuple[Entry, int]:
+    def claim(
+        self, messages: list[dict[str, str]], session_id: str | None, seed: int | None, owner: str = ""
+    ) -> tuple[Entry, int]:
         """The session a request continues (marked busy) and how many of its messages the session already has.
 
         An explicit `session_id` continues that session: `messages` are the whole conversation when they extend
         its transcript, else only the new messages; an unknown id opens a session under that id. Without an id,
-        the idle session whose transcript `messages` extend (the longest; never one opened under an explicit id)
-        continues; else a new session opens. 429 when the session must become resident and every resident one is
-        busy.
+        the idle session of the same `owner` (owner_of) whose transcript `messages` extend (the longest, the
+        earliest opened among equals; never one opened under an explicit id) continues; else a new session opens.
         """
         with self.lock:
             self._expire()
             if session_id is not None:
-                new = session_id not in self.entries
                 entry = self.entries.get(session_id) or self._open(session_id, seed)
                 if entry.busy:
                     raise ServeError(f"session {session_id} is busy with another request", 409, "conflict")
                 known = len(entry.transcript) if continues(entry.transcript, messages) else 0
             else:
-                matched = self._match(messages)
-                new = matched is None
-                entry, known = matched or (self._open(None, seed), 0)
-            self._check_room(entry, new)
+                matched = self._match(messages, owner)
+                entry, known = matched or (self._open(None, seed, owner), 0)
             entry.busy, entry.last_used = True, time.monotonic()
             return entry, known
 
-    def _match(self, messages: list[dict[str, str]]) -> tuple[Entry, int] | None:
+    def _match(self, messages: list[dict[str, str]], owner: str) -> tuple[Entry, int] | None:
         found = [
             e
             for e in self.entries.values()
-            if not e.busy and not e.named and e.transcript and continues(e.transcript, messages)
+            if not e.busy and not e.named and e.owner == owner and e.transcript and continues(e.transcript, messages)
         ]
         if not found:
             return None
         best = max(found, key=lambda e: len(e.transcript))
         return best, len(best.transcript)
 
-    def _open(self, session_id: str | None, seed: int | None) -> Entry:
+    def _open(self, session_id: str | None, seed: int | None, owner: str = "") -> Entry:
         seed = self.config.memory.seed if seed is None else seed
-        entry = Entry(id=session_id or f"sess-{uuid.uuid4().hex[:16]}", seed=seed, named=session_id is not None)
+        entry = Entry(
+            id=session_id or f"sess-{uuid.uuid4().hex[:16]}", seed=seed, named=session_id is not None, owner=owner
+        )
         self.entries[entry.id] = entry
         return entry
-
-    def _check_room(self, entry: Entry, new: bool) -> None:
-        """Refuse (429, and forget `entry` when `new`) when it must become resident and no resident slot can be
-        freed: every resident session is busy."""
-        if entry.session is not None:
-            return
-        others = [e for e in self.entries.values() if e.resident and e is not entry]
-        if len(others) < self.config.max_sessions or any(not e.busy for e in others):
-            return
-        if new:
-            self.entries.pop(entry.id, None)
-        raise ServeError(
-            f"all {self.config.max_sessions} resident sessions of the server are busy with requests; retry when one "
-            "finishes, or start the server with a larger --max-sessions",
-            429,
-            "rate_limit_error",
-        )
-
-    def slot_for(self, keep: Entry) -> tuple[bool, Entry | None]:
-        """For the scheduler, before `keep` becomes resident: (True, None) when a resident slot is free, (True,
-        victim) when the least recently used idle resident session must be parked first, (False, None) when every
-        resident session is busy (the request waits)."""
-        with self.lock:
-            others = [e for e in self.entries.values() if e.resident and e is not keep]
-            if keep.session is not None or len(others) < self.config.max_sessions:
-                return True, None
-            idle = sorted((e for e in others if not e.busy and e.session is not None), key=lambda e: e.last_used)
-        return (True, idle[0]) if idle else (False, None)
 
     def release(self, entry: Entry, said: list[Said] | None) -> None:
         """The request is over: extend the transcript (None: the turn failed, the session is closed; so is a session
@@ -223,3 +192,13 @@ class Registry:
             self.park_lock = None
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def owner_of(authorization: str | None, user: object) -> str:
+    """Who sent a request, as far as prefix matching may tell clients apart: a digest of its API key (the
+    `Authorization` header) and OpenAI's `user` field. Two clients that send the same conversation so far are told
+    apart by these only; a digest, so that no key is kept in memory or in a park folder's sidecar."""
+    user = user if isinstance(user, str) else ""
+    if not authorization and not user:
+        return ""
+    return hashlib.sha256(f"{authorization or ''}\0{user}".encode()).hexdigest()[:32]

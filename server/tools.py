@@ -3,14 +3,14 @@ rendered by the template (transformers' apply_chat_template(tools=...)), the rep
 native syntax, and the grammars that constrain decoding (kvstore.session.grammar): a forced call (tool_choice
 "required" or named) and JSON (response_format json_object / json_schema).
 
-The native syntax is Hermes/Qwen's, which Qwen2.5/Qwen3's and SmolLM2's templates teach the model:
+The native syntax is Hermes/Qwen's, which Qwen2.5/Qwen3's templates teach the model (and the fallback tool template,
+kvstore.session.tools_fallback, for a model whose template has no tool support, e.g. SmolLM2's):
 
     <tool_call>
     {"name": "bash", "arguments": {"command": "ls"}}
     </tool_call>
 
-A reply may hold text before its calls, and several calls. A model whose template ignores `tools` cannot be told
-about them: such a request is a 400.
+A reply may hold text before its calls, and several calls.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import hashlib
 import json
 import re
 import uuid
-from functools import lru_cache
 from typing import Any
 
 from server.config import ServeError
@@ -79,23 +78,6 @@ def digest(tools: list[dict] | None) -> str:
     if not tools:
         return ""
     return hashlib.sha256(json.dumps(tools, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def check_template(tokenizer) -> None:
-    """A 400 when the model's chat template ignores `tools` (it cannot tell the model about them)."""
-    if not _renders_tools(tokenizer):
-        raise ServeError("this model's chat template has no tool support (it ignores 'tools'); send no tools")
-
-
-@lru_cache(maxsize=8)
-def _renders_tools(tokenizer) -> bool:
-    probe = [{"type": "function", "function": {"name": "nexus_probe", "parameters": {"type": "object"}}}]
-    user = [{"role": "user", "content": "x"}]
-    try:
-        with_tools = tokenizer.apply_chat_template(user, tools=probe, tokenize=False)
-    except Exception:  # noqa: BLE001 - a template that fails on tools has no tool support
-        return False
-    return "nexus_probe" in with_tools
 
 
 def parse_reply(text: str, first_only: bool = False) -> tuple[str | None, list[dict[str, Any]]]:

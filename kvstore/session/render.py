@@ -14,6 +14,10 @@ Where this differs from re-rendering the whole conversation with the template:
   (DeepSWE / rLLM training kept the raw response verbatim too).
 - Templates that merge consecutive tool messages into one turn (Qwen3) merge them only within one `append`;
   across appends each batch is a closed turn, because the tokens of the earlier one are already in the cache.
+
+Content is text (kvstore.session.control): a special token's text inside a message, a tool call or a tool spec is
+spelled out as plain tokens; only the template's own text becomes control tokens. A template without tool support
+renders tools, tool calls and tool results through the fallback tool template (kvstore.session.tools_fallback).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvstore.errors import KVStoreError
+from kvstore.session.control import ControlText
+from kvstore.session.tools_fallback import renders_tools, rewrite
 
 ROLES = ("system", "user", "assistant", "tool")
 _X = "x"  # placeholder content of context messages
@@ -43,6 +49,8 @@ class ChatRenderer:
             raise KVStoreError("the tokenizer has no chat template; use an instruct/chat model")
         self.tokenizer = tokenizer
         self.template_kwargs = dict(template_kwargs or {})
+        self.control = ControlText(tokenizer)
+        self.tool_template = "model" if renders_tools(tokenizer) else "fallback"  # who renders tools and their turns
         self._prompt_text = self._generation_prompt_text()
         self._end_text = self._end_of_turn_text()
         self.generation_prompt_ids = self.encode(self._prompt_text)
@@ -51,16 +59,31 @@ class ChatRenderer:
     def render(self, messages: Sequence[dict], add_generation_prompt: bool = False) -> str:
         """The template's text for a whole conversation (what a stateless client would send). A conversation's
         tools (OpenAI function specs) travel on its first message, key "tools": the template renders them."""
+        return self.control.unmask(self._render(messages, add_generation_prompt))
+
+    def _render(self, messages: Sequence[dict], add_generation_prompt: bool = False) -> str:
+        """`render` with the special-token texts of the conversation's strings marked (what `encode` takes)."""
+        masked = self.control.mask(list(messages))
+        if self.tool_template == "fallback" and any(_uses_tools(m) for m in masked):
+            masked = rewrite(masked)
         kwargs = self.template_kwargs
-        if messages and messages[0].get("tools"):
-            kwargs = kwargs | {"tools": messages[0]["tools"]}
+        if masked and masked[0].get("tools"):
+            kwargs = kwargs | {"tools": masked[0]["tools"]}
         return self.tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
+            masked, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
         )
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of rendered text; special-token strings in it become their single ids."""
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        """Token ids of rendered text: special-token strings of the template become their single ids, those marked
+        as a conversation's (`_render`) are spelled out."""
+        ids: list[int] = []
+        for content, piece in self.control.pieces(text):
+            ids += self.encode_text(piece) if content else self.tokenizer(piece, add_special_tokens=False)["input_ids"]
+        return ids
+
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of a conversation's text (a message's content): plain text, never a control token."""
+        return list(self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
@@ -75,18 +98,18 @@ class ChatRenderer:
         for raw, run in _runs([check_message(m) for m in messages]):
             parts.append(self._raw_reply_text(run[0]["content"]) if raw else self._template_text(run, first))
             first = False
-        return "".join(parts)
+        return self.control.unmask("".join(parts))
 
     def _raw_reply_text(self, content: str) -> str:
         return self._prompt_text + content + self._end_text
 
     def _template_text(self, messages: list[dict], first: bool) -> str:
         if first:
-            return self.render(messages)
+            return self._render(messages)
         for roles in _CONTEXTS:
             context = [{"role": r, "content": _X} for r in roles]
             try:
-                head, full = self.render(context), self.render(context + messages)
+                head, full = self._render(context), self._render(context + messages)
             except Exception:  # noqa: BLE001 - a template that rejects this role order: try the next context
                 continue
             if full.startswith(head):
@@ -108,7 +131,7 @@ class ChatRenderer:
         replies: list[tuple[int, int]] = []
         for raw, run in _runs([check_message(m) for m in messages]):
             if raw:
-                content = self.encode(run[0]["content"])
+                content = self.encode_text(run[0]["content"])
                 replies.append((len(ids), len(ids) + len(self.generation_prompt_ids) + len(content)))
                 ids += self.generation_prompt_ids + content + self.end_of_reply(content)
             else:
@@ -152,6 +175,10 @@ def _runs(messages: list[dict]) -> list[tuple[bool, list[dict]]]:
         else:
             runs[-1][1].append(m)
     return runs
+
+
+def _uses_tools(message: dict) -> bool:
+    return bool(message.get("tools") or message.get("tool_calls")) or message.get("role") == "tool"
 
 
 def check_message(message: dict) -> dict:

@@ -52,7 +52,7 @@ def plan(conversation: list[dict], renderer: ChatRenderer, max_tokens: int) -> P
 def scored_rows(session, content: str, n: int) -> slice:
     """Rows of a teacher-forced assistant message that predict its content and end-of-turn token."""
     start = len(session.renderer.generation_prompt_ids)
-    return slice(start, min(n, start + len(session.renderer.encode(content)) + 1))
+    return slice(start, min(n, start + len(session.renderer.encode_text(content)) + 1))
 
 
 def replay(session, p: Plan, on_reply: Callable, before_reply: Callable[[int], None] | None = None) -> None:

@@ -9,7 +9,7 @@ import urllib.request
 
 import openai
 import pytest
-from sessionlib import words
+from sessionlib import wait_for, words
 
 from server.parking import parked_files
 
@@ -134,17 +134,20 @@ def test_more_one_shot_conversations_than_max_sessions_are_all_answered(make_ser
     assert r2.model_extra["nexus"]["continued"]
 
 
-def test_refused_only_when_every_resident_session_is_busy(make_server) -> None:
+def test_a_newcomer_waits_for_a_busy_resident_slot_instead_of_a_429(make_server) -> None:
     server = make_server(max_sessions=1)
     c = client(server)
-    stream = ask(c, [{"role": "user", "content": words(100, "p")}], max_tokens=200, stream=True)
+    stream = ask(c, [{"role": "user", "content": words(100, "p")}], max_tokens=1000, stream=True)
     next(iter(stream))  # the one resident session is decoding
-    with pytest.raises(openai.RateLimitError, match="resident sessions of the server are busy") as info:
-        ask(c, [{"role": "user", "content": "another conversation"}])
-    assert info.value.status_code == 429
-    assert sum(1 for _ in stream) > 0
-    ask(c, [{"role": "user", "content": "another conversation"}])  # now the first is idle: it is parked
+    waited: dict[str, object] = {}
+    newcomer = threading.Thread(target=lambda: waited.update(r=ask(c, [{"role": "user", "content": "another"}])))
+    newcomer.start()
+    assert wait_for(lambda: server.scheduler.queued == 1, 10)  # queued, not refused
+    assert server.scheduler.active and sum(1 for _ in stream) > 0
+    newcomer.join(timeout=60)
+    assert waited["r"].model_extra["nexus"]["queue_s"] > 0  # it waited for the slot, then parked the idle first
     assert sorted(s["state"] for s in sessions(server)) == ["idle", "parked"]
+    assert metrics(server)['nexus_requests_total{code="200"}'] == 2
 
 
 def test_past_the_park_quota_the_least_recently_used_parked_sessions_are_closed(make_server, tmp_path) -> None:

@@ -3,11 +3,14 @@ side, batches formed, and nexus at 20% fits more sessions under the KV cap than 
 
 from __future__ import annotations
 
+import pytest
 import torch
 from sessionlib import qwen_tokenizer, tiny_chat_model
 
 from benchmarks.serve import ServePlan, print_report, run_bench
+from benchmarks.serve_admission import AdmissionPlan, admission_line, measure_admission
 from benchmarks.serve_stall import StallPlan
+from benchmarks.serve_workload import synthetic_conversations
 
 
 def test_bench_serve_quick_plan_on_the_tiny_model() -> None:
@@ -37,3 +40,17 @@ def test_bench_serve_quick_plan_on_the_tiny_model() -> None:
     assert result["stall"]["same_replies"] and inter["newcomer_prefill_tokens"] > 10 * 64
     assert inter["clients_still_decoding"] >= 1  # the others decoded through the newcomer's prefill, chunk by chunk
     assert inter["tokens_during_prefill"] > whole["tokens_during_prefill"]
+
+
+@pytest.mark.slow  # its last RSS reading waits 10 s after the clients close
+def test_bench_serve_admission_many_more_clients_than_sessions() -> None:
+    torch.set_num_threads(1)
+    tok = qwen_tokenizer()
+    plan = AdmissionPlan(clients=24, max_sessions=4, turns=2, reply_tokens=6)
+    convs = synthetic_conversations(plan.clients, plan.turns, 200, 20, tok)
+    r = measure_admission(tiny_chat_model(), tok, "tiny-qwen3", convs, plan)
+    print(admission_line(r))
+    assert (r["finished"], r["failed"], r["turns"]) == (24, 0, 48)  # every conversation finished
+    assert r["seconds_without_tokens"] == 0 and r["sessions_parked"] > 0
+    assert 0 < r["latency_p50_s"] <= r["latency_p99_s"] <= r["latency_max_s"] and r["ttft_p99_s"] > 0
+    assert all(r[k] > 0 for k in ("rss_before_mib", "rss_after_mib", "rss_settled_mib"))

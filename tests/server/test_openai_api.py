@@ -104,7 +104,7 @@ def test_errors_are_clear_http_errors(make_server) -> None:
     with pytest.raises(openai.BadRequestError, match="past the model's maximum"):  # 4096 positions
         ask(c, [{"role": "user", "content": words(9000)}], extra_headers={SESSION_HEADER: "x"})
     ask(c, [{"role": "user", "content": "one"}])  # the failed turn closed its session: room for this one
-    # max_sessions=1 is full, but its one session is idle: it is parked, not refused (the all-busy 429 is
+    # max_sessions=1 is full, but its one session is idle: it is parked, not refused (waiting for a busy one is
     # test_admission's)
     ask(c, [{"role": "user", "content": "another conversation"}])
     with pytest.raises(urllib.error.HTTPError, match="404"):

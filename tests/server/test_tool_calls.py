@@ -6,6 +6,7 @@ support refused."""
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import openai
 import pytest
@@ -126,7 +127,7 @@ def test_response_format_json_schema_and_json_object_are_followed(make_server) -
         assert r.choices[0].message.content.startswith("{")
 
 
-def test_a_template_without_tool_support_is_refused(tmp_path) -> None:
+def test_a_template_without_tool_support_takes_tools_by_the_fallback_template(tmp_path) -> None:
     torch.set_num_threads(1)
     plain = AutoTokenizer.from_pretrained(qwen_tokenizer_dir())
     plain.chat_template = (
@@ -136,9 +137,13 @@ def test_a_template_without_tool_support_is_refused(tmp_path) -> None:
     server = Server(tiny_chat_model(), plain, serve_config(port=0, model="tiny-qwen3", park_dir=tmp_path)).start()
     try:
         c = client(server)
-        with pytest.raises(openai.BadRequestError, match="chat template has no tool support"):
-            ask(c, [USER], tools=TOOLS)
-        assert ask(c, [USER], max_tokens=2).choices[0].message.role == "assistant"  # without tools it serves on
+        models = json.load(urllib.request.urlopen(server.url + "/models"))["data"][0]["nexus"]
+        assert models["tool_template"] == "fallback"  # issue 61: a 400 before
+        r = ask(c, [USER], tools=TOOLS, max_tokens=2)
+        tokens = server.registry.entries[r.model_extra["nexus"]["session_id"]].session.tokens
+        text = plain.decode(tokens)
+        assert text.startswith("<|im_start|>system\n# Tools\n") and '"name": "bash"' in text and "<tool_call>" in text
+        assert ask(c, [USER], max_tokens=2).choices[0].message.role == "assistant"  # without tools as before
     finally:
         server.close()
 
