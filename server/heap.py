@@ -43,12 +43,13 @@ class IdleTrim:
 
     def __init__(self, every_s: float = 1.0) -> None:
         self.every_s = every_s
-        self.last, self.freed = 0.0, None  # when it last trimmed, and the free counters it covered
+        self.last: float | None = None  # when it last trimmed (monotonic; None: never)
+        self.freed: Hashable | None = None  # the free counters the last trim covered
 
     def __call__(self, freed: Hashable) -> bool:
         """`freed`: counters of what frees memory (turns ended, sessions parked or closed); True when it trimmed."""
         now = time.monotonic()
-        if freed == self.freed or now - self.last < self.every_s:
+        if freed == self.freed or (self.last is not None and now - self.last < self.every_s):
             return False
         self.last, self.freed = now, freed
         return trim()
