@@ -194,7 +194,7 @@ def parse_json(raw: bytes) -> object:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ServeError(f"the request body is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        raise ServeError(f"the request body is not valid JSON: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
         body = json.loads(
             text or "null", parse_constant=_NonFinite, parse_float=_finite, object_pairs_hook=_no_non_finite
