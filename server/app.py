@@ -26,6 +26,7 @@ from server.parking import check_park_dir, keep_across_restarts
 from server.prepare import prepare
 from server.sessions import Registry
 from server.tls import tls_context
+from server.tools import warm_grammars
 
 STOP_WAIT_S = 300.0  # how long closing waits for the listener (past the drain), then for the scheduler's last act
 
@@ -48,6 +49,7 @@ class Server:
             self.scheduler = Scheduler(model, tokenizer, config, self.registry, self.metrics)
             keep_across_restarts(self.registry, self.scheduler)  # --park-dir: lock it, adopt its sessions, park at stop
             self.scheduler.on_death.append(self._scheduler_died)
+            warm_grammars(tokenizer)  # before any stream runs
             sock = self.socket = bind(config)
             self._port = sock.getsockname()[1]  # known while the socket is open or closed
             context = tls if tls is not None else tls_context(config)

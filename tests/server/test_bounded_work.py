@@ -126,3 +126,35 @@ def test_too_many_messages_are_refused_early(make_server) -> None:
     t0 = time.monotonic()
     r = httpx.post(base + "/chat/completions", content=body, timeout=60)
     assert r.status_code == 400 and time.monotonic() - t0 < 1.0, (r.text, time.monotonic() - t0)
+
+
+def test_the_first_grammar_request_does_not_stall_a_stream(tmp_path) -> None:
+    """llguidance's form of a tokenizer takes seconds to build with the GIL held: built at the server's start, not
+    by the first request with a response_format while others stream (a fresh tokenizer object: nothing cached)."""
+    from sessionlib import qwen_tokenizer_dir, serve_config, tiny_chat_model
+    from transformers import AutoTokenizer
+
+    from server.app import Server
+
+    config = serve_config(port=0, model="tiny-qwen3", budget=128, park_dir=tmp_path / "park")
+    server = Server(tiny_chat_model(), AutoTokenizer.from_pretrained(qwen_tokenizer_dir()), config).start()
+    times: list[float] = []
+    body = {"messages": USER, "max_tokens": 300, "stream": True, "temperature": 1.0}
+
+    def stream() -> None:
+        with httpx.stream("POST", server.url + "/chat/completions", json=body, timeout=120) as r:
+            times.extend(time.monotonic() for line in r.iter_lines() if line.startswith("data: "))
+
+    try:
+        streamer = threading.Thread(target=stream)
+        streamer.start()
+        time.sleep(0.5)
+        began = time.monotonic()
+        fmt = {"messages": USER, "max_tokens": 2, "response_format": {"type": "json_object"}}
+        assert httpx.post(server.url + "/chat/completions", json=fmt, timeout=120).status_code == 200
+        ended = time.monotonic()
+        streamer.join(120)
+    finally:
+        server.close()
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False) if b >= began and a <= ended]
+    assert gaps and max(gaps) < 0.5, max(gaps)  # measured here: 1.13 s before the warm-up, 20 ms after
