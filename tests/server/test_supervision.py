@@ -5,10 +5,13 @@ parked for the next start, and serve_forever raises so the process exits non-zer
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
 import httpx
+import pytest
 from sessionlib import wait_for
 
 from server.config import ServeError
@@ -112,3 +115,64 @@ def test_serve_forever_raises_when_the_scheduler_dies(make_server) -> None:
         server.close()
     assert len(outcome) == 1 and isinstance(outcome[0], ServeError), outcome  # the CLI: one line, exit status 2
     assert "scheduler failed (RuntimeError: injected scheduler fault)" in str(outcome[0])
+
+
+# a real `serve` whose scheduler loop raises once the file named by argv[1] exists (a fault in the loop itself)
+FAULTY_SERVE = """
+import sys
+from pathlib import Path
+
+import server.batching
+
+flag = Path(sys.argv.pop(1))
+expire = server.batching.Scheduler._expire_waiting
+
+
+def faulty(self):
+    if flag.exists():
+        raise RuntimeError("injected scheduler fault")
+    expire(self)
+
+
+server.batching.Scheduler._expire_waiting = faulty
+from cli.app import main
+
+main()
+"""
+
+
+@pytest.mark.slow  # two real `nexus-agent serve` processes
+def test_serve_exits_2_when_its_scheduler_dies_and_the_next_start_adopts_its_sessions(tmp_path) -> None:
+    from sessionlib import save_tiny_chat_model
+    from test_serve_cli import free_port, wait_healthy
+
+    model, park, flag = save_tiny_chat_model(tmp_path / "model"), tmp_path / "park", tmp_path / "die"
+    port, log = free_port(), tmp_path / "serve.log"
+    base = f"http://127.0.0.1:{port}"
+    args = ["serve", "--model", str(model), "--port", str(port), "--park-dir", str(park), "--budget", "128"]
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", FAULTY_SERVE, str(flag), *args], stdout=out, stderr=out)
+    try:
+        wait_healthy(base, proc, log=log)
+        first = httpx.post(base + "/v1/chat/completions", json=normal() | {"session_id": "keep-me"}, timeout=60)
+        assert first.status_code == 200
+        flag.touch()
+        assert proc.wait(timeout=60) == 2
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert "error: the server's scheduler failed (RuntimeError: injected scheduler fault)" in text, text
+    assert f"parked 1 sessions in {park}" in text, text
+    flag.unlink()
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", FAULTY_SERVE, str(flag), *args], stdout=out, stderr=out)
+    try:
+        wait_healthy(base, proc, log=log)
+        again = normal() | {"session_id": "keep-me"}
+        again["messages"] += [first.json()["choices"][0]["message"], {"role": "user", "content": "y"}]
+        r = httpx.post(base + "/v1/chat/completions", json=again, timeout=60)
+        assert r.status_code == 200 and r.json()["nexus"]["restored"] is True, r.text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
