@@ -12,10 +12,12 @@ import time
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from server import limits
+
+pytest.importorskip("hypothesis", reason="hypothesis is a test dependency: pip install -e '.[test]'")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 FUZZ = settings(
     max_examples=120, deadline=None, derandomize=True, database=None,
