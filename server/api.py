@@ -20,11 +20,12 @@ import torch
 
 from server import limits
 from server.config import ServeConfig, ServeError
+from server.grammars import make_constraint
 from server.logprobs import logprob_content
 from server.messages import normalize
 from server.stops import StopTrimmer
 from server.tools import OPEN as TOOL_CALL_OPEN
-from server.tools import check_choice, check_template, check_tools, constraint_spec, make_constraint, parse_reply
+from server.tools import check_choice, check_template, check_tools, constraint_spec, parse_reply
 
 SESSION_HEADER = "X-Nexus-Session"
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")  # what a client may name a session

@@ -19,6 +19,7 @@ from server.asgi import build_app
 from server.batching import Scheduler
 from server.config import ServeConfig, ServeError, scheduler_failed
 from server.drain import Drain
+from server.grammars import warm_grammars
 from server.jobs import Job
 from server.listen import bind, make_uvicorn
 from server.metrics import Metrics
@@ -26,7 +27,6 @@ from server.parking import check_park_dir, keep_across_restarts
 from server.prepare import prepare
 from server.sessions import Registry
 from server.tls import tls_context
-from server.tools import warm_grammars
 
 STOP_WAIT_S = 300.0  # how long closing waits for the listener (past the drain), then for the scheduler's last act
 

@@ -22,6 +22,7 @@ MAX_SCHEMA_DEPTH = 64  # deepest nesting of a JSON schema (tools' parameters, re
 MAX_MESSAGES = 4096  # most messages in one request
 MAX_STOPS = 4  # most stop strings (OpenAI's limit)
 MAX_STOP_CHARS = 1000  # longest stop string, in characters
+COMPILE_TIMEOUT_S = 10.0  # longest a request waits for its grammar to compile (server.grammars)
 CAUSE = "request_limit"  # the metrics cause of these refusals
 
 _SLICE = 1 << 22  # bytes scanned per numpy pass (bounds its temporary arrays at ~40 MiB)

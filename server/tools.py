@@ -18,9 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import threading
 import uuid
-from collections import OrderedDict
 from functools import lru_cache
 from typing import Any
 
@@ -196,49 +194,3 @@ def compact(schema: dict[str, Any]) -> dict[str, Any]:
 def _tag(text: str, tokenizer) -> str:
     token = getattr(tokenizer, "added_tokens_encoder", {}).get(text)
     return json.dumps(text) if token is None else f"<[{token}]>"
-
-
-def warm_grammars(tokenizer) -> None:
-    """Build llguidance's form of `tokenizer` now, at the server's start: it takes seconds with the GIL held (measured
-    here, Qwen3's: 4.1 s, other threads stalled 2.2 s), which the first request with a grammar would otherwise cost
-    every stream in flight. A tokenizer it cannot take (not a fast one) is left: its grammar requests are 400s."""
-    from kvstore.errors import KVStoreError
-    from kvstore.session.grammar import ll_tokenizer
-
-    try:
-        ll_tokenizer(tokenizer)
-    except KVStoreError:
-        pass
-
-
-def make_constraint(kind: str, schema: dict[str, Any], tokenizer) -> Any:
-    """The grammar constraint (kvstore.session.grammar) of a ("tool_call", call schema) or ("json_schema", schema)
-    spec over `tokenizer`, fresh for one reply; a 400 when it does not compile. Compiled once per (kind, schema,
-    tokenizer): an agent sends the same tools every turn, and compiling costs milliseconds to seconds (with the GIL
-    held) that later turns need not pay."""
-    from kvstore.errors import KVStoreError
-    from kvstore.session.grammar import Constraint
-
-    key = (kind, json.dumps(schema, sort_keys=True), id(tokenizer))
-    with _COMPILED_LOCK:
-        compiled = _COMPILED.get(key)
-        if compiled is not None and compiled.tokenizer is tokenizer:
-            _COMPILED.move_to_end(key)
-            return compiled.fresh()
-    try:
-        if kind == "tool_call":
-            compiled = Constraint.lark(call_grammar(schema, tokenizer), tokenizer)
-        else:
-            compiled = Constraint.json_schema(compact(schema), tokenizer)
-    except KVStoreError as exc:
-        raise ServeError(f"the grammar of this request does not compile: {exc}") from None
-    with _COMPILED_LOCK:
-        _COMPILED[key] = compiled
-        while len(_COMPILED) > COMPILED_KEPT:
-            _COMPILED.popitem(last=False)
-    return compiled.fresh()
-
-
-COMPILED_KEPT = 64  # compiled grammars kept (least recently used dropped first)
-_COMPILED: OrderedDict[tuple[str, str, int], Any] = OrderedDict()
-_COMPILED_LOCK = threading.Lock()
