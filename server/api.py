@@ -18,11 +18,14 @@ from typing import Any
 
 import torch
 
+from server import limits
 from server.config import ServeConfig, ServeError
+from server.grammars import make_constraint
 from server.logprobs import logprob_content
 from server.messages import normalize
+from server.stops import StopTrimmer
 from server.tools import OPEN as TOOL_CALL_OPEN
-from server.tools import check_choice, check_tools, constraint_spec, make_constraint, parse_reply
+from server.tools import check_choice, check_tools, constraint_spec, parse_reply
 
 SESSION_HEADER = "X-Nexus-Session"
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")  # what a client may name a session
@@ -101,8 +104,9 @@ def parse_request(body: object, header_session: str | None, config: ServeConfig)
 def _stop(stop: object) -> tuple[str, ...]:
     stop = stop or []
     stop = (stop,) if isinstance(stop, str) else tuple(stop) if isinstance(stop, list) else None
-    if stop is None or not all(isinstance(s, str) for s in stop) or len(stop) > 4:
-        raise ServeError("'stop' must be a string or a list of at most 4 strings")
+    if stop is None or not all(isinstance(s, str) for s in stop):
+        raise ServeError(f"'stop' must be a string or a list of at most {limits.MAX_STOPS} strings")
+    limits.check_stops(stop)
     return stop
 
 
@@ -184,14 +188,25 @@ def check_bias(bias: dict[int, float], vocab_size: int) -> None:
 
 
 def parse_json(raw: bytes) -> object:
-    """A request body as JSON; ServeError 400 when it is not JSON, or when a field holds NaN, Infinity or a number
-    too large for a float (1e400): not JSON numbers, refused here, by field name, before any field is read."""
+    """A request body as JSON; ServeError 400 when it is not JSON (UTF-8, RFC 8259), when limits refuses it (too
+    deep, too many values, too long a number: before it is parsed; a lone surrogate in a string), or when a field
+    holds NaN, Infinity or a number too large for a float (1e400): not JSON numbers, refused here, by field name,
+    before any field is read."""
+    limits.check_json(raw)
     try:
-        return json.loads(
-            raw or b"null", parse_constant=_NonFinite, parse_float=_finite, object_pairs_hook=_no_non_finite
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ServeError(f"the request body is not valid JSON: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    try:
+        body = json.loads(
+            text or "null", parse_constant=_NonFinite, parse_float=_finite, object_pairs_hook=_no_non_finite
         )
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except ServeError:
+        raise
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
         raise ServeError("the request body is not valid JSON") from None
+    limits.check_strings(body)
+    return body
 
 
 class _NonFinite(str):
@@ -357,32 +372,3 @@ def models(config: ServeConfig, started: float, tool_template: str) -> dict[str,
              "nexus": config.cache_settings() | {"tool_template": tool_template}}
         ],
     }  # fmt: skip
-
-
-class StopTrimmer:
-    """Streams reply text without the stop string (OpenAI's rule): text that may start one is held back."""
-
-    def __init__(self, stops: tuple[str, ...]) -> None:
-        self.stops = [s for s in stops if s]
-        self.text, self.sent, self.cut = "", 0, None
-
-    def feed(self, piece: str) -> str:
-        """Add generated text; the part that is now safe to send."""
-        if self.cut is not None:
-            return ""
-        self.text += piece
-        found = [self.text.find(s) for s in self.stops if s in self.text]
-        if found:
-            self.cut = min(found)
-            return self._send(self.cut)
-        hold = max((k for s in self.stops for k in range(1, len(s)) if self.text.endswith(s[:k])), default=0)
-        return self._send(len(self.text) - hold)
-
-    def rest(self) -> str:
-        """What is still held back once the reply is over."""
-        return self._send(self.cut if self.cut is not None else len(self.text))
-
-    def _send(self, end: int) -> str:
-        out = self.text[self.sent : end] if end > self.sent else ""
-        self.sent = max(self.sent, end)
-        return out

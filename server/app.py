@@ -17,8 +17,9 @@ from kvstore.errors import KVStoreError
 from server.api import ChatRequest, check_for_model
 from server.asgi import build_app
 from server.batching import Scheduler
-from server.config import ServeConfig, ServeError, shutting_down
+from server.config import ServeConfig, ServeError, scheduler_failed
 from server.drain import Drain
+from server.grammars import warm_grammars
 from server.jobs import Job
 from server.listen import bind, make_uvicorn
 from server.metrics import Metrics
@@ -47,6 +48,8 @@ class Server:
         try:  # every way out before the server exists frees the port and the park folder's lock (another start may)
             self.scheduler = Scheduler(model, tokenizer, config, self.registry, self.metrics)
             keep_across_restarts(self.registry, self.scheduler)  # --park-dir: lock it, adopt its sessions, park at stop
+            self.scheduler.on_death.append(self._scheduler_died)
+            warm_grammars(tokenizer)  # before any stream runs
             sock = self.socket = bind(config)
             self._port = sock.getsockname()[1]  # known while the socket is open or closed
             context = tls if tls is not None else tls_context(config)
@@ -95,12 +98,16 @@ class Server:
     def serve_forever(self) -> None:
         """Start the scheduler and serve HTTP in this thread until SIGTERM or SIGINT, then shut down gracefully:
         accept no more, let the turns in flight finish for up to `config.drain_s` seconds (a second signal: at once),
-        end those still running (streams with an error event), stop the scheduler, park the idle sessions."""
+        end those still running (streams with an error event), stop the scheduler, park the idle sessions. When the
+        scheduler died, the same shutdown, then a ServeError naming its failure (the CLI exits with status 2, so a
+        process manager restarts it; the next start adopts the parked sessions)."""
         self.scheduler.start()
         try:
             self._serve()
         finally:
             self.close()
+        if self.scheduler.failure is not None:
+            raise scheduler_failed(self.scheduler.failure)
 
     def _serve(self) -> None:
         self.http.run(sockets=[self.socket])
@@ -123,6 +130,10 @@ class Server:
             finally:
                 self.registry.shutdown()  # the park folder's lock goes on every way out
 
+    def _scheduler_died(self) -> None:
+        """The scheduler's on_death (on its thread, its sessions parked): the listener shuts down as on SIGTERM."""
+        self.http.should_exit = True
+
     def _shut_down(self) -> None:
         """uvicorn's on_shutdown, once the listener is closed: the drain (no new work; the turns in flight finish,
         for up to its grace period), then the scheduler stops."""
@@ -143,8 +154,8 @@ class Server:
         (server.prepare), all on the caller's thread, not the scheduler's, and queue its turn (ServeError: refused,
         e.g. too many sessions, too long). `events`: where the scheduler puts the job's events (default: a
         queue.Queue)."""
-        if self.scheduler.stopping:  # the drain of a shutdown, or after it
-            raise shutting_down()
+        if self.scheduler.stopping:  # the drain of a shutdown, or after it, or the scheduler died
+            raise self.scheduler.refusal()
         constraint = check_for_model(req, self.scheduler.tokenizer)  # a grammar compiles here, not on the scheduler
         entry, known = self.registry.claim(req.messages, req.session_id, req.seed, req.owner)
         messages = req.messages[known:]

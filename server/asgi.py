@@ -97,6 +97,10 @@ class _Handlers:
         return PlainTextResponse(self.server.metrics_text(), media_type="text/plain; version=0.0.4")
 
     async def health(self, request: Request) -> Response:
+        """200 while the scheduler runs (or stops for a shutdown); 503 naming its failure once it died."""
+        failure = self.server.scheduler.failure
+        if failure is not None:
+            return error_response(self.server.scheduler.refusal())
         return JSONResponse({"status": "ok", "model": self.server.config.model_id})
 
     async def sessions(self, request: Request) -> Response:
@@ -227,6 +231,17 @@ class ChatAnswer:
                    (api.SESSION_HEADER.lower().encode(), self.job.entry.id.encode())]  # fmt: skip
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         chunks = api.ChunkStream(self.req, api.new_id(), self.server.config.model_id)
+        try:
+            await self._chunks(send, chunks, kind, value)
+        except OSError:
+            raise  # the connection's own failure
+        except Exception as exc:  # noqa: BLE001 - one stream's text must never cut it silently
+            error = internal_error(exc, "stream")
+            self.job.cancelled = True  # the scheduler drops the reply, if it still runs
+            self.server.metrics.request(error.status, error.cause)
+            await send({"type": "http.response.body", "body": sse([api.error_body(error)]), "more_body": False})
+
+    async def _chunks(self, send, chunks: api.ChunkStream, kind: str, value: Any) -> None:
         pieces = chunks.opening()
         while kind == "text":
             pieces += chunks.text(value)
@@ -237,6 +252,8 @@ class ChatAnswer:
         if kind == "done":  # the finish_reason chunk (and usage), then [DONE]
             last = sse(chunks.done(value)) + b"data: [DONE]\n\n"
         else:  # an error event (a scheduler error, shutdown); nothing when the client went away
+            if kind == "error":
+                self.server.metrics.failed(value.cause)
             last = sse([api.error_body(value)]) if kind == "error" else b""
         await send({"type": "http.response.body", "body": last, "more_body": False})
 
@@ -275,7 +292,7 @@ def _too_large(size: int, limit: int, at_least: str = "") -> ServeError:
 def error_response(exc: ServeError, count=None) -> JSONResponse:
     """The JSON error answer of `exc` (`count`: the metrics counter of requests by status)."""
     if count is not None:
-        count(exc.status)
+        count(exc.status, exc.cause)
     headers = {"Retry-After": "5"} if exc.status in (429, 503) else {}
     if exc.status == 401:
         headers["WWW-Authenticate"] = "Bearer"

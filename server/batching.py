@@ -19,13 +19,12 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from kvstore.errors import KVStoreError
 from server import api, heap
 from server.admission import session_lost, take_slot
 from server.calls import Calls
-from server.config import ServeConfig, ServeError, internal_error, shutting_down
-from server.jobs import Job
-from server.memory import bytes_per_token, cache_bytes, peak_tokens, session_cache_options
+from server.config import ServeConfig, ServeError, internal_error, request_failed, scheduler_failed, shutting_down
+from server.jobs import Job, result_of
+from server.memory import bytes_per_token, cache_bytes, session_cache_options, turn_peak_bytes
 from server.messages import Said, cut_at_stop
 from server.metrics import Metrics
 from server.parking import park, restore
@@ -67,13 +66,15 @@ class Scheduler(threading.Thread):
         self._closed = False  # no new work taken (a shutdown: its drain, then the stop)
         self._open: set[int] = set()  # ids of the jobs submitted and not yet answered (their last event not put)
         self.on_stop: list = []  # callables(scheduler) run on this thread after its loop ends (_wind_down)
+        self.on_death: list = []  # callables() run on this thread last when its loop died (the server shuts down)
+        self.failure: BaseException | None = None  # what ended the loop, when something did
         self.trim = heap.IdleTrim()  # returns freed host memory to the system when idle
 
     def submit(self, job: Job) -> None:
         """Queue `job`'s turn (ServeError 503 `server_shutdown` once the intake is closed)."""
         with self._intake:
             if self._closed:
-                raise shutting_down()
+                raise self.refusal()
             self._open.add(id(job))
             self.inbox.put(job)
 
@@ -82,7 +83,7 @@ class Scheduler(threading.Thread):
         raise what it raised. A plain function runs whole between two loops, the decoding sessions waiting
         meanwhile; a generator function runs one step per loop, between their decode steps (server.calls)."""
         if self.stopping:
-            raise shutting_down()
+            raise self.refusal()
         return self.calls.wait(fn, lambda: self.inbox.put(None), lambda: self.is_alive() and not self._halt.is_set())
 
     def close_intake(self) -> None:
@@ -94,6 +95,10 @@ class Scheduler(threading.Thread):
         self.close_intake()
         self._halt.set()
         self.inbox.put(None)  # wake the loop
+
+    def refusal(self) -> ServeError:
+        """What new work gets once the intake is closed: 503, naming the scheduler's failure if it died."""
+        return shutting_down() if self.failure is None else scheduler_failed(self.failure)
 
     @property
     def stopping(self) -> bool:
@@ -111,24 +116,37 @@ class Scheduler(threading.Thread):
         return len(self.waiting) + self.inbox.qsize()
 
     def run(self) -> None:
-        while not self._halt.is_set():
-            self.loop_once()
-            if not self.active and not self.waiting:
-                c = self.metrics.counters  # what frees memory: turns ending, sessions parked or closed
-                self.trim((c.get("turns_total", 0), c.get("sessions_parked_total", 0), self.registry.closed_total))
+        """The loop, supervised: every step on one request's data fails that request alone (a 400 or 500), so an
+        exception that still reaches here is the loop's own. Then the scheduler is dead: the intake closes, every
+        request in flight gets a 503 naming the failure, the idle sessions are parked (on_stop) for the next start,
+        and `on_death` shuts the server down (its process exits non-zero: server.app)."""
+        try:
+            while not self._halt.is_set():
+                self.loop_once()
+                if not self.active and not self.waiting:
+                    c = self.metrics.counters  # what frees memory: turns ending, sessions parked or closed
+                    self.trim((c.get("turns_total", 0), c.get("sessions_parked_total", 0), self.registry.closed_total))
+        except BaseException as exc:  # noqa: BLE001 - recorded, reported, and the server shuts down
+            self.failure = exc
+            internal_error(exc)  # its traceback, on stderr
+            self.close_intake()
         self._wind_down()
+        if self.failure is not None:
+            for hook in self.on_death:
+                hook()
 
     def _wind_down(self) -> None:
-        """The scheduler's last act, on this thread once its loop is over (server shutdown): every request still
-        waiting or decoding ends with an error (its stream with an error event), then the `on_stop` hooks run (e.g.
-        keeping the idle sessions), with the model still this thread's alone."""
+        """The scheduler's last act, on this thread once its loop is over (server shutdown, or its failure): every
+        request still waiting or decoding ends with an error (its stream with an error event), then the `on_stop`
+        hooks run (e.g. keeping the idle sessions), with the model still this thread's alone. Each step is guarded:
+        what one cannot do does not keep the others from being done."""
         self._take(block=False)
-        gone = shutting_down()
+        gone = self.refusal()
         for job in list(self.active) + self.waiting:
-            self._fail(job, gone)
+            _guarded(self._fail, job, gone)
         self.waiting, self.prefilling = [], None
         for hook in self.on_stop:
-            hook(self)
+            _guarded(hook, self)
 
     def loop_once(self) -> None:
         """One scheduler loop: intake, admission, one prefill chunk of the newcomer, one decode step of the others."""
@@ -176,10 +194,8 @@ class Scheduler(threading.Thread):
             self._start(job)
         except ServeError as exc:
             self._fail(job, exc)
-        except KVStoreError as exc:  # a conversation the model cannot take (too long, unrenderable)
-            self._fail(job, ServeError(str(exc), 400))
         except Exception as exc:  # noqa: BLE001 - a request must never take the scheduler down
-            self._fail(job, internal_error(exc))
+            self._fail(job, request_failed(exc, "admission"))  # kvstore's errors: a conversation it cannot take, 400
 
     def _make_room(self, job: Job) -> bool:
         """Reserve the job's KV peak under the cap, parking idle sessions (least recently used first)."""
@@ -187,7 +203,7 @@ class Scheduler(threading.Thread):
         if not take_slot(self.registry, job, self.waiting, self.metrics, lost):  # every resident session decodes
             return False
         cap = self.config.memory_cap
-        job.reserved = self._peak_bytes(job)
+        job.reserved = turn_peak_bytes(job, self.reference, self.config, self.per_token)
         if cap is None:
             return True
         if job.reserved > cap:
@@ -225,21 +241,6 @@ class Scheduler(threading.Thread):
             f"{cap / 2**20:.1f} MiB cannot hold it beside the sessions decoding now; retry later, or send shorter "
             "conversations or a smaller max_tokens", 503, "kv_memory_exceeded",
         )  # fmt: skip
-
-    def _peak_bytes(self, job: Job) -> int:
-        entry, ref = job.entry, self.reference
-        session = entry.session
-        history = len(session.tokens) if session is not None else entry.history_tokens
-        if job.prepared is not None and job.prepared.first == (history == 0):
-            new = job.prepared.prompt_tokens  # tokenized on the request side (server.prepare)
-        else:
-            new = len(ref.renderer.encode_messages(job.messages, first=history == 0))
-            new += len(ref.renderer.generation_prompt_ids)
-        if self.config.memory.protocol == "re-prefill":
-            new, history = new + history, 0
-        cache = session.cache if session is not None and session.cache is not None else ref.cache
-        tokens = peak_tokens(cache, history, new, job.max_new_tokens, self.config.chunk_size)
-        return tokens * self.per_token
 
     # --- turns ------------------------------------------------------------------------------------------------------
     def _start(self, job: Job) -> None:
@@ -279,7 +280,7 @@ class Scheduler(threading.Thread):
             done = job.reply.prefill_chunk()
         except Exception as exc:  # noqa: BLE001 - a request must never take the scheduler down
             self.prefilling = None
-            self._abort(job, ServeError(str(exc), 400) if isinstance(exc, KVStoreError) else internal_error(exc))
+            self._abort(job, request_failed(exc, "prefill"))
             return
         finally:
             self.metrics.add("prefill_seconds_total", time.perf_counter() - t0)
@@ -317,8 +318,9 @@ class Scheduler(threading.Thread):
             for j in alone:
                 j.reply.step_alone()
         except Exception as exc:  # noqa: BLE001 - every reply of the failed step is lost, the server lives on
+            error = internal_error(exc, "decode")
             for j in rows:
-                self._abort(j, internal_error(exc))
+                self._abort(j, error)
             return
         for j in rows:
             j.batch_rows += len(rows)
@@ -333,12 +335,16 @@ class Scheduler(threading.Thread):
                 self._finish(j)
 
     def _finish(self, job: Job) -> None:
-        entry, session = job.entry, job.entry.session
+        """The reply is over: answer it. What fails on its data (its text parsed for tool calls, its messages
+        canonicalised for the transcript) fails this request alone, with a 500."""
         try:
-            reply = job.reply.finish()
-        except KVStoreError as exc:
-            self._abort(job, ServeError(str(exc), 500, "internal_error"))
-            return
+            self._deliver(job)
+        except Exception as exc:  # noqa: BLE001 - a request must never take the scheduler down
+            self._abort(job, internal_error(exc, "finish"))
+
+    def _deliver(self, job: Job) -> None:
+        entry, session = job.entry, job.entry.session
+        reply = job.reply.finish()
         self.active.remove(job)
         session.logits = None  # [V] floats an idle session never reads again: its next turn prefills first
         entry.held_bytes = cache_bytes(session.cache)
@@ -349,26 +355,7 @@ class Scheduler(threading.Thread):
         returned = {"role": "assistant", "content": answer["text"] or "", "tool_calls": answer["tool_calls"]}
         self.registry.release(entry, [Said.of(m) for m in job.messages] + [Said.of(returned, job.stop)])
         self.metrics.add("turns_total")
-        self._answer(job, ("done", self._result(job, reply, answer)))
-
-    def _result(self, job: Job, reply, answer: dict[str, Any]) -> dict[str, Any]:
-        completion = len(reply.token_ids)
-        steps = max(1, completion - 1)
-        return answer | {
-            "prompt_tokens": job.reply.prompt_tokens,
-            "completion_tokens": completion,
-            "cached_tokens": job.reply.prompt_tokens - reply.stats.prefill_tokens,
-            "nexus": {
-                "session_id": job.entry.id,
-                "continued": job.continued,
-                "restored": job.restored,
-                "queue_s": round(job.started - job.submitted, 4),
-                "first_token_s": round(job.first_token - job.submitted, 4),
-                "mean_batch": round(job.batch_rows / steps, 2) if completion > 1 else 1.0,
-                "turn": reply.stats.to_dict(),
-            }
-            | ({"memory_profile": status} if (status := job.entry.session.profile_status) is not None else {}),
-        }
+        self._answer(job, ("done", result_of(job, reply, answer)))
 
     def _abort(self, job: Job, error: ServeError | None) -> None:
         """A reply cut short: its session is closed (its history no longer matches what the client saw)."""
@@ -396,3 +383,11 @@ class Scheduler(threading.Thread):
 
 def _put_text(events, piece: str) -> None:
     events.put(("text", piece))
+
+
+def _guarded(fn, *args) -> None:
+    """`fn(*args)`, its exception printed rather than raised (the steps of a wind-down)."""
+    try:
+        fn(*args)
+    except Exception as exc:  # noqa: BLE001 - the wind-down goes on
+        internal_error(exc)

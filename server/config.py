@@ -21,9 +21,12 @@ PARK_MODES = ("disk", "host")
 class ServeError(KVStoreError):
     """The server cannot start as asked (a bad flag) or a request cannot be served (an HTTP error with a message)."""
 
-    def __init__(self, message: str, status: int = 400, kind: str = "invalid_request_error") -> None:
+    def __init__(
+        self, message: str, status: int = 400, kind: str = "invalid_request_error", cause: str | None = None
+    ) -> None:
+        """cause: what failed, for the metrics of failed requests (default: `kind`)."""
         super().__init__(message)
-        self.status, self.kind = status, kind
+        self.status, self.kind, self.cause = status, kind, cause or kind
 
 
 def shutting_down() -> ServeError:
@@ -31,10 +34,28 @@ def shutting_down() -> ServeError:
     return ServeError("the server is shutting down; retry against its next start", 503, "server_shutdown")
 
 
-def internal_error(exc: Exception) -> ServeError:
+def internal_error(exc: BaseException, cause: str = "internal_error") -> ServeError:
     """What a request gets for an exception nothing expected (its traceback goes to stderr): HTTP 500."""
-    traceback.print_exc()
-    return ServeError(f"internal error: {type(exc).__name__}: {exc}", 500, "internal_error")
+    traceback.print_exception(exc)
+    return ServeError(f"internal error: {type(exc).__name__}: {exc}", 500, "internal_error", cause)
+
+
+def request_failed(exc: BaseException, cause: str) -> ServeError:
+    """What one request gets when a step on its data raised (`cause`: the step, for the metrics): a ServeError as it
+    is, another kvstore error (a conversation the model cannot take) as a 400, anything else as a 500."""
+    if isinstance(exc, ServeError):
+        return exc
+    if isinstance(exc, KVStoreError):
+        return ServeError(str(exc), 400, cause=cause)
+    return internal_error(exc, cause)
+
+
+def scheduler_failed(exc: BaseException) -> ServeError:
+    """What every request gets once the scheduler thread has died (the server then shuts down, exit status 2)."""
+    return ServeError(
+        f"the server's scheduler failed ({type(exc).__name__}: {exc}); the server is shutting down: retry against "
+        "its next start", 503, "server_shutdown", "scheduler_failed",
+    )  # fmt: skip
 
 
 @dataclass

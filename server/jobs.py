@@ -34,3 +34,26 @@ class Job:
     prepared: Any = None  # server.prepare.Prepared: its new messages tokenized on the request side (None: not yet)
     request: Any = None  # its server.api.ChatRequest: seed, penalties, logprobs, tools, constraint (None: plain)
     constraint: Any = None  # its grammar, compiled on the request side (api.check_for_model; None: free decoding)
+
+
+def result_of(job: Job, reply, answer: dict[str, Any]) -> dict[str, Any]:
+    """The "done" event of a finished turn: its answer (server.api.answer), the token counts and the `nexus`
+    extension (session, queueing and batching figures, the turn's cache statistics)."""
+    completion = len(reply.token_ids)
+    steps = max(1, completion - 1)
+    profile = job.entry.session.profile_status
+    return answer | {
+        "prompt_tokens": job.reply.prompt_tokens,
+        "completion_tokens": completion,
+        "cached_tokens": job.reply.prompt_tokens - reply.stats.prefill_tokens,
+        "nexus": {
+            "session_id": job.entry.id,
+            "continued": job.continued,
+            "restored": job.restored,
+            "queue_s": round(job.started - job.submitted, 4),
+            "first_token_s": round(job.first_token - job.submitted, 4),
+            "mean_batch": round(job.batch_rows / steps, 2) if completion > 1 else 1.0,
+            "turn": reply.stats.to_dict(),
+        }
+        | ({"memory_profile": profile} if profile is not None else {}),
+    }

@@ -52,3 +52,21 @@ def _layer_budget(cache, tokens: int) -> int | None:
     if cache.budget_tokens is not None:
         return max(cache.layer_budget_tokens(i) for i in range(len(cache.layers)))
     return None
+
+
+def turn_peak_bytes(job, reference, config, per_token: int) -> int:
+    """The KV bytes `job`'s turn (server.jobs.Job) may hold at its peak, which admission reserves: its session's
+    history and its new tokens (as tokenized on the request side, server.prepare, else rendered by `reference`, a
+    Session that never runs), its reply, one prefill chunk of headroom, as its cache keeps them."""
+    entry = job.entry
+    session = entry.session
+    history = len(session.tokens) if session is not None else entry.history_tokens
+    if job.prepared is not None and job.prepared.first == (history == 0):
+        new = job.prepared.prompt_tokens
+    else:
+        new = len(reference.renderer.encode_messages(job.messages, first=history == 0))
+        new += len(reference.renderer.generation_prompt_ids)
+    if config.memory.protocol == "re-prefill":
+        new, history = new + history, 0
+    cache = session.cache if session is not None and session.cache is not None else reference.cache
+    return peak_tokens(cache, history, new, job.max_new_tokens, config.chunk_size) * per_token

@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from server import limits
 from server.config import ServeError
 from server.tools import digest
 
@@ -74,9 +75,11 @@ def _calls(message: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 
 
 def _canonical(arguments: str) -> str:
+    """The arguments as sorted, compact JSON (so that spacing and key order do not matter), or as they are when they
+    are not JSON, or not JSON this server parses (limits: it runs on the scheduler thread for every turn)."""
     try:
-        return json.dumps(json.loads(arguments), sort_keys=True, ensure_ascii=False)
-    except json.JSONDecodeError:
+        return json.dumps(limits.loads(arguments, "arguments"), sort_keys=True, ensure_ascii=False)
+    except ServeError:
         return arguments
 
 
@@ -86,6 +89,7 @@ def normalize(messages: object, tools: list[dict] | None = None) -> list[dict[st
     400 for what a session cannot render."""
     if not isinstance(messages, list) or not messages:
         raise ServeError("'messages' must be a non-empty list")
+    limits.check_messages(messages)
     out = [_one(m, i) for i, m in enumerate(messages)]
     if tools:
         out[0][TOOLS_KEY] = tools
@@ -126,6 +130,7 @@ def _tool_call(call: object, where: str) -> dict[str, Any]:
     args = fn.get("arguments", "{}")
     if not isinstance(args, str):
         raise ServeError(f"{where}.function.arguments must be a JSON string")
+    limits.check_json(args, f"{where}.function.arguments")
     return {"id": str(call.get("id") or ""), "type": "function", "function": {"name": fn["name"], "arguments": args}}
 
 

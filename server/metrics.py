@@ -16,6 +16,7 @@ class Metrics:
         self.lock = threading.Lock()
         self.counters: dict[str, float] = collections.defaultdict(float)
         self.requests: dict[int, int] = collections.defaultdict(int)
+        self.failures: dict[str, int] = collections.defaultdict(int)  # requests answered with an error, by cause
         self._recent: collections.deque[tuple[float, int]] = collections.deque()  # (time, tokens generated)
         self.last_batch = 0
 
@@ -23,9 +24,17 @@ class Metrics:
         with self.lock:
             self.counters[name] += value
 
-    def request(self, status: int) -> None:
+    def request(self, status: int, cause: str | None = None) -> None:
+        """A chat request's answer (`cause`: what failed, for an error: ServeError.cause)."""
         with self.lock:
             self.requests[status] += 1
+            if status >= 400 and cause:
+                self.failures[cause] += 1
+
+    def failed(self, cause: str) -> None:
+        """A request that failed after its 200 (a stream's error event)."""
+        with self.lock:
+            self.failures[cause] += 1
 
     def decoded(self, tokens: int, batch: int) -> None:
         """One decode step produced `tokens` tokens for `batch` sessions."""
@@ -60,12 +69,15 @@ class Metrics:
         ]  # fmt: skip
         with self.lock:
             counters = dict(self.counters)
-            requests = dict(self.requests)
+            requests, failures = dict(self.requests), dict(self.failures)
         for name in sorted(counters):
             lines += [f"# TYPE nexus_{name} counter", f"nexus_{name} {counters[name]:g}"]
         lines += ["# HELP nexus_requests_total Chat-completion requests by HTTP status."]
         lines += ["# TYPE nexus_requests_total counter"]
         lines += [f'nexus_requests_total{{code="{c}"}} {n}' for c, n in sorted(requests.items())]
+        lines += ["# HELP nexus_requests_failed_total Requests answered with an error (streams: an error event), by"
+                  " cause.", "# TYPE nexus_requests_failed_total counter"]  # fmt: skip
+        lines += [f'nexus_requests_failed_total{{cause="{c}"}} {n}' for c, n in sorted(failures.items())]
         return "\n".join(lines) + "\n"
 
 

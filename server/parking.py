@@ -60,11 +60,13 @@ def park(entry: Entry, mode: str, registry: Registry) -> bool:
     try:
         entry.session.save(path)
         _write_sidecar(path.with_suffix(".json"), entry)
-    except OSError as exc:
-        log(f"cannot park session {entry.id} to {path.parent} ({exc}): closed")
+    except Exception as exc:  # noqa: BLE001 - any failure to write (a full disk: OSError, safetensors' own error)
+        log(f"cannot park session {entry.id} to {path.parent} ({type(exc).__name__}: {exc}): closed; its client's "
+            "next turn rebuilds it from its history")  # fmt: skip
         entry.session = None
         registry.drop(entry)
-        path.unlink(missing_ok=True)
+        for stale in (path, path.with_suffix(".json")):
+            stale.unlink(missing_ok=True)
         return False
     entry.parked, entry.session, entry.held_bytes = path, None, 0
     entry.parked_bytes = path.stat().st_size + path.with_suffix(".json").stat().st_size
@@ -106,26 +108,37 @@ def restore(entry: Entry, model, tokenizer, config) -> None:
     entry.restores += 1
 
 
-def park_all(registry: Registry, model) -> int:
+def park_all(registry: Registry, model) -> str:
     """At shutdown, once the scheduler has stopped: every idle session to disk (host-parked ones too), so that the
-    next server on this park folder adopts them; a session mid-turn is left out (its client rebuilds it). The
-    number parked."""
-    import kvstore
-
-    count = 0
+    next server on this park folder adopts them; a session mid-turn is left out (its client rebuilds it), and so is
+    one that cannot be written (a full disk: park closes it, one line each). What was parked and what was not, in
+    words."""
+    parked, failed = 0, 0
     for entry in registry.idle():
-        if entry.on_disk:
-            _write_sidecar(entry.parked.with_suffix(".json"), entry)  # its last use, as of now
-            continue
-        if entry.parked is not None:  # host: back onto the device, then to disk
-            session, tensors, meta = entry.parked
-            session.cache = kvstore.restore_cache(model, tensors, meta)
-            entry.session, entry.parked = session, None
-        if entry.session is not None:
-            count += park(entry, "disk", registry)
+        try:
+            ok = _park_for_restart(entry, registry, model)
+        except Exception as exc:  # noqa: BLE001 - what cannot be parked is closed; the others still are parked
+            log(f"cannot park session {entry.id} in {registry.park_dir} ({type(exc).__name__}: {exc}): closed")
+            registry.drop(entry)
+            ok = False
+        if ok is not None:
+            parked, failed = parked + ok, failed + (not ok)
     for entry in [e for e in registry.entries.values() if e.busy]:
         log(f"session {entry.id} was mid-turn at shutdown: not parked")
-    return count
+    return f"parked {parked} sessions in {registry.park_dir}" + (f"; could not park {failed}" if failed else "")
+
+
+def _park_for_restart(entry: Entry, registry: Registry, model) -> bool | None:
+    """One idle session onto disk with its sidecar up to date; False when it could not be (and was closed); None
+    when it holds nothing to park."""
+    if entry.on_disk:
+        _write_sidecar(entry.parked.with_suffix(".json"), entry)  # its last use, as of now
+        return True
+    if entry.parked is not None:  # host: back onto the device, then to disk
+        session, tensors, meta = entry.parked
+        session.cache = kvstore.restore_cache(model, tensors, meta)
+        entry.session, entry.parked = session, None
+    return None if entry.session is None else park(entry, "disk", registry)
 
 
 def adopt(registry: Registry, model, session_config) -> int:
@@ -243,4 +256,4 @@ def keep_across_restarts(registry: Registry, scheduler) -> None:
     count = adopt(registry, scheduler.model, scheduler.session_config)
     if count:
         log(f"adopted {count} parked sessions from {registry.park_dir}")
-    scheduler.on_stop.append(lambda s: log(f"parked {park_all(s.registry, s.model)} sessions in {s.registry.park_dir}"))
+    scheduler.on_stop.append(lambda s: log(park_all(s.registry, s.model)))

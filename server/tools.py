@@ -21,6 +21,7 @@ import re
 import uuid
 from typing import Any
 
+from server import limits
 from server.config import ServeError
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -45,6 +46,7 @@ def check_tools(tools: object) -> list[dict[str, Any]] | None:
         params = fn.get("parameters", {"type": "object", "properties": {}})
         if not isinstance(params, dict):
             raise ServeError(f"tools[{i}].function.parameters must be a JSON schema object")
+        limits.check_schema(params, f"tools[{i}].function.parameters")
         if "description" in fn and not isinstance(fn["description"], str):
             raise ServeError(f"tools[{i}].function.description must be a string")
         out.append({"type": "function", "function": {**fn, "parameters": params}})
@@ -88,16 +90,12 @@ def parse_reply(text: str, first_only: bool = False) -> tuple[str | None, list[d
     text = text[: first.end()] if first is not None else text
     calls = []
     for body in CALL.findall(text):
-        try:
-            call = json.loads(body)
-        except json.JSONDecodeError:
+        try:  # the model's text is untrusted too: it may nest 1,000 levels deep (limits)
+            call = limits.loads(body, "a tool call")
+            args = call.get("arguments", call.get("parameters", {})) if isinstance(call, dict) else None
+            args = limits.loads(args, "its arguments") if isinstance(args, str) else args
+        except ServeError:
             return text, []
-        args = call.get("arguments", call.get("parameters", {})) if isinstance(call, dict) else None
-        if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except json.JSONDecodeError:
-                return text, []
         if not isinstance(call.get("name") if isinstance(call, dict) else None, str) or not isinstance(args, dict):
             return text, []
         calls.append(tool_call(call["name"], json.dumps(args, ensure_ascii=False)))
@@ -156,6 +154,7 @@ def _response_format(fmt: object) -> dict[str, Any] | None:
             "response_format must be {'type': 'text'}, {'type': 'json_object'} or {'type': 'json_schema', "
             "'json_schema': {'name': ..., 'schema': {...}}}"
         )
+    limits.check_schema(spec.get("schema"), "response_format.json_schema.schema")
     return spec.get("schema") or {"type": "object"}
 
 
@@ -177,17 +176,3 @@ def compact(schema: dict[str, Any]) -> dict[str, Any]:
 def _tag(text: str, tokenizer) -> str:
     token = getattr(tokenizer, "added_tokens_encoder", {}).get(text)
     return json.dumps(text) if token is None else f"<[{token}]>"
-
-
-def make_constraint(kind: str, schema: dict[str, Any], tokenizer) -> Any:
-    """The grammar constraint (kvstore.session.grammar) of a ("tool_call", call schema) or ("json_schema", schema)
-    spec over `tokenizer`; a 400 when it does not compile."""
-    from kvstore.errors import KVStoreError
-    from kvstore.session.grammar import Constraint
-
-    try:
-        if kind == "tool_call":
-            return Constraint.lark(call_grammar(schema, tokenizer), tokenizer)
-        return Constraint.json_schema(compact(schema), tokenizer)
-    except KVStoreError as exc:
-        raise ServeError(f"the grammar of this request does not compile: {exc}") from None
