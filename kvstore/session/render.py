@@ -42,15 +42,19 @@ class ChatRenderer:
     ----------
     tokenizer : a Hugging Face tokenizer with a chat template.
     template_kwargs : extra variables for the template (e.g. ``enable_thinking=False``, ``tools=[...]``).
+    tool_fallback : render tools, tool calls and tool results through the fallback tool template where the model's
+        template has no tool support (serving and agents); False keeps the template's own text (replays).
     """
 
-    def __init__(self, tokenizer, template_kwargs: dict | None = None):
+    def __init__(self, tokenizer, template_kwargs: dict | None = None, tool_fallback: bool = True):
         if not getattr(tokenizer, "chat_template", None):
             raise KVStoreError("the tokenizer has no chat template; use an instruct/chat model")
         self.tokenizer = tokenizer
         self.template_kwargs = dict(template_kwargs or {})
         self.control = ControlText(tokenizer)
-        self.tool_template = "model" if renders_tools(tokenizer) else "fallback"  # who renders tools and their turns
+        # who renders tools and their turns: the model's template, the fallback tool template, or nobody (the
+        # template's own rendering as it is: a replay compares policies on the text the template itself writes)
+        self.tool_template = "model" if renders_tools(tokenizer) else "fallback" if tool_fallback else "template"
         self._prompt_text = self._generation_prompt_text()
         self._end_text = self._end_of_turn_text()
         self.generation_prompt_ids = self.encode(self._prompt_text)

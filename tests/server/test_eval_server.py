@@ -48,7 +48,8 @@ def test_eval_workers_share_one_server(make_server, tmp_path: Path) -> None:
     predictions = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert [p["model_name_or_path"] for p in predictions] == [label, label]
     report = json.loads((out / TASKS[0] / "report.json").read_text())
-    assert report["server"] | {"id": "tiny-qwen3"} == server.config.cache_settings() | {"id": "tiny-qwen3"}
+    served = server.config.cache_settings() | {"id": "tiny-qwen3", "tool_template": "model"}
+    assert report["server"] | {"id": "tiny-qwen3"} == served
     assert report["server"]["policy"] == "nexus-agent" and report["server"]["budget"] == 128
     run = json.loads((out / "run.json").read_text())  # a resume must find the server running the same settings
     assert run["server"] == {"id": "tiny-qwen3", "model": "tiny-qwen3", "policy": "nexus-agent", "budget": 128,
