@@ -10,9 +10,11 @@ from agent_testlib import DirSandbox
 from sessionlib import qwen_tokenizer, qwen_tokenizer_dir, tiny_chat_model
 
 from agent.backends.local import LocalModel
+from agent.calls import call_format
 from agent.environment import SandboxEnvironment
 from agent.loop import Agent, AgentConfig
 from agent.prompts import initial_messages
+from agent.tool_specs import TOOLS
 from agent.trajectory import TrajectoryWriter, load_trajectory
 from kvstore.session.session import Session, SessionConfig
 
@@ -80,3 +82,20 @@ def test_default_model_drives_three_turns(protocol: str, default_model, sandbox:
     assert (res.exit_reason, res.steps) == ("abs_step_limit", 3)
     assert all(0 < r["stats"]["generated_tokens"] <= 8 for r in res.step_records)
     assert all(r["stats"]["held_tokens"] <= 512 + 128 for r in res.step_records)
+
+
+def test_tiny_qwen3_gets_the_tools_through_its_chat_template(tokenizer, sandbox: DirSandbox) -> None:
+    """Native tool calls on a local model: the function specs reach the model through the chat template's `tools=`
+    on the first message, its Hermes <tool_call> text is what the format parses, a tool message renders as the
+    template's tool response."""
+    config = SessionConfig(model="tiny-qwen3", policy="full", protocol="true-eviction", seed=3)
+    model = LocalModel(Session(tiny_chat_model(max_positions=8192), tokenizer, config), constrain=False)
+    calls = call_format("tools")
+    cfg = AgentConfig(max_steps=2, max_steps_absolute=2, max_new_tokens=12)
+    res = Agent(model, SandboxEnvironment(sandbox), cfg, call_format=calls).run(calls.opening("x", sandbox.workdir))
+    assert (res.exit_reason, res.steps) == ("abs_step_limit", 2)
+    text = model.session.renderer.decode(model.session.tokens)
+    assert all(text.count(f'"name": "{name}"') == 1 for name in TOOLS)  # the specs, once: in the opening
+    assert all(r["call"] is None and "did not call a tool" in r["observation"] for r in res.step_records)
+    model.session.append([{"role": "tool", "content": "OBSERVED"}])
+    assert "<tool_response>\nOBSERVED\n</tool_response>" in model.session.renderer.decode(model.session.tokens)
