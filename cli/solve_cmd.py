@@ -21,7 +21,7 @@ from pipeline.files import new_run_folder
 @run_options(
     "dataset", "model", "policy", "budget", "protocol", "protect", "profile", "sandbox", "max_steps", "seed", "replay",
     "temperature", "threads", "max_new_tokens", "device", "command_timeout", "test_timeout", "repo_cache", "server",
-    "learn", "constrain",
+    "api_key", "learn", "constrain", "call_format",
 )  # fmt: skip
 def solve_cmd(
     cfg: RunConfig,
@@ -91,7 +91,10 @@ def _learn(console: Console, cfg: RunConfig, backend, out: Path, statement: str)
     if not (cfg.learns or cfg.teaches_server):
         return None
     session = getattr(backend, "session", None)  # a local model's session; none for a server or a replay
-    return learn_after(out / TRAJECTORY, statement, say_to(console), console.status, session=session, server=cfg.server)
+    served = (cfg.server_model, cfg.api_key)
+    return learn_after(
+        out / TRAJECTORY, statement, say_to(console), console.status, session=session, server=cfg.server, served=served
+    )
 
 
 def print_summary(

@@ -37,7 +37,7 @@ def agent_config(cfg: RunConfig, recorded: dict[str, Any] | None = None) -> Agen
     )
 
 
-_SERVER_OWNS = ("model", "policy", "budget", "protocol", "protect", "device")  # a --server's settings, not the client's
+_SERVER_OWNS = ("policy", "budget", "protocol", "protect", "device")  # a --server's settings (--model picks a model)
 
 
 def preflight(cfg: RunConfig, tasks: list[Task]) -> None:
@@ -58,12 +58,19 @@ def preflight(cfg: RunConfig, tasks: list[Task]) -> None:
     if cfg.server is not None:
         _check_served(cfg)
         return
-    from pipeline.backends import check_device, check_model_available, check_policy, check_protected_opening
+    from pipeline.backends import (
+        check_device,
+        check_model_available,
+        check_policy,
+        check_protected_opening,
+        check_tools_template,
+    )
 
     check_device(cfg.memory.device)
     check_policy(cfg)
     _check_model_name(cfg.memory.model)
     check_model_available(cfg.memory.model)
+    check_tools_template(cfg)
     check_protected_opening(cfg, [t.problem_statement for t in tasks])
 
 
@@ -95,16 +102,16 @@ def _check_model_name(name: str) -> None:
 
 
 def _check_served(cfg: RunConfig) -> None:
-    """Under --server the model and its cache settings are the server's: options that set them are refused (as chat
-    refuses them), and the server must answer."""
-    from pipeline.backends import served_model
+    """Under --server the model's cache settings are the server's: options that set them are refused (as chat
+    refuses them); the server must answer and serve the --model named (or just one model)."""
+    from pipeline.backends import served
     from pipeline.config import run_memory
 
     default = run_memory()
     given = [f"--{n.replace('_', '-')}" for n in _SERVER_OWNS if getattr(cfg.memory, n) != getattr(default, n)]
     if given:
-        raise RunError(f"with --server the model and its cache settings are the server's; drop {', '.join(given)}")
-    served_model(cfg.server)
+        raise RunError(f"with --server the model's cache settings are the server's; drop {', '.join(given)}")
+    served(cfg)
 
 
 def run_task(
@@ -131,11 +138,11 @@ def run_task(
 
 def _run_held(task: Task, cfg: RunConfig, out_dir: Path, on_step, on_token, on_finish, on_event) -> dict[str, Any]:
     """run_task's work, in a folder this process holds."""
+    from agent.calls import call_format
     from agent.environment import SandboxEnvironment
     from agent.loop import Agent
-    from agent.prompts import initial_messages
     from agent.trajectory import TrajectoryWriter
-    from pipeline.backends import make_backend, server_settings
+    from pipeline.backends import make_backend, served
     from swe_env.pyenv import build_progress
     from swe_env.sandbox.factory import SandboxConfig, open_sandbox
 
@@ -155,21 +162,30 @@ def _run_held(task: Task, cfg: RunConfig, out_dir: Path, on_step, on_token, on_f
         acfg = agent_config(cfg, recorded)
         writer = TrajectoryWriter(out_dir / TRAJECTORY)
         env = SandboxEnvironment(sandbox)
-        agent = Agent(backend, env, acfg, writer, task.instance_id, on_step=on_step, on_event=on_event)
+        calls = call_format(_format_of(cfg, recorded))
+        agent = Agent(backend, env, acfg, writer, task.instance_id, on_step, on_event=on_event, call_format=calls)
         try:
-            result = agent.run(initial_messages(task.problem_statement, sandbox.workdir))
+            result = agent.run(calls.opening(task.problem_statement, sandbox.workdir))
         finally:
             writer.close()
     atomic_write(out_dir / PATCH, result.patch)
     emit({"kind": "grading"})
     grade_report = _grade(task, result.patch, cfg)
-    served = server_settings(cfg.server) if cfg.server is not None else None
-    report = build_report(task, cfg, backend.name, result, grade_report, time.monotonic() - start, served)
+    served_now = served(cfg) if cfg.server is not None else None
+    report = build_report(task, cfg, backend.name, result, grade_report, time.monotonic() - start, served_now)
+    report["config"]["call_format"] = calls.name  # the format that ran (a replay's: its recording's)
     report["config"]["max_steps"] = acfg.max_steps_absolute  # the limit that applied (a default, a recording's)
     atomic_write(out_dir / REPORT, json.dumps(report, indent=2) + "\n")
     if on_finish is not None:
         on_finish(backend)
     return report
+
+
+def _format_of(cfg: RunConfig, recorded: dict[str, Any] | None) -> str:
+    """The call format that runs: the config's, or under --call-format auto a replay's recorded one."""
+    if cfg.call_format != "auto":
+        return cfg.call_format
+    return (recorded or {}).get("call_format", "xml")
 
 
 def _grade(task: Task, patch: str, cfg: RunConfig):
