@@ -189,8 +189,12 @@ def _format_of(cfg: RunConfig, recorded: dict[str, Any] | None) -> str:
 
 
 def _grade(task: Task, patch: str, cfg: RunConfig):
+    from pipeline.own_repo import grade_own, is_own
     from swe_env.grading import GradeConfig, grade
     from swe_env.sandbox.factory import SandboxConfig
+
+    if is_own(task):  # solve --repo: the user's --test-cmd decides, by its exit code
+        return grade_own(task, patch, cfg.sandbox, cfg.repo_cache, cfg.test_timeout)
 
     sandbox = SandboxConfig(repo_cache=cfg.repo_cache, install_tools=False)
     return grade(task, patch, config=GradeConfig(backend=cfg.sandbox, sandbox=sandbox, test_timeout=cfg.test_timeout))
