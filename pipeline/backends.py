@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agent.calls import AUTO
 from agent.protocols import ModelBackend
 from kvstore.defaults import describe_memory
 from pipeline.config import RunConfig
@@ -49,6 +50,17 @@ def make_backend(
 
     constrain = False if cfg.call_format == "tools" else cfg.constrain  # the call grammar is XML's
     return LocalModel(new_session(cfg), on_token=on_token, constrain=constrain), None
+
+
+def call_format_of(cfg: RunConfig, recorded: dict[str, Any] | None = None) -> str:
+    """The call format a run uses: --call-format's, or for auto: a replay's recorded one; tools for a --server that
+    is not a nexus-agent serve (vLLM, SGLang, ...: built for tool calling); else xml (the local model's call
+    grammar, and a nexus-agent serve's agent sessions, are DeepSWE's format)."""
+    if cfg.call_format != AUTO:
+        return cfg.call_format
+    if cfg.replaying:
+        return (recorded or {}).get("call_format", "xml")
+    return "tools" if cfg.server is not None and "policy" not in served(cfg) else "xml"
 
 
 def served(cfg: RunConfig) -> dict[str, Any]:

@@ -55,7 +55,8 @@ class RunConfig:
     constrain: bool | None = None  # a local model's replies follow the call grammar, so they always parse
     # (agent.call_grammar, docs/constrained.md); None: on for the offline default model only
     call_format: str = AUTO  # how the model calls tools (agent.calls): xml (DeepSWE's <function=...> text), tools
-    # (native tool calls); auto: tools with a --server, a replay's recorded format, else xml; resolved when made
+    # (native tool calls); auto: tools with a --server that is not a nexus-agent serve (vLLM, SGLang, ...), a
+    # replay's recorded format, else xml (pipeline.backends.call_format_of)
     api_key: str | None = field(default=None, repr=False)  # the --server's key, sent as a Bearer token; None: the
     # environment's $OPENAI_API_KEY (agent.backends.openai_compat); never written to a run's files
 
@@ -79,12 +80,9 @@ class RunConfig:
         self._check_call_format()
 
     def _check_call_format(self) -> None:
-        """auto becomes the format that runs (a replay's waits for its recording); native tool calls exclude the
-        call grammar, which constrains replies to the XML format."""
+        """A known format; native tool calls exclude the call grammar, which constrains replies to the XML format."""
         if self.call_format not in (AUTO, *CALL_FORMATS):
             raise RunError(f"--call-format {self.call_format}: use one of auto, {', '.join(CALL_FORMATS)}")
-        if self.call_format == AUTO and not self.replaying:
-            self.call_format = "tools" if self.server is not None else "xml"
         if self.call_format == "tools" and self.constrain and self.server is None:
             raise RunError("--constrain makes replies follow the XML call grammar: it needs --call-format xml")
 

@@ -142,7 +142,7 @@ def _run_held(task: Task, cfg: RunConfig, out_dir: Path, on_step, on_token, on_f
     from agent.environment import SandboxEnvironment
     from agent.loop import Agent
     from agent.trajectory import TrajectoryWriter
-    from pipeline.backends import make_backend, served
+    from pipeline.backends import call_format_of, make_backend, served
     from swe_env.pyenv import build_progress
     from swe_env.sandbox.factory import SandboxConfig, open_sandbox
 
@@ -162,7 +162,7 @@ def _run_held(task: Task, cfg: RunConfig, out_dir: Path, on_step, on_token, on_f
         acfg = agent_config(cfg, recorded)
         writer = TrajectoryWriter(out_dir / TRAJECTORY)
         env = SandboxEnvironment(sandbox)
-        calls = call_format(_format_of(cfg, recorded))
+        calls = call_format(call_format_of(cfg, recorded))
         agent = Agent(backend, env, acfg, writer, task.instance_id, on_step, on_event=on_event, call_format=calls)
         try:
             result = agent.run(calls.opening(task.problem_statement, sandbox.workdir))
@@ -179,13 +179,6 @@ def _run_held(task: Task, cfg: RunConfig, out_dir: Path, on_step, on_token, on_f
     if on_finish is not None:
         on_finish(backend)
     return report
-
-
-def _format_of(cfg: RunConfig, recorded: dict[str, Any] | None) -> str:
-    """The call format that runs: the config's, or under --call-format auto a replay's recorded one."""
-    if cfg.call_format != "auto":
-        return cfg.call_format
-    return (recorded or {}).get("call_format", "xml")
 
 
 def _grade(task: Task, patch: str, cfg: RunConfig):

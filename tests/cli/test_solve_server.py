@@ -83,10 +83,12 @@ def url(srv: StandIn) -> str:
     return f"http://127.0.0.1:{srv.server_address[1]}/v1"
 
 
-@pytest.mark.parametrize("call_format", ["tools", "xml"])
-def test_solve_through_an_openai_only_server(stand_in: StandIn, tmp_path: Path, call_format: str) -> None:
+@pytest.mark.parametrize(
+    ("given", "call_format"), [("tools", "tools"), ("xml", "xml"), ("auto", "tools")]
+)  # auto: tools, as the server is not a nexus-agent serve
+def test_solve_through_an_openai_only_server(stand_in: StandIn, tmp_path: Path, given: str, call_format: str) -> None:
     out = tmp_path / "run"
-    args = ["--server", url(stand_in), "--model", MODELS[1], "--api-key", KEY, "--call-format", call_format,
+    args = ["--server", url(stand_in), "--model", MODELS[1], "--api-key", KEY, "--call-format", given,
             "--learn-profile"]  # fmt: skip
     res = nexus("solve", TASK, *args, "--max-steps", "2", "--sandbox", "bwrap", "--out", str(out),
                 env=cli_env(tmp_path), cwd=tmp_path)  # fmt: skip
