@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from agent.backends.replay import ReplayModel
+from agent.calls import CALL_FORMATS
 from swe_env.sandbox.base import ExecResult
 from swe_env.tools import install_tools
 
@@ -84,7 +85,7 @@ def call(name: str, **params: str) -> Reply:
 
 # the ways a model calls tools: DeepSWE's XML text, a server's native tool_calls, Hermes <tool_call> text (a local
 # chat template's convention, or a server without a tool parser)
-STYLES = ("xml", "tools", "tools-text")
+STYLES = (*CALL_FORMATS, "tools-text")
 
 
 def scripted(style: str, replies: list[str]) -> ReplayModel:

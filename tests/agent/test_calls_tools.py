@@ -4,6 +4,7 @@ an observation the model reads, answered by its call's id, in the real loop over
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -92,7 +93,7 @@ def test_typed_arguments_reach_the_tool_as_text(sandbox: DirSandbox, tmp_path: P
     ],
 )
 def test_text_calls_fail_with_a_reason(text: str, says: str) -> None:
-    with pytest.raises(FormatError, match=says.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(FormatError, match=re.escape(says)):
         parse_text_call(text)
 
 
