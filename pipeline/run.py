@@ -127,7 +127,8 @@ def run_task(
     `on_finish(backend)` once the report is written (solve learns a memory profile with the backend's model);
     `on_event(event)`: progress for live views: {"kind": "sandbox"|"env_build"|"env_built"|"loading"|"backend"|"model"|
     "tool"|"grading", ...} ("backend" carries the backend, whose session a view may read prefill progress from;
-    "env_build"/"env_built": a first use building the task's Python env, swe_env.pyenv.build_progress). The run
+    "grading" says in "tests" what grades the patch; "env_build"/"env_built": a first use building the task's Python
+    env, swe_env.pyenv.build_progress). The run
     holds `out_dir` (pipeline.folder_lock): another process's run there is refused (RunError) before anything
     starts."""
     from pipeline.folder_lock import hold_folder
@@ -169,7 +170,7 @@ def _run_held(task: Task, cfg: RunConfig, out_dir: Path, on_step, on_token, on_f
         finally:
             writer.close()
     atomic_write(out_dir / PATCH, result.patch)
-    emit({"kind": "grading"})
+    emit({"kind": "grading", "tests": grading_words(task)})
     grade_report = _grade(task, result.patch, cfg)
     served_now = served(cfg) if cfg.server is not None else None
     report = build_report(task, cfg, backend.name, result, grade_report, time.monotonic() - start, served_now)
@@ -179,6 +180,15 @@ def _run_held(task: Task, cfg: RunConfig, out_dir: Path, on_step, on_token, on_f
     if on_finish is not None:
         on_finish(backend)
     return report
+
+
+def grading_words(task: Task) -> str:
+    """What grades the patch, for people: the task's tests, the user's --test-cmd, or nothing (solve --repo)."""
+    from pipeline.own_repo import is_own
+
+    if not is_own(task):
+        return "the task's tests"
+    return f"--test-cmd: {task.test_cmd}" if task.test_cmd else "not graded: no --test-cmd"
 
 
 def _grade(task: Task, patch: str, cfg: RunConfig):

@@ -73,6 +73,8 @@ def test_solve_own_repo(tmp_path: Path, fixes: bool, test_cmd: str | None, statu
     steps = [json.loads(line) for line in (out / "trajectory.jsonl").read_text().splitlines()]
     assert ISSUE.strip() in steps[1]["input"][1]["content"]  # the free-text issue is the task
     assert "def add(a, b):" in steps[1]["observation"]  # the agent saw the repo's HEAD in /testbed
+    said = "--test-cmd: " + test_cmd if test_cmd else "not graded: no --test-cmd"
+    assert f"grading the patch ({said})" in res.stdout
     if test_cmd:
         assert report["grade"]["test_cmd"] == test_cmd and report["grade"]["test_exit_code"] == (0 if fixes else 1)
         assert ("1 passed" if fixes else "1 failed") in report["grade"]["log_excerpt"]
