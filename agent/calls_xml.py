@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from agent.parsing import parse_call
 from agent.prompts import initial_messages
-from agent.protocols import Message, ModelReply, ToolCall
+from agent.protocols import XML_STOP, Message, ModelReply, ToolCall
 
 
 class XmlCalls:
     """The CallFormat of `<function=NAME>` text (agent.parsing); observations go back as user messages."""
 
     name = "xml"
-    stop = ("</function>",)
+    stop = XML_STOP
 
     def opening(self, issue: str, workdir: str) -> list[Message]:
         return initial_messages(issue, workdir)

@@ -12,6 +12,9 @@ Message = dict[str, Any]  # {"role": "system" | "user" | "assistant" | "tool", "
 # calls an assistant message may carry "tool_calls", a tool message "tool_call_id", a first message "tools"
 
 
+XML_STOP = ("</function>",)  # where a reply in DeepSWE's call format ends (agent.calls_xml)
+
+
 @dataclass(frozen=True)
 class Sampling:
     """How one reply is generated."""
@@ -19,7 +22,7 @@ class Sampling:
     max_new_tokens: int = 2048  # most tokens generated in one reply
     temperature: float = 1.0  # 0 = greedy
     top_p: float = 1.0  # nucleus sampling mass
-    stop: tuple[str, ...] = ("</function>",)  # generation ends after one of these (kept in the reply)
+    stop: tuple[str, ...] = XML_STOP  # generation ends after one of these (kept in the reply); the call format's
 
 
 @dataclass
