@@ -127,3 +127,20 @@ def test_the_served_model_is_picked_or_listed(stand_in: StandIn, tmp_path: Path,
                 env=cli_env(tmp_path), cwd=tmp_path)  # fmt: skip
     assert res.returncode == 2 and says.replace("URL", url(stand_in)) in res.stderr, res.stdout + res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+def test_eval_workers_share_the_server_in_the_tools_format(stand_in: StandIn, tmp_path: Path) -> None:
+    """eval takes the same options: two workers, two built-in tasks, native tool calls (auto), the key never on disk."""
+    out = tmp_path / "eval"
+    ids = ["nexus-demo__pagekit-1", "nexus-demo__memocache-1"]
+    res = nexus("eval", "--server", url(stand_in), "--model", MODELS[0], "--api-key", KEY, "--instances", ",".join(ids),
+                "--workers", "2", "--max-steps", "2", "--sandbox", "bwrap", "--out", str(out),
+                env=cli_env(tmp_path), cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    for task in ids:
+        report = json.loads((out / task / "report.json").read_text())
+        assert (report["exit_reason"], report["steps"], report["config"]["call_format"]) == ("agent", 2, "tools")
+    predictions = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert {p["model_name_or_path"] for p in predictions} == {"nexus-agent__coder-7b__server"}
+    assert not [f for f in out.rglob("*") if f.is_file() and KEY in f.read_text(errors="replace")]
+    assert {p["body"]["model"] for p in stand_in.seen if p["body"]} == {MODELS[0]}
