@@ -41,7 +41,8 @@ def issue_text(value: str) -> str:
     """--issue: the text of the file it names, else the text itself; RunError when it is empty."""
     path = Path(value).expanduser()
     try:
-        text = path.read_text(encoding="utf-8", errors="replace") if len(value) < 4096 and path.is_file() else value
+        is_file = len(value) < 4096 and path.is_file()  # longer than any path: only text
+        text = path.read_text(encoding="utf-8", errors="replace") if is_file else value
     except OSError as exc:
         raise RunError(f"--issue {value}: cannot read it ({exc.strerror})") from None
     if not text.strip():
@@ -53,30 +54,44 @@ def issue_text(value: str) -> str:
 def own_task(own: OwnRepo, cfg: RunConfig) -> Iterator[tuple[Task, RunConfig, str]]:
     """The task of `own`, the run's config with the repo cache its sandboxes check it out from (a copy; the cache is
     removed afterwards), and a note for the user ("" or what was not copied)."""
-    from swe_env.safegit import GitError, run_git
-
+    issue = issue_text(own.issue)  # the cheap mistakes first
     repo = own.path.expanduser().resolve()
-    try:
-        head = run_git(repo, "rev-parse", "--verify", "HEAD^{commit}")
-        dirty = run_git(repo, "status", "--porcelain", "--untracked-files=no").stdout.strip()
-    except GitError as exc:
-        raise RunError(f"--repo {own.path}: {exc}") from None
-    if head.returncode != 0:
-        raise RunError(f"--repo {own.path}: not a git repository with a commit (git init, then commit your files)")
+    head, dirty = _head(repo, own.path)
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", repo.name).lstrip(".") or "repo"
     cache = Path(tempfile.mkdtemp(prefix="nexus-own-repo-"))
     try:
-        made = run_git(repo, "bundle", "create", str(cache / f"local__{name}.bundle"), "HEAD", timeout=600)
-        if made.returncode != 0:
-            raise RunError(f"--repo {own.path}: git bundle failed: {made.stderr.strip()[-300:]}")
-        task = Task(f"local__{name}", f"local/{name}", head.stdout.strip(), issue_text(own.issue),
-                    test_cmd=own.test_cmd, source=f"{SOURCE_PREFIX}{repo}")  # fmt: skip
+        _bundle(repo, cache / f"local__{name}.bundle", own.path)
+        source = f"{SOURCE_PREFIX}{repo}"
+        task = Task(f"local__{name}", f"local/{name}", head, issue, test_cmd=own.test_cmd, source=source)
         note = f"uncommitted changes in {repo} are not copied: the agent works on its HEAD commit" if dirty else ""
         own_cfg = copy.copy(cfg)  # the same settings, once validated; only the repo's source differs
         own_cfg.repo_cache = cache
         yield task, own_cfg, note
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+
+
+def _head(repo: Path, given: Path) -> tuple[str, bool]:
+    """The HEAD commit of `repo`, and whether its tracked files differ from it; through safe git only."""
+    from swe_env.safegit import GitError, run_git
+
+    try:
+        head = run_git(repo, "rev-parse", "--verify", "HEAD^{commit}")
+        dirty = run_git(repo, "status", "--porcelain", "--untracked-files=no").stdout.strip()
+    except GitError as exc:
+        raise RunError(f"--repo {given}: {exc}") from None
+    if head.returncode != 0:
+        raise RunError(f"--repo {given}: not a git repository with a commit (git init, then commit your files)")
+    return head.stdout.strip(), bool(dirty)
+
+
+def _bundle(repo: Path, bundle: Path, given: Path) -> None:
+    """The HEAD commit and its history as one bundle file, which the sandboxes unpack like a task's mirror."""
+    from swe_env.safegit import run_git
+
+    made = run_git(repo, "bundle", "create", str(bundle), "HEAD", timeout=600)
+    if made.returncode != 0:
+        raise RunError(f"--repo {given}: git bundle failed: {made.stderr.strip()[-300:]}")
 
 
 def is_own(task: Task) -> bool:

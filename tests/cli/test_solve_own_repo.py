@@ -84,6 +84,18 @@ def test_solve_own_repo(tmp_path: Path, fixes: bool, test_cmd: str | None, statu
     assert not (tmp_path / "host-ran-repo-code").exists()  # no hook, fsmonitor or filter of the repo ran here
 
 
+def test_uncommitted_changes_stay_behind_and_are_named(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    (repo / "calc.py").write_text("DIRTY = True\n")
+    res = nexus("solve", "--repo", str(repo), "--issue", ISSUE, "--replay", str(script(tmp_path / "s.jsonl", True)),
+                "--sandbox", "bwrap", "--out", str(tmp_path / "run"), env=cli_env(tmp_path), cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "are not copied: the agent works on its HEAD commit" in " ".join(res.stdout.split())
+    steps = [json.loads(line) for line in (tmp_path / "run" / "trajectory.jsonl").read_text().splitlines()]
+    assert "return a - b" in steps[1]["observation"] and "DIRTY" not in steps[1]["observation"]
+    assert (repo / "calc.py").read_text() == "DIRTY = True\n"
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
