@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
 
+from agent.calls import CallFormat, assistant_message
+from agent.calls_xml import XmlCalls
 from agent.errors import FormatError, InterruptAgentFlow, LimitsExceeded, Submitted
 from agent.observation import OBSERVATION_CHARS, format_observation, with_steps
 from agent.outputs import keep_output
-from agent.parsing import parse_call
 from agent.protocols import Environment, Message, ModelBackend, ModelReply, Sampling, ToolCall
 from agent.trajectory import TrajectoryWriter
 
@@ -67,8 +68,10 @@ class Agent:
         on_step: Callable[[dict[str, Any]], None] | None = None,
         before_execute: Callable[[ToolCall], str | None] | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
+        call_format: CallFormat | None = None,
     ) -> None:
         self.model, self.env, self.config = model, env, config or AgentConfig()
+        self.calls: CallFormat = call_format or XmlCalls()  # how replies call tools (agent.calls); default DeepSWE's
         self.trajectory, self.task_id = trajectory, task_id
         self.on_step = on_step  # called with each step record (live views)
         self.before_execute = before_execute  # returns an observation to use instead of running the call
@@ -109,15 +112,15 @@ class Agent:
         """One turn: query the model, run its call (or explain the format error), check the limits."""
         t0 = time.monotonic()
         self._emit("model", step=self.n_steps + 1)
-        reply = self.model.reply(self._pending, self.config.sampling())
+        reply = self.model.reply(self._pending, replace(self.config.sampling(), stop=self.calls.stop))
         t1 = time.monotonic()
         sent, self._pending = self._pending, []
-        self.messages += [*sent, {"role": "assistant", "content": reply.text}]
+        self.messages += [*sent, assistant_message(reply.text, reply.tool_calls)]
         self.n_steps += 1
-        call, submitted, observation = self._act(reply.text)
+        call, submitted, observation = self._act(reply)
         if not submitted:
             observation = with_steps(observation, self.config.max_steps - self.n_steps)
-            self._pending = [{"role": "user", "content": observation}]
+            self._pending = self.calls.observation(reply, call, observation)
         self._record(sent, reply, call, observation, submitted, t1 - t0, time.monotonic() - t1)
         if submitted:
             raise Submitted(observation)
@@ -125,10 +128,10 @@ class Agent:
             raise LimitsExceeded("disk_limit", self._disk_exceeded)
         self._check_limits(reply)
 
-    def _act(self, text: str) -> tuple[ToolCall | None, bool, str]:
+    def _act(self, reply: ModelReply) -> tuple[ToolCall | None, bool, str]:
         self._disk_exceeded = ""
         try:
-            call = parse_call(text)
+            call = self.calls.parse(reply)
         except FormatError as exc:
             return None, False, str(exc)
         if self.before_execute is not None and (instead := self.before_execute(call)) is not None:
@@ -175,6 +178,7 @@ class Agent:
             "step": self.n_steps,
             "input": sent,
             "reply": reply.text,
+            **({"tool_calls": reply.tool_calls} if reply.tool_calls else {}),  # native calls, as the server sent them
             "call": {"name": call.name, "params": call.params} if call else None,
             "observation": observation,
             "submitted": submitted,
@@ -192,7 +196,7 @@ class Agent:
 
     def _write_header(self) -> None:
         if self.trajectory is not None and not self._header_written:
-            self.trajectory.header(self.task_id, self.model.name, asdict(self.config))
+            self.trajectory.header(self.task_id, self.model.name, asdict(self.config), call_format=self.calls.name)
             self._header_written = True
 
     def _finish(self, exit_reason: str, patch: str, submission: str = "", error: str | None = None) -> AgentResult:

@@ -27,21 +27,21 @@ def parse_call(text: str, tools: dict[str, ToolSpec] = TOOLS) -> ToolCall:
     start = _OPEN.search(text)
     if start is None:
         if re.search(r"<\s*function\b", text):
-            raise FormatError(_bad(f"the function call is malformed. Write it exactly as:\n\n{CALL_FORMAT}"))
+            raise FormatError(bad(f"the function call is malformed. Write it exactly as:\n\n{CALL_FORMAT}"))
         raise FormatError(NO_CALL_REMINDER)
-    spec = _tool(start.group(1), tools)
+    spec = find_tool(start.group(1), tools)
     params, pos = _params(text, start.end(), spec)
     rest = text[pos:].lstrip()
     close = _CLOSE.match(rest)
     if close is None and rest:
-        raise FormatError(_bad(_unexpected(rest, spec)))
+        raise FormatError(bad(_unexpected(rest, spec)))
     if close is not None and _OPEN.search(rest, close.end()):
-        raise FormatError(_bad("it contains more than one function call; make exactly one call per reply"))
-    _check_required(params, spec)
+        raise FormatError(bad("it contains more than one function call; make exactly one call per reply"))
+    check_params(params, spec)
     return ToolCall(name=spec.name, params=params, thought=text[: start.start()].strip())
 
 
-def _bad(why: str) -> str:
+def bad(why: str) -> str:
     return f"ERROR: your reply could not be run: {why}" + ("" if why.endswith(">") else ".")
 
 
@@ -51,10 +51,10 @@ def _unexpected(rest: str, spec: ToolSpec) -> str:
     return f"the call to {spec.name} is malformed; it must hold only <parameter=NAME>value</parameter> lines"
 
 
-def _tool(name: str, tools: dict[str, ToolSpec]) -> ToolSpec:
+def find_tool(name: str, tools: dict[str, ToolSpec]) -> ToolSpec:
     if name not in tools:
         shown = name or "(empty)"
-        raise FormatError(_bad(f"there is no tool named '{shown}'; the tools are: {', '.join(tools)}"))
+        raise FormatError(bad(f"there is no tool named '{shown}'; the tools are: {', '.join(tools)}"))
     return tools[name]
 
 
@@ -65,12 +65,12 @@ def _params(text: str, pos: int, spec: ToolSpec) -> tuple[dict[str, str], int]:
         key = m.group(1)
         end = _PARAM_CLOSE.search(text, m.end())
         if end is None:
-            raise FormatError(_bad(f"parameter '{key}' of {spec.name} has no closing </parameter>"))
+            raise FormatError(bad(f"parameter '{key}' of {spec.name} has no closing </parameter>"))
         if spec.param(key) is None:
             allowed = ", ".join(p.name for p in spec.params)
-            raise FormatError(_bad(f"{spec.name} has no parameter '{key}'; its parameters are: {allowed}"))
+            raise FormatError(bad(f"{spec.name} has no parameter '{key}'; its parameters are: {allowed}"))
         if key in params:
-            raise FormatError(_bad(f"parameter '{key}' is given twice"))
+            raise FormatError(bad(f"parameter '{key}' is given twice"))
         params[key] = _value(text[m.end() : end.start()], spec.param(key).exact)
         pos = end.end()
     return params, pos
@@ -89,11 +89,12 @@ def _skip_space(text: str, pos: int) -> int:
     return pos
 
 
-def _check_required(params: dict[str, str], spec: ToolSpec) -> None:
+def check_params(params: dict[str, str], spec: ToolSpec) -> None:
+    """Required parameters given, allowed values kept (both call formats check a call this way)."""
     missing = [p.name for p in spec.params if p.required and p.name not in params]
     if missing:
-        raise FormatError(_bad(f"{spec.name} needs the parameter(s) {', '.join(missing)}"))
+        raise FormatError(bad(f"{spec.name} needs the parameter(s) {', '.join(missing)}"))
     for p in spec.params:
         if p.choices and p.name in params and params[p.name] not in p.choices:
             choices = ", ".join(p.choices)
-            raise FormatError(_bad(f"'{params[p.name]}' is not a valid {p.name} for {spec.name}; use one of {choices}"))
+            raise FormatError(bad(f"'{params[p.name]}' is not a valid {p.name} for {spec.name}; use one of {choices}"))

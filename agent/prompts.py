@@ -51,6 +51,20 @@ def system_prompt(tools: dict[str, ToolSpec] = TOOLS) -> str:
     )
 
 
+TOOLS_RULES = """\
+The tools are given to you as functions. Call exactly one of them per reply, with its arguments as a JSON object;
+reason in free text first if it helps. The result of the call comes back in the next message."""
+
+NO_TOOL_CALL_REMINDER = """\
+Your reply did not call a tool, so nothing was run. Every reply must call exactly one of the tools you were given.
+When the task is done, call `finish` with {"command": "submit"}."""
+
+
+def tools_system_prompt() -> str:
+    """The system prompt of native tool calls: the tools themselves travel as function specs (agent.calls_tools)."""
+    return f"You are a software engineer working in a code repository through a small set of tools.\n\n{TOOLS_RULES}"
+
+
 INSTANCE_TEMPLATE = """\
 A code repository is checked out in {workdir}. Here is an issue reported against it:
 

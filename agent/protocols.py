@@ -8,7 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": "..."}
+Message = dict[str, Any]  # {"role": "system" | "user" | "assistant" | "tool", "content": "..."}; under native tool
+# calls an assistant message may carry "tool_calls", a tool message "tool_call_id", a first message "tools"
+
+
+XML_STOP = ("</function>",)  # where a reply in DeepSWE's call format ends (agent.calls_xml)
 
 
 @dataclass(frozen=True)
@@ -18,7 +22,7 @@ class Sampling:
     max_new_tokens: int = 2048  # most tokens generated in one reply
     temperature: float = 1.0  # 0 = greedy
     top_p: float = 1.0  # nucleus sampling mass
-    stop: tuple[str, ...] = ("</function>",)  # generation ends after one of these (kept in the reply)
+    stop: tuple[str, ...] = XML_STOP  # generation ends after one of these (kept in the reply); the call format's
 
 
 @dataclass
@@ -29,15 +33,18 @@ class ModelReply:
     stats: dict[str, Any] = field(default_factory=dict)  # per-turn session stats (prefill/evicted/held tokens, times)
     context_tokens: int | None = None  # tokens in the conversation after this reply; None when unknown
     finish_reason: str | None = None  # "stop", "length", ... as the backend reports it
+    tool_calls: list[dict[str, str]] = field(default_factory=list)  # native calls ({"id", "name", "arguments": the
+    # JSON text as the server sent it}) of a server that parses them; [] for text-only replies
 
 
 @dataclass(frozen=True)
 class ToolCall:
-    """One parsed `<function=NAME>` call."""
+    """One parsed call, from `<function=NAME>` text or a native tool call."""
 
     name: str
     params: dict[str, str]
     thought: str = ""  # the free text before the call
+    call_id: str = ""  # a native tool call's id, which its observation names (tool_call_id); "" for text calls
 
 
 @dataclass(frozen=True)

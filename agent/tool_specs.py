@@ -18,6 +18,8 @@ class Param:
     required: bool = False
     choices: tuple[str, ...] = ()  # allowed values; empty = any string
     exact: bool = False  # text whose whitespace matters: only the newline the call format puts at each end is removed
+    json_type: str = "string"  # its JSON Schema type under native tool calls (string, integer, boolean, array of
+    # integers); every value reaches the tool program as text either way
 
 
 @dataclass(frozen=True)
@@ -59,9 +61,13 @@ FILE_EDITOR = ToolSpec(
         Param("file_text", "content of the new file (create)", exact=True),
         Param("old_str", "the exact text to replace (str_replace)", exact=True),
         Param("new_str", "the replacement (str_replace) or the text to add (insert)", exact=True),
-        Param("insert_line", "line number after which `new_str` goes (insert)"),
-        Param("view_range", "lines to show, e.g. [10, 40]; -1 as the end means to the end of the file (view)"),
-        Param("concise", "true to fold long function bodies in a Python file view (view)"),
+        Param("insert_line", "line number after which `new_str` goes (insert)", json_type="integer"),
+        Param(
+            "view_range",
+            "lines to show, e.g. [10, 40]; -1 as the end means to the end of the file (view)",
+            json_type="array",
+        ),
+        Param("concise", "true to fold long function bodies in a Python file view (view)", json_type="boolean"),
     ),
     read_only=("view",),
 )

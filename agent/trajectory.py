@@ -1,9 +1,10 @@
 """Trajectories as JSONL, written as the run goes: a header, one record per step, a footer per episode.
 
 Records (one JSON object per line, field "type"):
-- header: format version, task id, model name, agent config, free-form meta.
+- header: format version, task id, model name, agent config, free-form meta ("call_format": xml or tools).
 - step: "step" (1-based), "input" (the messages sent to the model this turn), "reply" (the assistant text,
-  verbatim), "call" ({name, params} or null), "observation" (what the tool produced, with the step line),
+  verbatim), "tool_calls" (only when the server sent native ones: [{id, name, arguments}]), "call" ({name, params} or
+  null), "observation" (what the tool produced, with the step line),
   "submitted", "stats" (the backend's per-turn stats), "context_tokens", "model_s", "env_s".
 - footer: "exit_reason", "patch", "steps", "elapsed_s", and "error" when the run crashed.
 A crash loses at most the step in progress; a truncated last line is skipped on reading.
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.calls import assistant_message
 from agent.errors import AgentError
 
 FORMAT_VERSION = 1
@@ -77,7 +79,7 @@ class Trajectory:
         out: list[dict[str, str]] = []
         for s in self.steps:
             out.extend(s.get("input", []))
-            out.append({"role": "assistant", "content": s["reply"]})
+            out.append(assistant_message(s["reply"], s.get("tool_calls") or []))
         return out
 
     def to_json(self) -> dict[str, Any]:

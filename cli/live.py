@@ -93,7 +93,7 @@ class TaskNow:
         elif kind == "loading":
             self._to("loading the model")
         elif kind == "grading":
-            self._to("grading the patch (the task's tests)")
+            self._to(f"grading the patch ({ev['tests']})" if ev.get("tests") else "grading the patch")
         elif kind == "sandbox":
             self._to(f"opening the sandbox ({ev.get('backend')})")
         elif kind in ("env_build", "env_built"):

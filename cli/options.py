@@ -29,7 +29,10 @@ MEMORY = tuple(f.name for f in dataclasses.fields(MemorySettings))  # the option
 # field -> (type on the command line, typer.Option). The help names the default only where it is not shown.
 OPTIONS: dict[str, tuple[Any, Any]] = {
     "dataset": (str | None, typer.Option("--dataset", "-d", help="Task source (default: the built-in tasks).")),
-    "model": (str, typer.Option("--model", "-m", help="Registry name, local model dir or hub id.")),
+    "model": (
+        str,
+        typer.Option("--model", "-m", help="Registry name, local model dir or hub id; with --server, a served model."),
+    ),
     "policy": (str, typer.Option("--policy", help="KV eviction policy (nexus, snapkv, full, ...).")),
     "budget": (str, typer.Option("--budget", help="Cache budget: tokens per layer, a density (0.25 or 25%), 'none'.")),
     "protocol": (str, typer.Option("--protocol", help="true-eviction or re-prefill.")),
@@ -71,7 +74,26 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
             "--server); the other tasks use it. 0: off.",
         ),
     ),
-    "server": (str | None, typer.Option("--server", help="URL of a `nexus-agent serve` (…/v1) all workers share.")),
+    "server": (
+        str | None,
+        typer.Option(
+            "--server",
+            help="Base URL (…/v1) of an OpenAI-compatible server all workers share: a `nexus-agent serve`, vLLM, "
+            "SGLang (docs/servers.md); --model picks among its models (default: its only one).",
+        ),
+    ),
+    "api_key": (
+        str | None,
+        typer.Option("--api-key", help="The --server's API key, sent as a Bearer token (default: $OPENAI_API_KEY)."),
+    ),
+    "call_format": (
+        str,
+        typer.Option(
+            "--call-format",
+            help="How the model calls tools: xml (DeepSWE's <function=...> text), tools (native tool calls), auto "
+            "(tools with a --server that is not a nexus-agent serve, a replay's recorded one, else xml).",
+        ),
+    ),
     "learn": (
         bool,
         typer.Option(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +16,14 @@ from cli.live import STATUS_STYLE, exit_words, plural
 from cli.options import run_options
 from cli.safe_text import safe_text, say_to
 from pipeline.config import DEFAULT_MAX_STEPS, DEFAULT_TASK, RunConfig
+from pipeline.errors import RunError
 from pipeline.files import new_run_folder
 
 
 @run_options(
     "dataset", "model", "policy", "budget", "protocol", "protect", "profile", "sandbox", "max_steps", "seed", "replay",
     "temperature", "threads", "max_new_tokens", "device", "command_timeout", "test_timeout", "repo_cache", "server",
-    "learn", "constrain",
+    "api_key", "learn", "constrain", "call_format",
 )  # fmt: skip
 def solve_cmd(
     cfg: RunConfig,
@@ -32,6 +34,13 @@ def solve_cmd(
     as_json: bool = typer.Option(
         False, "--json", help="Print the report (report.json's content) as JSON on stdout; progress goes to stderr."
     ),
+    repo: Path = typer.Option(
+        None, "--repo", help="Solve an issue in this local git repository (its HEAD commit) instead of a task."
+    ),
+    issue: str = typer.Option(None, "--issue", help="With --repo: the problem statement, or a file holding it."),
+    test_cmd: str = typer.Option(
+        None, "--test-cmd", help="With --repo: grade by this command's exit code (0 = resolved); default: not graded."
+    ),
 ) -> None:
     """Solve one task: the agent works in a sandbox, its patch is graded, files go to --out.
 
@@ -41,20 +50,40 @@ def solve_cmd(
     one line per step."""
     from pipeline.folder_lock import hold_folder
     from pipeline.run import preflight
-    from tasks import get_task
 
-    task = get_task(instance_id or _recorded_task(cfg.replay) or DEFAULT_TASK, cfg.dataset)
-    preflight(cfg, [task])  # after the task: a bad id is answered without importing torch
-    out = out or new_run_folder(Path("runs"), task.instance_id)
     console = make_console(stderr=as_json)  # with --json, stdout carries the report alone
-    with hold_folder(out):  # another run on --out: one line, before anything starts
-        report, learned = _solve(console, task, cfg, out)
+    with _task(console, cfg, instance_id, repo, issue, test_cmd) as (task, cfg):
+        preflight(cfg, [task])  # after the task: a bad id is answered without importing torch
+        out = out or new_run_folder(Path("runs"), task.instance_id)
+        with hold_folder(out):  # another run on --out: one line, before anything starts
+            report, learned = _solve(console, task, cfg, out)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
     print_summary(console, report, out, cfg.lacks_profile and learned is None)
     if learned:
         console.print(safe_text("  " + learned))
+
+
+@contextmanager
+def _task(console: Console, cfg: RunConfig, instance_id, repo: Path | None, issue: str | None, test_cmd: str | None):
+    """The task to solve and the config to run it with: a task by id, or the user's --repo and --issue (whose
+    sandboxes check out the repo's HEAD from a private repo cache, pipeline.own_repo)."""
+    if repo is None:
+        if issue is not None or test_cmd is not None:
+            raise RunError("--issue and --test-cmd go with --repo")
+        from tasks import get_task
+
+        yield get_task(instance_id or _recorded_task(cfg.replay) or DEFAULT_TASK, cfg.dataset), cfg
+        return
+    if instance_id is not None or cfg.dataset is not None or issue is None:
+        raise RunError("--repo takes an --issue (text or file) and no task id or --dataset")
+    from pipeline.own_repo import OwnRepo, own_task
+
+    with own_task(OwnRepo(repo, issue, test_cmd), cfg) as (task, own_cfg, note):
+        if note:
+            console.print(safe_text(note, "yellow"))
+        yield task, own_cfg
 
 
 def _solve(console: Console, task, cfg: RunConfig, out: Path) -> tuple[dict[str, Any], str | None]:
@@ -91,7 +120,10 @@ def _learn(console: Console, cfg: RunConfig, backend, out: Path, statement: str)
     if not (cfg.learns or cfg.teaches_server):
         return None
     session = getattr(backend, "session", None)  # a local model's session; none for a server or a replay
-    return learn_after(out / TRAJECTORY, statement, say_to(console), console.status, session=session, server=cfg.server)
+    served = (cfg.server_model, cfg.api_key)
+    return learn_after(
+        out / TRAJECTORY, statement, say_to(console), console.status, session=session, server=cfg.server, served=served
+    )
 
 
 def print_summary(
@@ -107,8 +139,9 @@ def print_summary(
         f"{plural(report['patch_lines'], 'line')} | agent {report['agent_s']:.1f} s, grading "
         f"{report['grade_s']:.1f} s, wall {report['wall_s']:.1f} s"
     )
+    shown = "not graded" if status == "not_graded" else status  # solve --repo without --test-cmd
     console.print(
-        Text.assemble(safe_text(report["instance_id"], "bold"), ": ", safe_text(status, style), safe_text(how))
+        Text.assemble(safe_text(report["instance_id"], "bold"), ": ", safe_text(shown, style), safe_text(how))
     )
     budget = (report.get("config") or {}).get("budget")
     over = False

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agent.calls import AUTO
 from agent.protocols import ModelBackend
 from kvstore.defaults import describe_memory
 from pipeline.config import RunConfig
@@ -22,7 +23,7 @@ _LOADED: dict[tuple[str, str | None], tuple[Any, Any]] = {}  # (model, device) -
 def make_backend(
     cfg: RunConfig, instance_id: str, on_token: Callable[[str], None] | None = None
 ) -> tuple[ModelBackend, dict[str, Any] | None]:
-    """The backend for one task, and the recorded agent config when replaying (else None)."""
+    """The backend for one task, and the recorded agent config (with its "call_format") when replaying (else None)."""
     from agent.backends.replay import ReplayModel
     from agent.trajectory import load_trajectory
 
@@ -32,47 +33,85 @@ def make_backend(
         task_id = recorded.header.get("task_id")
         if task_id and task_id != instance_id:
             raise RunError(f"{path} records task {task_id}, not {instance_id}")
-        return ReplayModel.from_file(path), recorded.header.get("config")
+        meta = recorded.header.get("meta") or {}  # the recording's call format replays with it (--call-format auto)
+        return ReplayModel.from_file(path), {
+            **(recorded.header.get("config") or {}),
+            "call_format": meta.get("call_format", "xml"),
+        }
     if cfg.server is not None:
         from agent.backends.openai_compat import OpenAICompatConfig, OpenAICompatModel
 
-        config = OpenAICompatConfig(model=served_model(cfg.server), base_url=cfg.server, seed=cfg.memory.seed)
+        model = served(cfg)["id"]
+        config = OpenAICompatConfig(model=model, base_url=cfg.server, seed=cfg.memory.seed, api_key=cfg.api_key)
         backend = OpenAICompatModel(config)
         backend.name = describe_model(cfg)
         return backend, None
     from agent.backends.local import LocalModel
 
-    return LocalModel(new_session(cfg), on_token=on_token, constrain=cfg.constrain), None
+    constrain = False if cfg.call_format == "tools" else cfg.constrain  # the call grammar is XML's
+    return LocalModel(new_session(cfg), on_token=on_token, constrain=constrain), None
 
 
-def served_model(url: str) -> str:
-    """The model id a `nexus-agent serve` (or any OpenAI-compatible server) at `url` serves; RunError if none."""
-    return server_settings(url)["id"]
+def call_format_of(cfg: RunConfig, recorded: dict[str, Any] | None = None) -> str:
+    """The call format a run uses: --call-format's, or for auto: a replay's recorded one; tools for a --server that
+    is not a nexus-agent serve (vLLM, SGLang, ...: built for tool calling); else xml (the local model's call
+    grammar, and a nexus-agent serve's agent sessions, are DeepSWE's format)."""
+    if cfg.call_format != AUTO:
+        return cfg.call_format
+    if cfg.replaying:
+        return (recorded or {}).get("call_format", "xml")
+    return "tools" if cfg.server is not None and "policy" not in served(cfg) else "xml"
+
+
+def served(cfg: RunConfig) -> dict[str, Any]:
+    """server_settings of the run's --server, for the model its --model names (or the only one), with its key."""
+    return server_settings(cfg.server, cfg.server_model, cfg.api_key)
+
+
+def served_model(url: str, model: str | None = None, api_key: str | None = None) -> str:
+    """The model id an OpenAI-compatible server at `url` serves (`model`, or its only one); RunError if none."""
+    return server_settings(url, model, api_key)["id"]
 
 
 @functools.lru_cache(maxsize=8)
-def server_settings(url: str) -> dict[str, Any]:
-    """What the server at `url` serves: {"id"} plus, from a `nexus-agent serve`, the cache settings every session
-    runs with ("model", "policy", "budget", "protocol", ...: the `nexus` field of /v1/models). Asked once per
-    process; RunError when no OpenAI-compatible server answers."""
+def server_settings(url: str, model: str | None = None, api_key: str | None = None) -> dict[str, Any]:
+    """What the server at `url` serves as `model` (None: its only model): {"id"} plus, from a `nexus-agent serve`,
+    the cache settings every session runs with ("model", "policy", "budget", "protocol", ...: the `nexus` field of
+    /v1/models). Asked once per process; RunError, one line, when no OpenAI-compatible server answers or the model
+    is not one it serves."""
+    entries = _served_models(url, api_key)
+    ids = [str(e.get("id")) for e in entries]
+    if model is not None and model not in ids:
+        raise RunError(f"--model {model}: the server at {url} does not serve it; it serves: {', '.join(ids)}")
+    if model is None and len(ids) != 1:
+        listed = f"serves {', '.join(ids)}" if ids else "lists no model"
+        raise RunError(f"--server {url} {listed}: name one with --model" if ids else f"--server {url} {listed}")
+    entry = entries[ids.index(model) if model is not None else 0]
+    return {**(entry.get("nexus") or {}), "id": entry["id"]}
+
+
+def _served_models(url: str, api_key: str | None) -> list[dict[str, Any]]:
+    """The `data` of the server's GET /models."""
     import json
     import urllib.error
     import urllib.request
 
     from agent.backends.openai_compat import API_KEY_ENV, auth_headers, tls_hint
 
-    request = urllib.request.Request(url.rstrip("/") + "/models", headers=auth_headers())
+    request = urllib.request.Request(url.rstrip("/") + "/models", headers=auth_headers(api_key))
     try:
         with urllib.request.urlopen(request, timeout=30) as resp:
-            entry = json.load(resp)["data"][0]
-            return {**(entry.get("nexus") or {}), "id": entry["id"]}
+            entries = json.load(resp)["data"]
+            if not isinstance(entries, list) or not all(isinstance(e, dict) and "id" in e for e in entries):
+                raise ValueError("its /models answer is not a list of models")
+            return entries
     except urllib.error.HTTPError as exc:
         if exc.code not in (401, 403):
             raise RunError(f"--server {url}: /models answered HTTP {exc.code}") from None
-        given = "is not the one it takes" if auth_headers() else "is not set"
+        given = "the key given is not the one it takes" if auth_headers(api_key) else f"${API_KEY_ENV} is not set"
         raise RunError(
-            f"--server {url}: the server needs an API key and ${API_KEY_ENV} {given}; set it to the key the server "
-            "was started with (its NEXUS_AGENT_API_KEY)"
+            f"--server {url}: the server needs an API key and {given}; give the key the server was started with "
+            "(a nexus-agent serve's NEXUS_AGENT_API_KEY, a vLLM's --api-key) as --api-key or in ${API_KEY_ENV}"
         ) from None
     except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         if hint := tls_hint(url, exc):
@@ -83,7 +122,7 @@ def server_settings(url: str) -> dict[str, Any]:
         ) from None
 
 
-def post_profiles(server: str, body: dict[str, Any]) -> dict[str, Any]:
+def post_profiles(server: str, body: dict[str, Any], api_key: str | None = None) -> dict[str, Any]:
     """POST /v1/nexus/profiles of a `nexus-agent serve` (server/profiles.py): its answer, or a RunError with the
     server's message. A calibration runs on the server's model between its sessions' steps: minutes, not seconds."""
     import json
@@ -92,7 +131,7 @@ def post_profiles(server: str, body: dict[str, Any]) -> dict[str, Any]:
 
     from agent.backends.openai_compat import auth_headers
 
-    headers = {"Content-Type": "application/json"} | auth_headers()
+    headers = {"Content-Type": "application/json"} | auth_headers(api_key)
     request = urllib.request.Request(server.rstrip("/") + "/nexus/profiles", json.dumps(body).encode(), headers)
     try:
         with urllib.request.urlopen(request, timeout=3600) as resp:
@@ -113,11 +152,12 @@ def describe_model(cfg: RunConfig) -> str:
         return "replay"
     if cfg.server is None:
         return f"{cfg.memory.model} ({cfg.memory.describe()})"
-    served = server_settings(cfg.server)
-    if "policy" not in served:  # another OpenAI-compatible server: its cache is its own business
-        return f"{served['id']} at {cfg.server}"
-    memory = describe_memory(served["policy"], served["budget"], served["protocol"], served.get("protect", "none"))
-    return f"{served['model']} ({memory}) at {cfg.server}"
+    served_now = served(cfg)
+    if "policy" not in served_now:  # another OpenAI-compatible server: its cache is its own business
+        return f"{served_now['id']} at {cfg.server}"
+    s = served_now
+    memory = describe_memory(s["policy"], s["budget"], s["protocol"], s.get("protect", "none"))
+    return f"{s['model']} ({memory}) at {cfg.server}"
 
 
 def run_label(cfg: RunConfig) -> str:
@@ -126,7 +166,7 @@ def run_label(cfg: RunConfig) -> str:
     if cfg.server is None or cfg.replaying:
         return cfg.model_label()
     try:
-        return cfg.model_label(server_settings(cfg.server))
+        return cfg.model_label(served(cfg))
     except RunError:
         return "nexus-agent__server"
 
@@ -264,3 +304,25 @@ def check_protected_opening(cfg: RunConfig, issues: list[str]) -> None:
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(source, local_files_only=local))
     for issue in issues:
         Session(model, tokenizer, session_config(cfg)).append(initial_messages(issue))
+
+
+def check_tools_template(cfg: RunConfig) -> None:
+    """Fail fast (RunError) when native tool calls would reach a local model whose chat template drops the tools
+    (SmolLM2's does): the model would never learn what it may call. Only loads the tokenizer."""
+    if cfg.call_format != "tools" or cfg.server is not None or cfg.replaying:
+        return
+    from transformers import AutoTokenizer
+
+    from agent.calls_tools import tool_schemas
+    from kvstore.models.registry import resolve
+
+    source = resolve(cfg.memory.model)
+    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=isinstance(source, Path))
+    chat = [{"role": "system", "content": "x"}, {"role": "user", "content": "x"}]
+    if tokenizer.apply_chat_template(chat, tokenize=False) == tokenizer.apply_chat_template(
+        chat, tokenize=False, tools=tool_schemas()
+    ):
+        raise RunError(
+            f"--call-format tools: the chat template of {cfg.memory.model} does not render tools; use --call-format "
+            "xml (or a model whose template does, e.g. qwen2.5-coder-0.5b)"
+        )

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from agent.calls import AUTO, CALL_FORMATS
 from kvstore.defaults import DEFAULT_POLICY
 from kvstore.session.config import MemorySettings
 from pipeline.errors import RunError
@@ -53,6 +54,11 @@ class RunConfig:
     # (--memory-profile auto)
     constrain: bool | None = None  # a local model's replies follow the call grammar, so they always parse
     # (agent.call_grammar, docs/constrained.md); None: on for the offline default model only
+    call_format: str = AUTO  # how the model calls tools (agent.calls): xml (DeepSWE's <function=...> text), tools
+    # (native tool calls); auto: tools with a --server that is not a nexus-agent serve (vLLM, SGLang, ...), a
+    # replay's recorded format, else xml (pipeline.backends.call_format_of)
+    api_key: str | None = field(default=None, repr=False)  # the --server's key, sent as a Bearer token; None: the
+    # environment's $OPENAI_API_KEY (agent.backends.openai_compat); never written to a run's files
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "max_new_tokens", "threads"):
@@ -71,6 +77,14 @@ class RunConfig:
             raise RunError(f"workers must be at least 1, got {self.workers}")
         if self.temperature < 0 or self.command_timeout <= 0 or self.test_timeout <= 0:
             raise RunError("temperature must be >= 0 and the timeouts > 0")
+        self._check_call_format()
+
+    def _check_call_format(self) -> None:
+        """A known format; native tool calls exclude the call grammar, which constrains replies to the XML format."""
+        if self.call_format not in (AUTO, *CALL_FORMATS):
+            raise RunError(f"--call-format {self.call_format}: use one of auto, {', '.join(CALL_FORMATS)}")
+        if self.call_format == "tools" and self.constrain and self.server is None:
+            raise RunError("--constrain makes replies follow the XML call grammar: it needs --call-format xml")
 
     def _check_warmup(self) -> None:
         """--warmup learns the run's profile with the model (in this process, or the --server's); the warm-up tasks
@@ -96,7 +110,7 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         """The settings as one flat record (report.json's `config`, run.json): the memory settings by name."""
         flat = {"dataset": self.dataset, **self.memory.settings()}
-        flat |= {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("dataset", "memory")}
+        flat |= {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("dataset", "memory", "api_key")}
         return {k: str(v) if isinstance(v, Path) else v for k, v in flat.items()}
 
     @property
@@ -117,6 +131,12 @@ class RunConfig:
         """Whether a finished run may teach its --server a memory profile (pipeline.profiles.learn.learn_served; the
         server decides the rest: its memory, its profile directory, what its session matched)."""
         return self.learn and self.server is not None and not self.replaying
+
+    @property
+    def server_model(self) -> str | None:
+        """The served model --model names under --server; None (the default model left as it is): the only one the
+        server serves."""
+        return None if self.memory.model == run_memory().model else self.memory.model
 
     @property
     def replaying(self) -> bool:

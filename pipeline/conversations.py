@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kvstore.errors import KVStoreError
 from pipeline.files import TRAJECTORY  # the file every solve / eval run folder holds
@@ -25,7 +26,8 @@ class Conversation:
     """One recorded conversation."""
 
     name: str  # the file's stem (instance id)
-    messages: list[dict[str, str]]  # role + content, roles system/user/assistant
+    messages: list[dict[str, Any]]  # role + content, roles system/user/assistant (tool, and the tools and calls of
+    # native tool calls, in a run of --call-format tools)
 
 
 def conversation_files(paths: list[Path]) -> list[Path]:
@@ -192,8 +194,12 @@ def _text(content, n: int) -> str:
     raise ValueError(f"message {n}: 'content' is neither text nor a list of parts")
 
 
-def _plain(message: dict) -> dict[str, str] | None:
+def _plain(message: dict) -> dict[str, Any] | None:
+    """A recorded message as the session rendered it: role and text, plus what native tool calls (agent.calls_tools)
+    add, so that a calibration replays the same tokens: the tools on the first message, an assistant's calls, a tool
+    result's call id."""
     role = message.get("role")
     if role not in ("system", "user", "assistant", "tool"):
         return None
-    return {"role": "user" if role == "tool" else role, "content": str(message.get("content") or "")}
+    plain = {"role": role, "content": str(message.get("content") or "")}
+    return plain | {k: message[k] for k in ("tools", "tool_calls", "tool_call_id") if message.get(k)}

@@ -118,6 +118,6 @@ def _execute(jobs, workers: int, executor: str, ray_address: str | None, on_even
 
 
 def _served(cfg: RunConfig) -> dict | None:
-    from pipeline.backends import server_settings
+    from pipeline.backends import served
 
-    return server_settings(cfg.server) if cfg.server else None
+    return served(cfg) if cfg.server else None  # the --model it names, with its --api-key

@@ -37,7 +37,7 @@ def agent_config(cfg: RunConfig, recorded: dict[str, Any] | None = None) -> Agen
     )
 
 
-_SERVER_OWNS = ("model", "policy", "budget", "protocol", "protect", "device")  # a --server's settings, not the client's
+_SERVER_OWNS = ("policy", "budget", "protocol", "protect", "device")  # a --server's settings (--model picks a model)
 
 
 def preflight(cfg: RunConfig, tasks: list[Task]) -> None:
@@ -58,12 +58,19 @@ def preflight(cfg: RunConfig, tasks: list[Task]) -> None:
     if cfg.server is not None:
         _check_served(cfg)
         return
-    from pipeline.backends import check_device, check_model_available, check_policy, check_protected_opening
+    from pipeline.backends import (
+        check_device,
+        check_model_available,
+        check_policy,
+        check_protected_opening,
+        check_tools_template,
+    )
 
     check_device(cfg.memory.device)
     check_policy(cfg)
     _check_model_name(cfg.memory.model)
     check_model_available(cfg.memory.model)
+    check_tools_template(cfg)
     check_protected_opening(cfg, [t.problem_statement for t in tasks])
 
 
@@ -95,16 +102,16 @@ def _check_model_name(name: str) -> None:
 
 
 def _check_served(cfg: RunConfig) -> None:
-    """Under --server the model and its cache settings are the server's: options that set them are refused (as chat
-    refuses them), and the server must answer."""
-    from pipeline.backends import served_model
+    """Under --server the model's cache settings are the server's: options that set them are refused (as chat
+    refuses them); the server must answer and serve the --model named (or just one model)."""
+    from pipeline.backends import served
     from pipeline.config import run_memory
 
     default = run_memory()
     given = [f"--{n.replace('_', '-')}" for n in _SERVER_OWNS if getattr(cfg.memory, n) != getattr(default, n)]
     if given:
-        raise RunError(f"with --server the model and its cache settings are the server's; drop {', '.join(given)}")
-    served_model(cfg.server)
+        raise RunError(f"with --server the model's cache settings are the server's; drop {', '.join(given)}")
+    served(cfg)
 
 
 def run_task(
@@ -120,7 +127,8 @@ def run_task(
     `on_finish(backend)` once the report is written (solve learns a memory profile with the backend's model);
     `on_event(event)`: progress for live views: {"kind": "sandbox"|"env_build"|"env_built"|"loading"|"backend"|"model"|
     "tool"|"grading", ...} ("backend" carries the backend, whose session a view may read prefill progress from;
-    "env_build"/"env_built": a first use building the task's Python env, swe_env.pyenv.build_progress). The run
+    "grading" says in "tests" what grades the patch; "env_build"/"env_built": a first use building the task's Python
+    env, swe_env.pyenv.build_progress). The run
     holds `out_dir` (pipeline.folder_lock): another process's run there is refused (RunError) before anything
     starts."""
     from pipeline.folder_lock import hold_folder
@@ -131,11 +139,11 @@ def run_task(
 
 def _run_held(task: Task, cfg: RunConfig, out_dir: Path, on_step, on_token, on_finish, on_event) -> dict[str, Any]:
     """run_task's work, in a folder this process holds."""
+    from agent.calls import call_format
     from agent.environment import SandboxEnvironment
     from agent.loop import Agent
-    from agent.prompts import initial_messages
     from agent.trajectory import TrajectoryWriter
-    from pipeline.backends import make_backend, server_settings
+    from pipeline.backends import call_format_of, make_backend, served
     from swe_env.pyenv import build_progress
     from swe_env.sandbox.factory import SandboxConfig, open_sandbox
 
@@ -155,16 +163,18 @@ def _run_held(task: Task, cfg: RunConfig, out_dir: Path, on_step, on_token, on_f
         acfg = agent_config(cfg, recorded)
         writer = TrajectoryWriter(out_dir / TRAJECTORY)
         env = SandboxEnvironment(sandbox)
-        agent = Agent(backend, env, acfg, writer, task.instance_id, on_step=on_step, on_event=on_event)
+        calls = call_format(call_format_of(cfg, recorded))
+        agent = Agent(backend, env, acfg, writer, task.instance_id, on_step, on_event=on_event, call_format=calls)
         try:
-            result = agent.run(initial_messages(task.problem_statement, sandbox.workdir))
+            result = agent.run(calls.opening(task.problem_statement, sandbox.workdir))
         finally:
             writer.close()
     atomic_write(out_dir / PATCH, result.patch)
-    emit({"kind": "grading"})
+    emit({"kind": "grading", "tests": grading_words(task)})
     grade_report = _grade(task, result.patch, cfg)
-    served = server_settings(cfg.server) if cfg.server is not None else None
-    report = build_report(task, cfg, backend.name, result, grade_report, time.monotonic() - start, served)
+    served_now = served(cfg) if cfg.server is not None else None
+    report = build_report(task, cfg, backend.name, result, grade_report, time.monotonic() - start, served_now)
+    report["config"]["call_format"] = calls.name  # the format that ran (a replay's: its recording's)
     report["config"]["max_steps"] = acfg.max_steps_absolute  # the limit that applied (a default, a recording's)
     atomic_write(out_dir / REPORT, json.dumps(report, indent=2) + "\n")
     if on_finish is not None:
@@ -172,9 +182,22 @@ def _run_held(task: Task, cfg: RunConfig, out_dir: Path, on_step, on_token, on_f
     return report
 
 
+def grading_words(task: Task) -> str:
+    """What grades the patch, for people: the task's tests, the user's --test-cmd, or nothing (solve --repo)."""
+    from pipeline.own_repo import is_own
+
+    if not is_own(task):
+        return "the task's tests"
+    return f"--test-cmd: {task.test_cmd}" if task.test_cmd else "not graded: no --test-cmd"
+
+
 def _grade(task: Task, patch: str, cfg: RunConfig):
+    from pipeline.own_repo import grade_own, is_own
     from swe_env.grading import GradeConfig, grade
     from swe_env.sandbox.factory import SandboxConfig
+
+    if is_own(task):  # solve --repo: the user's --test-cmd decides, by its exit code
+        return grade_own(task, patch, cfg.sandbox, cfg.repo_cache, cfg.test_timeout)
 
     sandbox = SandboxConfig(repo_cache=cfg.repo_cache, install_tools=False)
     return grade(task, patch, config=GradeConfig(backend=cfg.sandbox, sandbox=sandbox, test_timeout=cfg.test_timeout))

@@ -5,6 +5,8 @@ history every turn. Against `nexus-agent serve` the server continues the same se
 messages) and the turn's cache statistics come back in the answer's `nexus` field; they are kept in the reply's stats.
 With `session_id` the requests name that server session (header X-Nexus-Session) instead of leaving the server to
 find it by the conversation; with `on_token` the reply is streamed (server-sent events) and each piece handed over.
+A conversation's tools (OpenAI function specs on its first message, agent.calls_tools) go out as `tools` with every
+request, and the answer's `tool_calls` come back in the reply (streamed ones gathered from their deltas).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from agent.calls import assistant_message
 from agent.errors import AgentError
 from agent.protocols import Message, ModelReply, Sampling
 
@@ -33,6 +36,7 @@ class OpenAICompatConfig:
     model: str  # the model name the server knows (e.g. "agentica-org/DeepSWE-Preview")
     base_url: str = "http://127.0.0.1:8000/v1"  # up to and including /v1
     api_key_env: str = API_KEY_ENV  # environment variable holding the key; unset = no Authorization header
+    api_key: str | None = field(default=None, repr=False)  # the key itself (--api-key); None: from api_key_env
     timeout_s: float = 600.0  # seconds one request may take
     retries: int = 2  # extra attempts after a connection error or a 5xx answer
     seed: int | None = None  # sent as "seed" when set (servers that honour it sample reproducibly)
@@ -50,25 +54,31 @@ class OpenAICompatModel:
         self.on_token = on_token  # set: stream the reply and hand each text piece to it (live views)
         self.name = f"openai:{config.model}"
         self.history: list[Message] = []
+        self.tools: list[dict[str, Any]] = []  # function specs sent with every request (from the first message)
         self.nexus: dict[str, Any] = {}  # the last answer's `nexus` field (nexus-agent serve), {} from other servers
 
     def reply(self, new_messages: list[Message], sampling: Sampling) -> ModelReply:
-        self.history.extend(new_messages)
+        for m in new_messages:
+            if "tools" in m:  # the conversation's tools travel as the request's `tools`, not inside a message
+                self.tools, m = m["tools"], {k: v for k, v in m.items() if k != "tools"}
+            self.history.append(m)
         data = self._post(self._payload(sampling))
         try:
             choice = data["choices"][0]
             text = choice["message"].get("content") or ""
             finish = choice.get("finish_reason")
+            calls = [_call(c) for c in choice["message"].get("tool_calls") or []]
         except (KeyError, IndexError, TypeError, AttributeError):
             raise AgentError(f"{self.config.base_url}: unexpected chat-completions answer: {str(data)[:300]}") from None
         text = _restore_stop(text, finish, sampling.stop)
-        self.history.append({"role": "assistant", "content": text})
+        self.history.append(assistant_message(text, calls))
         usage = data.get("usage") or {}
         stats = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens") if k in usage}
         nexus = self.nexus = data.get("nexus") or {}  # nexus-agent serve: the session and the turn's cache stats
         stats |= dict(nexus.get("turn") or {})
         stats |= {k: nexus[k] for k in ("session_id", "memory_profile") if k in nexus}
-        return ModelReply(text=text, stats=stats, context_tokens=usage.get("total_tokens"), finish_reason=finish)
+        tokens = usage.get("total_tokens")
+        return ModelReply(text=text, stats=stats, context_tokens=tokens, finish_reason=finish, tool_calls=calls)
 
     def _payload(self, sampling: Sampling) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -77,8 +87,11 @@ class OpenAICompatModel:
             "max_tokens": sampling.max_new_tokens,
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
-            "stop": list(sampling.stop),
         }
+        if sampling.stop:
+            payload["stop"] = list(sampling.stop)
+        if self.tools:
+            payload["tools"] = self.tools
         if self.config.seed is not None:
             payload["seed"] = self.config.seed
         if self.on_token is not None:
@@ -89,7 +102,7 @@ class OpenAICompatModel:
         """The answer as a chat.completion object (a stream is gathered into one); retried on 5xx and connection
         errors, except once a streamed reply has started (its text was already handed on)."""
         url = self.config.base_url.rstrip("/") + "/chat/completions"
-        headers = {"Content-Type": "application/json"} | auth_headers(self.config.api_key_env)
+        headers = {"Content-Type": "application/json"} | auth_headers(self.config.api_key, self.config.api_key_env)
         if self.config.session_id:
             headers[SESSION_HEADER] = self.config.session_id
         body = json.dumps(payload).encode()
@@ -121,6 +134,7 @@ class OpenAICompatModel:
     def _gather(self, resp, url: str, started: list[bool]) -> dict[str, Any]:
         """Read a server-sent-events stream, handing each text piece to on_token; the equivalent completion."""
         text: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}  # index -> the tool call gathered so far
         finish, extra = None, {}
         for raw in resp:
             line = raw.decode(errors="replace").strip()
@@ -134,11 +148,31 @@ class OpenAICompatModel:
                     started[0] = True
                     text.append(piece)
                     self.on_token(piece)
+                for delta in (choice.get("delta") or {}).get("tool_calls") or []:
+                    _add_delta(calls.setdefault(delta.get("index", 0), {}), delta)
                 finish = choice.get("finish_reason") or finish
             extra |= {k: event[k] for k in ("usage", "nexus") if event.get(k)}
         if finish is None:
             raise AgentError(f"the model server's stream ended before the reply did ({url})")
-        return {"choices": [{"message": {"content": "".join(text)}, "finish_reason": finish}], **extra}
+        message = {"content": "".join(text), "tool_calls": [calls[i] for i in sorted(calls)]}
+        return {"choices": [{"message": message, "finish_reason": finish}], **extra}
+
+
+def _add_delta(call: dict[str, Any], delta: dict[str, Any]) -> None:
+    """Fold one streamed piece of a tool call into it: the id and name come once, the arguments in pieces."""
+    call["id"] = delta.get("id") or call.get("id", "")
+    function = call.setdefault("function", {"name": "", "arguments": ""})
+    piece = delta.get("function") or {}
+    function["name"] += piece.get("name") or ""
+    function["arguments"] += piece.get("arguments") or ""
+
+
+def _call(raw: dict[str, Any]) -> dict[str, str]:
+    """A tool call of the answer as the reply keeps it; arguments a server sent as an object become their JSON."""
+    function = raw["function"]
+    arguments = function.get("arguments")
+    arguments = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
+    return {"id": str(raw.get("id") or ""), "name": str(function.get("name") or ""), "arguments": arguments}
 
 
 def tls_hint(url: str, exc: BaseException) -> str:
@@ -156,9 +190,9 @@ def tls_hint(url: str, exc: BaseException) -> str:
     return ""
 
 
-def auth_headers(env: str = API_KEY_ENV) -> dict[str, str]:
-    """The Authorization header for the key in `env` ({} when it is unset or empty)."""
-    key = os.environ.get(env, "").strip()
+def auth_headers(key: str | None = None, env: str = API_KEY_ENV) -> dict[str, str]:
+    """The Authorization header for `key`, else for the key in `env` ({} when neither is set)."""
+    key = (key or os.environ.get(env, "")).strip()
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 

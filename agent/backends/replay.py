@@ -1,4 +1,5 @@
-"""Replays the assistant messages of a recorded trajectory, in order (regression tests, debugging).
+"""Replays the assistant messages of a recorded trajectory, in order (regression tests, debugging), with the native
+tool calls recorded beside them (a run in the "tools" call format replays as it ran).
 
 Each reply reports the context size recorded with it (when the recording has one), so token limits end a faithful
 replay where they ended the original run. No cache statistics: nothing is computed.
@@ -17,10 +18,15 @@ class ReplayModel:
     """Answers each turn with the next recorded reply, whatever the observations say."""
 
     def __init__(
-        self, replies: list[str], name: str = "replay", context_tokens: list[int | None] | None = None
+        self,
+        replies: list[str],
+        name: str = "replay",
+        context_tokens: list[int | None] | None = None,
+        tool_calls: list[list[dict[str, str]]] | None = None,
     ) -> None:
         self.replies = list(replies)
         self.context_tokens = list(context_tokens) if context_tokens is not None else [None] * len(self.replies)
+        self.tool_calls = list(tool_calls) if tool_calls is not None else [[] for _ in self.replies]  # native calls
         self.name = name
         self.source = ""
         self._next = 0
@@ -31,7 +37,8 @@ class ReplayModel:
         if not traj.steps:
             raise AgentError(f"trajectory {path} has no assistant messages to replay")
         counts = [s.get("context_tokens") for s in traj.steps]
-        model = cls(traj.replies(), name=f"replay:{Path(path).name}", context_tokens=counts)
+        calls = [s.get("tool_calls") or [] for s in traj.steps]
+        model = cls(traj.replies(), name=f"replay:{Path(path).name}", context_tokens=counts, tool_calls=calls)
         model.source = str(path)
         return model
 
@@ -47,4 +54,9 @@ class ReplayModel:
                 "asked for another (the run diverged from the recording)"
             )
         n, self._next = self._next, self._next + 1
-        return ModelReply(text=self.replies[n], context_tokens=self.context_tokens[n], finish_reason="replay")
+        return ModelReply(
+            text=self.replies[n],
+            context_tokens=self.context_tokens[n],
+            finish_reason="replay",
+            tool_calls=self.tool_calls[n],
+        )

@@ -39,19 +39,21 @@ def learn_after(
     trajectory: Path, statement: str | None, say: Callable[[str], None],
     waiting: Callable[[str], AbstractContextManager] = nullcontext, *, session=None, server: str | None = None,
     noun: str = "run", key: str | None = None, skippable: bool = False,
+    served: tuple[str | None, str | None] = (None, None),
 ) -> str | None:  # fmt: skip
     """What the conversation of a finished `solve` run, or of a chat being left, teaches its agent's memory profile:
     with `server`, the server learns (`learn_served`); else, when `session` (the model in this process) found no
     profile for its opening, the store does (`learn_from_run`). `statement`: the task's text in the opening (the
     issue, the chat's first request); `waiting(text)`: shown while it works (a console status); `key`, `noun`: as in
-    `learn_from_run`; `skippable`: Ctrl-C skips learning (a chat being left) instead of stopping the program. One
+    `learn_from_run`; `skippable`: Ctrl-C skips learning (a chat being left) instead of stopping the program;
+    `served`: the --server's (model, API key) (None: its only model, $OPENAI_API_KEY). One
     line for people, or None; a file that cannot be read is a line too: the conversation's results are kept. A
     conversation in which the model made no valid tool call teaches nothing (its replies are not the agent's)."""
     if not made_tool_call(trajectory):
         return f"memory profile: not learned (this {noun} made no valid tool call, so it shows no agent at work)"
     if server is not None:
         with waiting("the server learns this agent's memory profile… (Ctrl-C stops waiting)"):
-            return learn_served(server, trajectory, statement, noun)
+            return learn_served(server, trajectory, statement, noun, *served)
     if session is None or session.has_profile:
         return None
     model, tokenizer = session.model, session.tokenizer
@@ -128,7 +130,14 @@ def learn_from_run(
     return said
 
 
-def learn_served(server: str, trajectory: Path, statement: str | None, noun: str = "run") -> str | None:
+def learn_served(
+    server: str,
+    trajectory: Path,
+    statement: str | None,
+    noun: str = "run",
+    model: str | None = None,
+    api_key: str | None = None,
+) -> str | None:
     """A `solve` run or chat against a `nexus-agent serve` teaches the server a memory profile: when the server runs
     the default memory and reads a profile directory, and the session found no profile there, the conversation of
     `trajectory` and its task's `statement` go to the server's POST /v1/nexus/profiles, which calibrates on its own
@@ -143,10 +152,12 @@ def learn_served(server: str, trajectory: Path, statement: str | None, noun: str
     from pipeline.errors import RunError
 
     try:
-        settings = server_settings(server)
+        settings = server_settings(server, model, api_key)
         this = load_conversation(trajectory)
     except (RunError, KVStoreError, OSError):
         return None
+    if "policy" not in settings:  # vLLM, SGLang, ...: POST /v1/nexus/profiles is nexus-agent serve's alone
+        return f"memory profile: not learned ({server} is not a nexus-agent serve, which alone learns one)"
     if settings.get("policy") != DEFAULT_POLICY or not settings.get("profile_directory"):
         return None
     if _served_match(trajectory) or not any(m["role"] == "assistant" for m in this.messages):
@@ -155,7 +166,7 @@ def learn_served(server: str, trajectory: Path, statement: str | None, noun: str
         return f"memory profile: not learned on the server (this {noun}'s opening does not hold its task's text)"
     body = {"conversations": [this.messages], "statement": statement, "sources": [this.name], "if_missing": True}
     try:
-        answer = post_profiles(server, body)
+        answer = post_profiles(server, body, api_key)
     except RunError as e:
         return f"memory profile: could not learn one on the server ({e}); this {noun}'s results are kept"
     except KeyboardInterrupt:

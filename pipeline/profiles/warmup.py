@@ -33,7 +33,7 @@ def check(cfg: RunConfig, out: Path, tasks: list[Task]) -> None:
     """Before any work: a batch that has still to learn its profile needs tasks beyond the warm-up ones (and under
     --server, a server that can use what it learns)."""
     if cfg.warmup and cfg.server:
-        check_server(cfg.server)
+        check_server(cfg)
     if cfg.warmup and not (out / WARMUP_PROFILE).is_file() and len(tasks) <= cfg.warmup:
         raise RunError(
             f"--warmup {cfg.warmup} learns a profile for the tasks after the first {cfg.warmup}, but only "
@@ -59,7 +59,7 @@ def stages(
         calibrate = calibrate_served if cfg.server else calibrate_warmup
         calibrate(cfg, out, [t for t in tasks if t.instance_id in warm], profile, say)
     elif cfg.server and rest:  # resumed: the server may have been restarted, or its profiles replaced, since
-        install_served(cfg.server, profile, say)
+        install_served(cfg, profile, say)
     # a server reads its profile directory, where it saved the profile
     learned = cfg if cfg.server else replace(cfg, memory=replace(cfg.memory, profile=profile))
     yield first + [(learned, t) for t in rest]
@@ -109,7 +109,7 @@ def calibrate_served(cfg: RunConfig, out: Path, warm: list[Task], dest: Path, sa
     if statement:
         body["statement"] = statement
     try:
-        answer = _post_profiles(cfg.server, body)
+        answer = _post_profiles(cfg, body)
     except RunError as e:
         raise RunError(
             f"{e}; the warm-up tasks' results are kept: rerun the same command, or use another --out"
@@ -122,19 +122,19 @@ def calibrate_served(cfg: RunConfig, out: Path, warm: list[Task], dest: Path, sa
     say(f"warm-up: {profile.summary}, saved by the server as {answer['name']}; the other tasks' sessions use it")
 
 
-def install_served(server: str, profile: Path, say: Callable[[str], None]) -> None:
+def install_served(cfg: RunConfig, profile: Path, say: Callable[[str], None]) -> None:
     """Give the server the batch's learned profile again (the same file: it replaces itself)."""
     import base64
 
-    answer = _post_profiles(server, {"profile": base64.b64encode(profile.read_bytes()).decode()})
+    answer = _post_profiles(cfg, {"profile": base64.b64encode(profile.read_bytes()).decode()})
     say(f"warm-up: the server holds the batch's memory profile as {answer['name']}")
 
 
-def check_server(server: str) -> None:
+def check_server(cfg: RunConfig) -> None:
     """--warmup with --server needs a `nexus-agent serve` that reads a profile directory."""
-    from pipeline.backends import server_settings
+    from pipeline.backends import served
 
-    settings = server_settings(server)
+    server, settings = cfg.server, served(cfg)
     if "policy" not in settings:
         raise RunError(f"--warmup needs a `nexus-agent serve` server; {server} serves {settings['id']!r} otherwise")
     if not settings.get("profile_directory"):
@@ -169,11 +169,11 @@ def _warmup_conversations(out: Path, warm: list[Task], dest: Path, say: Callable
     return [load_conversation(f) for f in found]
 
 
-def _post_profiles(server: str, body: dict) -> dict:
+def _post_profiles(cfg: RunConfig, body: dict) -> dict:
     from pipeline.backends import post_profiles
 
     try:
-        return post_profiles(server, body)
+        return post_profiles(cfg.server, body, cfg.api_key)
     except RunError as e:
         raise RunError(f"--warmup: {e}") from None
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
 
+from agent.backends.replay import ReplayModel
+from agent.calls import CALL_FORMATS
 from swe_env.sandbox.base import ExecResult
 from swe_env.tools import install_tools
 
@@ -65,10 +68,47 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def call(name: str, **params: str) -> str:
+class Reply(str):
+    """A scripted reply in the XML format that also knows its call, so a script can be replayed in any format."""
+
+    name: str
+    params: dict[str, str]
+
+
+def call(name: str, **params: str) -> Reply:
     """A well-formed reply: a thought and one call."""
     body = "".join(f"<parameter={k}>{v}</parameter>\n" for k, v in params.items())
-    return f"Next step: {name}.\n<function={name}>\n{body}</function>"
+    reply = Reply(f"Next step: {name}.\n<function={name}>\n{body}</function>")
+    reply.name, reply.params = name, params
+    return reply
+
+
+# the ways a model calls tools: DeepSWE's XML text, a server's native tool_calls, Hermes <tool_call> text (a local
+# chat template's convention, or a server without a tool parser)
+STYLES = (*CALL_FORMATS, "tools-text")
+
+
+def scripted(style: str, replies: list[str]) -> ReplayModel:
+    """A deterministic model answering with `replies`, each call written the way `style` writes it (plain text
+    replies stay as they are)."""
+    texts: list[str] = []
+    natives: list[list[dict[str, str]]] = []
+    for n, r in enumerate(replies):
+        native: list[dict[str, str]] = []
+        if isinstance(r, Reply) and style == "tools":
+            native = [{"id": f"call_{n}", "name": r.name, "arguments": json.dumps(r.params)}]
+            r = f"Next step: {r.name}."
+        elif isinstance(r, Reply) and style == "tools-text":
+            body = json.dumps({"name": r.name, "arguments": r.params})
+            r = f"Next step: {r.name}.\n<tool_call>\n{body}\n</tool_call>"
+        texts.append(r)
+        natives.append(native)
+    return ReplayModel(texts, tool_calls=natives)
+
+
+def format_of(style: str) -> str:
+    """The call format (agent.calls) a style of replies belongs to."""
+    return "xml" if style == "xml" else "tools"
 
 
 def make_sandbox(tmp_path: Path) -> DirSandbox:

