@@ -91,7 +91,7 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
         typer.Option(
             "--call-format",
             help="How the model calls tools: xml (DeepSWE's <function=...> text), tools (native tool calls), auto "
-            "(tools with a --server that is not a nexus-agent serve, a replay's recorded one, else xml).",
+            "(tools with a --server, a replay's recorded one, else xml).",
         ),
     ),
     "learn": (

@@ -53,14 +53,15 @@ def make_backend(
 
 
 def call_format_of(cfg: RunConfig, recorded: dict[str, Any] | None = None) -> str:
-    """The call format a run uses: --call-format's, or for auto: a replay's recorded one; tools for a --server that
-    is not a nexus-agent serve (vLLM, SGLang, ...: built for tool calling); else xml (the local model's call
-    grammar, and a nexus-agent serve's agent sessions, are DeepSWE's format)."""
+    """The call format a run uses: --call-format's, or for auto: a replay's recorded one; tools for any --server
+    (vLLM, SGLang and a nexus-agent serve all take `tools` with `tool_choice: required`, and a serve constrains the
+    forced call by its grammar, so even the offline default model calls a tool each step); else xml (the local
+    model's call grammar is DeepSWE's format)."""
     if cfg.call_format != AUTO:
         return cfg.call_format
     if cfg.replaying:
         return (recorded or {}).get("call_format", "xml")
-    return "tools" if cfg.server is not None and "policy" not in served(cfg) else "xml"
+    return "tools" if cfg.server is not None else "xml"
 
 
 def served(cfg: RunConfig) -> dict[str, Any]:

@@ -55,8 +55,8 @@ class RunConfig:
     constrain: bool | None = None  # a local model's replies follow the call grammar, so they always parse
     # (agent.call_grammar, docs/constrained.md); None: on for the offline default model only
     call_format: str = AUTO  # how the model calls tools (agent.calls): xml (DeepSWE's <function=...> text), tools
-    # (native tool calls); auto: tools with a --server that is not a nexus-agent serve (vLLM, SGLang, ...), a
-    # replay's recorded format, else xml (pipeline.backends.call_format_of)
+    # (native tool calls); auto: tools with a --server (vLLM, SGLang, a nexus-agent serve), a replay's recorded
+    # format, else xml (pipeline.backends.call_format_of)
     api_key: str | None = field(default=None, repr=False)  # the --server's key, sent as a Bearer token; None: the
     # environment's $OPENAI_API_KEY (agent.backends.openai_compat); never written to a run's files
 

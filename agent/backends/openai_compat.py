@@ -90,8 +90,9 @@ class OpenAICompatModel:
         }
         if sampling.stop:
             payload["stop"] = list(sampling.stop)
-        if self.tools:
-            payload["tools"] = self.tools
+        if self.tools:  # every reply of the agent's is one call (a reply without one is a format error it reads), so
+            # the server is asked for one: a server that constrains forced calls (ours, vLLM, SGLang) always gets one
+            payload |= {"tools": self.tools, "tool_choice": "required"}
         if self.config.seed is not None:
             payload["seed"] = self.config.seed
         if self.on_token is not None:

@@ -128,6 +128,7 @@ def test_tools_go_out_and_tool_calls_come_back(server: Server, monkeypatch: pyte
     req1, req2 = server.requests
     assert req1["auth"] == "Bearer given" and req1["body"]["tools"] == TOOLS and "stop" not in req1["body"]
     assert req2["body"]["tools"] == TOOLS and "tools" not in req2["body"]["messages"][0]  # sent as the request's
+    assert req1["body"]["tool_choice"] == "required"  # one call each reply: a constraining server forces it
     assert req2["body"]["messages"][2]["tool_calls"][0]["function"]["arguments"] == '{"search_term": "add"}'
     assert req2["body"]["messages"][3] == {"role": "tool", "tool_call_id": "call_7", "content": "found"}
 

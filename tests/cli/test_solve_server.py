@@ -85,7 +85,7 @@ def url(srv: StandIn) -> str:
 
 @pytest.mark.parametrize(
     ("given", "call_format"), [("tools", "tools"), ("xml", "xml"), ("auto", "tools")]
-)  # auto: tools, as the server is not a nexus-agent serve
+)  # auto: tools with any --server
 def test_solve_through_an_openai_only_server(stand_in: StandIn, tmp_path: Path, given: str, call_format: str) -> None:
     out = tmp_path / "run"
     args = ["--server", url(stand_in), "--model", MODELS[1], "--api-key", KEY, "--call-format", given,

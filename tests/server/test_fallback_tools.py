@@ -68,3 +68,43 @@ def test_a_model_without_tool_support_takes_tools_with_the_fallback_template(smo
     assert r2.model_extra["nexus"]["session_id"] == sid and r2.model_extra["nexus"]["continued"]
     text = smol_tokenizer().decode(smol_server.registry.entries[sid].session.tokens)
     assert "<|im_start|>user\n<tool_response>\na.py b.py\n</tool_response><|im_end|>" in text
+
+
+def test_an_eval_through_serve_calls_a_tool_at_every_step(tmp_path) -> None:
+    """The README's serve flow on the real default model (SmolLM2-135M, no tools in its template): `eval --server`
+    (call format auto: tools, with tool_choice required) gets one grammar-constrained call of the agent's tools at
+    each of its steps. (A random model writes a string to its token limit, so the real one is needed here.)"""
+    from sessionlib import serve_config
+
+    from kvstore.models.registry import DEFAULT_MODEL, load_model
+
+    torch.set_num_threads(1)
+    model, tokenizer, _ = load_model(DEFAULT_MODEL, device="cpu")
+    server = Server(model, tokenizer, serve_config(port=0, model=DEFAULT_MODEL, park_dir=tmp_path / "park")).start()
+    try:
+        _eval_two_steps(server.url, tmp_path)
+    finally:
+        server.close()
+
+
+def _eval_two_steps(url: str, tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    args = ["eval", "--server", url, "--out", str(out), "--instances", "nexus-demo__pagekit-1"]
+    args += ["--sandbox", "local", "--max-steps", "2", "--temperature", "0", "--max-new-tokens", "128"]
+    env = {**os.environ, "NEXUS_AGENT_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1", "NO_COLOR": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", "from cli.app import main; main()", *args],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = [json.loads(line) for line in (out / "nexus-demo__pagekit-1" / "trajectory.jsonl").read_text().splitlines()]
+    assert rows[0]["meta"]["call_format"] == "tools"
+    steps = [r for r in rows if r["type"] == "step"]
+    assert len(steps) == 2
+    for step in steps:
+        assert step["call"] is not None, step.get("observation", "")[:300]
+        assert step["call"]["name"] in {"file_editor", "search", "execute_bash", "finish"}
