@@ -72,13 +72,13 @@ def load_replayed(path: Path, tokenizer, system: str = "recorded") -> Replayed:
     file for one that is not a conversation."""
     check_system(system)
     if path.suffix == ".jsonl":
-        return Replayed(load_conversation(path), ChatRenderer(tokenizer, tool_fallback=False))
+        return Replayed(load_conversation(path), ChatRenderer(tokenizer))
     raw = _raw_messages(path)
     calls = any(isinstance(m, dict) and m.get("tool_calls") for m in raw)
     tools = [MINI_SWE_BASH] if system == "recorded" and calls else []
-    renderer = ChatRenderer(tokenizer, {"tools": tools} if tools else None, tool_fallback=False)
+    renderer = ChatRenderer(tokenizer, {"tools": tools} if tools else None)
     writer = _Writer(renderer, system)
-    if tools and renderer.render(_CONTEXT) == ChatRenderer(tokenizer, tool_fallback=False).render(_CONTEXT):
+    if tools and renderer.render(_CONTEXT) == ChatRenderer(tokenizer).render(_CONTEXT):
         writer.warn("the chat template does not render tool definitions: the bash tool's is left out")
     messages = writer.messages(raw)
     warnings = [f"{text} ({n} times)" if n > 1 else text for text, n in writer.warnings.items()]

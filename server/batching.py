@@ -45,6 +45,7 @@ class Scheduler(threading.Thread):
         self.session_config = SessionConfig.of(
             config.memory, chunk_size=config.chunk_size, dtype=config.dtype,
             cache_options=session_cache_options(config.memory),  # a density follows each conversation
+            tool_fallback=True,  # every served model takes tools (docs/server.md, its fallback tool template)
         )  # fmt: skip
         profile = config.memory.profile
         if profile is not None:  # a missing, corrupt or foreign profile stops the server before it listens

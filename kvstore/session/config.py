@@ -66,6 +66,9 @@ class SessionConfig(MemorySettings):
     chunk_size: int = 512  # prefill chunk in tokens (eviction runs between chunks)
     dtype: str | None = None  # "bf16" | "fp16" | "fp32"; None: bf16 where the hardware supports it, else fp32
     cache_options: dict = field(default_factory=dict)  # further CacheConfig knobs (block, window, lam, ...)
+    tool_fallback: bool = False  # render tools, tool calls and tool results through the fallback tool template where
+    # the model's template has none (kvstore.session.tools_fallback): the server's sessions; elsewhere the template's
+    # own text (runs refuse native tools on such a template, and replays and benchmarks compare on its own text)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -17,7 +17,8 @@ Where this differs from re-rendering the whole conversation with the template:
 
 Content is text (kvstore.session.control): a special token's text inside a message, a tool call or a tool spec is
 spelled out as plain tokens; only the template's own text becomes control tokens. A template without tool support
-renders tools, tool calls and tool results through the fallback tool template (kvstore.session.tools_fallback).
+renders tools, tool calls and tool results through the fallback tool template (kvstore.session.tools_fallback) when
+asked (`tool_fallback`: the server's sessions).
 """
 
 from __future__ import annotations
@@ -43,18 +44,19 @@ class ChatRenderer:
     tokenizer : a Hugging Face tokenizer with a chat template.
     template_kwargs : extra variables for the template (e.g. ``enable_thinking=False``, ``tools=[...]``).
     tool_fallback : render tools, tool calls and tool results through the fallback tool template where the model's
-        template has no tool support (serving and agents); False keeps the template's own text (replays).
+        template has no tool support (the server's sessions: SessionConfig.tool_fallback); False keeps the
+        template's own text.
     """
 
-    def __init__(self, tokenizer, template_kwargs: dict | None = None, tool_fallback: bool = True):
+    def __init__(self, tokenizer, template_kwargs: dict | None = None, tool_fallback: bool = False):
         if not getattr(tokenizer, "chat_template", None):
             raise KVStoreError("the tokenizer has no chat template; use an instruct/chat model")
         self.tokenizer = tokenizer
         self.template_kwargs = dict(template_kwargs or {})
         self.control = ControlText(tokenizer)
-        # who renders tools and their turns: the model's template, the fallback tool template, or nobody (the
-        # template's own rendering as it is: a replay compares policies on the text the template itself writes)
-        self.tool_template = "model" if renders_tools(tokenizer) else "fallback" if tool_fallback else "template"
+        # who renders tools and their turns: the model's template, the fallback tool template, or none (the template's
+        # own text as it is, tools left out: what runs and replays measure on)
+        self.tool_template = "model" if renders_tools(tokenizer) else "fallback" if tool_fallback else "none"
         self._prompt_text = self._generation_prompt_text()
         self._end_text = self._end_of_turn_text()
         self.generation_prompt_ids = self.encode(self._prompt_text)

@@ -31,7 +31,7 @@ class Session:
 
     def __init__(self, model, tokenizer, config: SessionConfig):
         self.model, self.tokenizer, self.config = model, tokenizer, config
-        self.renderer = ChatRenderer(tokenizer)
+        self.renderer = ChatRenderer(tokenizer, tool_fallback=config.tool_fallback)
         self.tokens: list[int] = []  # the whole conversation, token-exact
         self.prefilled = 0  # how many of `tokens` the cache has seen
         self.messages: list[dict] = []

@@ -42,7 +42,8 @@ def renderer(template: str) -> ChatRenderer:
 
     from kvstore.models.registry import DEFAULT_MODEL, resolve
 
-    return ChatRenderer(AutoTokenizer.from_pretrained(resolve(DEFAULT_MODEL)))  # SmolLM2: plain ChatML
+    # SmolLM2: plain ChatML, which takes tools through the fallback tool template, as the server's sessions render
+    return ChatRenderer(AutoTokenizer.from_pretrained(resolve(DEFAULT_MODEL)), tool_fallback=True)
 
 
 TEMPLATES = ["qwen3", pytest.param("smollm2", marks=pytest.mark.slow)]  # the default model: converted once

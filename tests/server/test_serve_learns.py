@@ -38,9 +38,9 @@ def test_a_served_solve_teaches_the_server_its_agents_profile(make_server, tmp_p
     store.mkdir()
     server = make_server(budget=512, profile=store)
 
-    def solve(task: str, *more: str) -> str:
+    def solve(task: str, *more: str) -> str:  # the agent's XML prompt, as the gold conversation it learns from
         args = ["solve", task, "--server", server.url, "--sandbox", "local", "--max-steps", "1", "--max-new-tokens",
-                "4", "--out", str(tmp_path / task), *more]  # fmt: skip
+                "4", "--call-format", "xml", "--out", str(tmp_path / task), *more]  # fmt: skip
         return _nexus(tmp_path, *args)
 
     assert "server learned" not in solve(TASKS[0]) and not list(store.iterdir())  # the default: no learning
