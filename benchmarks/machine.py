@@ -10,8 +10,8 @@ import torch
 
 def machine(device: torch.device | str = "cpu") -> dict[str, Any]:
     """What a measurement ran on, for its JSON: versions, the device (GPU name or CPU model), torch's CPU kernel
-    level and threads. Results in bf16 move by a few per cent between CPUs with other instruction sets (docs/bench/
-    replay.md, "Reproducing a replay"), so a figure is reproducible only on the machine kind it names."""
+    level and threads. Results in bf16 move by a few per cent between CPUs with other instruction sets (research/
+    replay-notebook.md, "Reproducing a replay"), so a figure is reproducible only on the machine kind it names."""
     import os
     import platform
 

@@ -184,7 +184,7 @@ def finish(result: dict, cfg_info: dict, json_path: Path | None, plot_path: Path
     result["curves"] = {"tokens_seen": curves(result["runs"]), "turn": curves(result["runs"], "turn", 1)}
     n = len(result["conversations"])
     tokens = sum(c["scored_tokens"] for c in result["conversations"])
-    # the dtype moves top-1 more than the CPU does (docs/bench/replay.md, "bf16 or fp32"): name it with the figures
+    # the dtype moves top-1 more than the CPU does (research/memory-notebook.md, "bf16 or fp32"): name it
     model = Path(str(cfg_info.get("model"))).name  # a registry name, or a local directory's name
     title = f"bench replay: {model} in {cfg_info.get('dtype')}, {n} conversations, {tokens} tokens"
     tables = [summary_table(rows, title)] + ([target_table(targets)] if targets else [])

@@ -8,7 +8,7 @@ forward's own tokens (causal). No eviction can do that: an evicting cache keeps 
 and has to choose it before the queries exist. It was taken for a ceiling for every memory at that budget, but it is
 not one: the most-attended keys of each query are not the set with the least effect on the output, and the set
 oracle that ranks by every later reply's attention (benchmarks.replay_oracle), a true evicting cache, has a lower KL
-on most of the shared conversations (docs/bench/replay.md, "The set oracles"). It is a reference point.
+on most of the shared conversations (research/replay-notebook.md, "The set oracles"). It is a reference point.
 
 It runs on the full cache with the model's sdpa attention swapped for a masked one while the bound is replayed
 (`query_top_b`), so the queries see exactly the held keys of a full-cache replay, masked per row.
