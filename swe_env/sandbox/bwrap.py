@@ -51,7 +51,6 @@ class BwrapConfig:
     extra_path: tuple[str, ...] = ()  # dirs put on PATH before the system dirs (e.g. a Python env's bin)
     extra_env: tuple[tuple[str, str], ...] = ()  # extra environment variables (the rest is cleared)
     env_dirs: tuple[str, ...] = ()  # a built env and its interpreter's prefix: bound read-only as they are
-    network: bool = False  # keep the host network (only for environment set-up, never for the agent)
     python_env: bool = True  # run in the task's cached Python env (swe_env.pyenv), built in this sandbox if missing
     pyenv: PyEnvConfig | None = None  # where/how those envs are built (first build needs PyPI)
     bwrap: str = "bwrap"  # the bubblewrap executable
@@ -268,7 +267,7 @@ class BwrapSandbox:
         return out, (*stage.fds, self._filter.fd)
 
     def _bwrap_argv(self, build: PyEnv | None = None) -> list[str]:
-        """The bwrap arguments of a command; `build`: build mode for that env (network, env dir writable)."""
+        """The bwrap arguments of a command; `build`: build mode for that env (the index proxy, env dir writable)."""
         env_binds = [*(build.ro_binds if build is not None else self._env_binds), *self.config.env_dirs]
         argv = [self._bwrap, *host_binds(self._root / "etc")]
         argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
@@ -289,8 +288,7 @@ class BwrapSandbox:
             argv += ["--uid", "0", "--gid", "0"]
         argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         argv += ["--die-with-parent", "--new-session"]
-        if not self.config.network or build is not None:
-            argv.append("--unshare-net")
+        argv.append("--unshare-net")  # a build's only way out is the index proxy's socket (index_proxy.py)
         argv += ["--clearenv", "--chdir", self.workdir]
         pip = pip_environment((self.config.pyenv or PyEnvConfig()).index_url) if build is not None else {}
         for key, value in {**self._env(), **pip}.items():

@@ -162,16 +162,18 @@ def _listen_tcp() -> tuple[socket.socket, list[str]]:
     return server, seen
 
 
-def test_the_build_reaches_nothing_of_the_host(tmp_path, monkeypatch):
-    token = f"tok-{uuid.uuid4().hex}"
-    monkeypatch.setenv("PIP_INDEX_URL", f"https://user:{token}@pypi.example.invalid/simple")
-    monkeypatch.setenv("HTTPS_PROXY", f"http://proxy-user:{token}@127.0.0.1:9")
-    tcp, seen = _listen_tcp()
+def _listen_abstract() -> socket.socket:
+    """A host abstract unix socket the build must not reach."""
     abstract = socket.socket(socket.AF_UNIX)
     abstract.bind(f"\0nexus-build-{MARK}")
     abstract.listen(1)
-    port = tcp.getsockname()[1]
-    attack = (
+    return abstract
+
+
+def _probe_host(port: int) -> str:
+    """Python source that records the build's environment, then tries the host's loopback `port` and the abstract
+    socket (`out`: one line each, CONNECTED or refused)."""
+    return (
         "import os, socket\n"
         "out = [repr(sorted(os.environ.items()))]\n"
         f"for family, target in ((socket.AF_INET, ('127.0.0.1', {port})), (socket.AF_UNIX, '\\0nexus-build-{MARK}')):\n"
@@ -182,7 +184,18 @@ def test_the_build_reaches_nothing_of_the_host(tmp_path, monkeypatch):
         "        out.append('CONNECTED %r' % (target,))\n"
         "    except OSError as e:\n"
         "        out.append('refused %r %s' % (target, e))\n"
-        "try:\n"  # the index proxy, through the relay
+    )
+
+
+def test_the_build_reaches_nothing_of_the_host(tmp_path, monkeypatch):
+    token = f"tok-{uuid.uuid4().hex}"
+    monkeypatch.setenv("PIP_INDEX_URL", f"https://user:{token}@pypi.example.invalid/simple")
+    monkeypatch.setenv("HTTPS_PROXY", f"http://proxy-user:{token}@127.0.0.1:9")
+    tcp, seen = _listen_tcp()
+    abstract = _listen_abstract()
+    port = tcp.getsockname()[1]
+    attack = (
+        _probe_host(port) + "try:\n"  # the index proxy, through the relay
         "    p = socket.create_connection(('127.0.0.1', 3128), timeout=5)\n"
         f"    p.sendall(b'CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\n\\r\\n')\n"
         "    out.append('proxy said %r' % p.recv(100).split(b'\\r\\n')[0])\n"
@@ -264,21 +277,10 @@ def test_the_docker_build_reaches_nothing_of_the_host(tmp_path, monkeypatch, doc
     token = f"tok-{uuid.uuid4().hex}"
     monkeypatch.setenv("PIP_INDEX_URL", f"https://user:{token}@pypi.example.invalid/simple")
     tcp, seen = _listen_tcp()
-    abstract = socket.socket(socket.AF_UNIX)
-    abstract.bind(f"\0nexus-build-{MARK}")
-    abstract.listen(1)
+    abstract = _listen_abstract()
     port = tcp.getsockname()[1]
     attack = (
-        "import os, socket, sys\n"
-        "out = [repr(sorted(os.environ.items()))]\n"
-        f"for family, target in ((socket.AF_INET, ('127.0.0.1', {port})), (socket.AF_UNIX, '\\0nexus-build-{MARK}')):\n"
-        "    s = socket.socket(family)\n"
-        "    s.settimeout(3)\n"
-        "    try:\n"
-        "        s.connect(target)\n"
-        "        out.append('CONNECTED %r' % (target,))\n"
-        "    except OSError as e:\n"
-        "        out.append('refused %r %s' % (target, e))\n"
+        _probe_host(port) + "import sys\n"
         "open(os.path.join(sys.prefix, 'probe.out'), 'w').write('\\n'.join(out))\n"  # the env dir is the host's
     )
     repo = _repo(tmp_path, attack)
