@@ -24,6 +24,8 @@ STATUS_STYLE = {
 }
 
 
+TAIL_LINES = 4  # how many lines of the latest step's output the solve view shows under its table
+
 # exit reasons (agent.loop, R2E-Gym's names) in the words the summary uses
 EXIT_WORDS = {
     "agent": "submitted",
@@ -159,17 +161,20 @@ class SolveView:
     def on_step(self, rec: dict[str, Any]) -> None:
         self.rows.append(rec)
 
-    def _current(self) -> Table:
-        return self.render(self.final)
+    def _current(self) -> Group:
+        return Group(self.render(self.final), self.tail())
 
     def render(self, final: bool = False) -> Table:
         table = Table(title=safe_text(self.title), title_justify="left", expand=False)
-        for col in ("step", "tool", "exit", "generated", "context", "cache held", "evicted", "model s", "tool s"):
-            table.add_column(col, justify="left" if col == "tool" else "right")
+        for col in ("step", "call", "exit", "generated", "context", "cache held", "evicted", "model s", "tool s"):
+            if col == "call":  # one line each: call_text cuts it, the table never folds it
+                table.add_column(col, no_wrap=True, overflow="ellipsis")
+            else:
+                table.add_column(col, justify="right")
         for rec in self.rows[-12:]:
             s = rec.get("stats") or {}
             table.add_row(
-                str(rec["step"]), safe_text(tool_of(rec)), safe_text(_exit_code(rec["observation"])),
+                str(rec["step"]), safe_text(_call_of(rec)), safe_text(_exit_code(rec["observation"])),
                 str(s.get("generated_tokens", "-")),
                 str(rec.get("context_tokens", "-")), _held(s),
                 str(s.get("evicted_tokens", "-")), f"{rec['model_s']:.1f}", f"{rec['env_s']:.1f}",
@@ -177,6 +182,17 @@ class SolveView:
         elapsed = time.monotonic() - self.now.start
         table.caption = safe_text(f"done | {elapsed:.0f} s elapsed" if final else self.now.line())
         return table
+
+    def tail(self) -> Text:
+        """The last lines of the latest step's output, under the table."""
+        if not self.rows:
+            return Text("")
+        rec = self.rows[-1]
+        width = max(20, self.console.width - 4)
+        lines = output_tail(rec.get("observation") or "", width=width)
+        text = Text(f"output of step {rec['step']} (last {plural(len(lines), 'line')}):\n", style="bold")
+        text.append(safe_text("\n".join(f"  {line}" for line in lines) or "  (none)", style="dim"))
+        return text
 
 
 class PlainSolveView:
@@ -235,6 +251,18 @@ def _held(stats: dict[str, Any]) -> str:
     if "held_tokens" not in stats:
         return "-"
     return f"{stats['held_tokens']} ({_kib(stats.get('held_bytes'))})"
+
+
+def _call_of(rec: dict[str, Any]) -> str:
+    """A step's call as the table shows it: the tool and its command or arguments (`call_text`), "-" for none."""
+    call = rec.get("call") or {}
+    return call_text(call["name"], call.get("params"), 48) if call.get("name") else tool_of(rec)
+
+
+def output_tail(observation: str, lines: int = TAIL_LINES, width: int = 140) -> list[str]:
+    """The last `lines` non-blank lines of a step's output, each cut to `width` characters."""
+    kept = [line.rstrip() for line in (observation or "").splitlines() if line.strip()][-lines:]
+    return [line if len(line) <= width else line[: width - 1] + "…" for line in kept]
 
 
 def _exit_code(observation: str) -> str:

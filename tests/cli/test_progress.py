@@ -145,3 +145,19 @@ def test_a_first_env_build_is_said_with_its_time(tmp_path, bwrap_installed) -> N
         eval_view.event({"worker": "w1", "instance_id": "task-1", **ev})
     said = console.export_text()
     assert f"task-1 (worker w1): {building}" in said and "built in" in said
+
+
+def test_the_solve_view_shows_each_call_and_the_latest_output() -> None:
+    """Issue 66: a row names the call (command, path, search term), not the tool alone, and the last lines of the
+    latest step's output stand under the table."""
+    console = Console(record=True, width=120)
+    view = SolveView(console, "task", 5)
+    output = "Exit code: 1\n[STDOUT]\n" + "\n".join(f"line {i}" for i in range(10)) + "\n\n"
+    view.on_step({"step": 1, "call": {"name": "execute_bash", "params": {"cmd": "python -m pytest -q tests"}},
+                  "stats": {}, "model_s": 1.0, "env_s": 2.0, "observation": output})  # fmt: skip
+    console.print(view._current())
+    shown = console.export_text()
+    assert "execute_bash: python -m pytest -q tests" in shown
+    assert "output of step 1 (last 4 lines):" in shown
+    assert "line 9" in shown
+    assert "line 5" not in shown
