@@ -16,6 +16,7 @@ from cli.chat_commands import HELP, QUIT, run_command
 from cli.chat_output import condensed, diff_text
 from cli.safe_text import StreamFilter, safe_text
 from pipeline import chat as cs
+from pipeline.chat_steps import ReplyText, is_edit, is_finish, step_title
 
 TURN_DIFF_LINES = 80  # most lines of a turn's diff shown after it (/diff shows it all)
 DECLINED = "The user declined to run this call. Ask for or try something else."
@@ -49,6 +50,8 @@ class Chat:
         self.interrupt = cs.TurnInterrupt(self._note)
         self.git_dirs = cs.repo_git_dirs(Path(state.repo))  # before the agent runs: it can rewrite .git
         self.streamed = StreamFilter()  # the model's streamed text, without what a terminal would act on
+        self.reply_text = ReplyText()  # ... and without its call's markup (the step's title line says it)
+        self.edit_diff: str | None = None  # the diff of the step's edit, until it is shown (once)
 
     def _print(self, *parts: str | tuple[str, str] | Text, **kwargs) -> None:
         """One line of trusted parts (a str, or (str, style)) and `safe_text`s: nothing in it is parsed as markup
@@ -155,17 +158,20 @@ class Chat:
             self._end_stream()
 
     def _stream(self, piece: str) -> None:
-        sys.stdout.write(self.streamed.feed(piece))
+        sys.stdout.write(self.streamed.feed(self.reply_text.feed(piece)))
         sys.stdout.flush()
 
     def _end_stream(self) -> None:
-        """The end of a streamed reply: what the filter held back (a cut-off sequence's text)."""
-        rest = self.streamed.flush()
+        """The end of a streamed reply: what the filters held back (text that was not a call's start, a cut-off
+        sequence's text)."""
+        rest = self.streamed.feed(self.reply_text.end()) + self.streamed.flush()
         if rest:
             sys.stdout.write(rest)
             sys.stdout.flush()
 
     def _on_step(self, rec: dict[str, Any]) -> None:
+        """A step done: its title line (`$ cmd`, `edit path`, ...), its output (an edit: its diff, once; finish:
+        nothing, its summary comes at the turn's end) and one line of statistics."""
         from kvstore.session.session import TurnStats
 
         self._end_stream()
@@ -174,20 +180,37 @@ class Chat:
         self._save()
         result, self.env.last = self.env.last, None
         raw = result.output if result is not None else rec["observation"]
-        code = f"  (exit {result.returncode})" if result is not None and result.returncode else ""
+        failed = result is not None and result.returncode != 0
+        code = f"  (exit {result.returncode})" if failed else ""
         self.outputs[rec["step"]] = (tool_of(rec), raw)
-        self._print("\n", (f"step {rec['step']}", "bold"), " ", safe_text(tool_of(rec)), (code, "red"))
-        self._print(condensed(raw, rec["step"]))
+        title = step_title(rec.get("call"))
+        self._print("\n", (f"step {rec['step']}", "bold"), " ", safe_text(title, visible=True), (code, "red"))
+        self._step_output(rec, raw, failed)
         stats = TurnStats.from_dict(rec.get("stats") or {})
         if stats is not None:
             self._print(safe_text(stats.summary(), "dim"))
         self.interrupt.check()
 
+    def _step_output(self, rec: dict[str, Any], raw: str, failed: bool) -> None:
+        diff, self.edit_diff = self.edit_diff, None
+        if is_finish(rec.get("call")) and rec["submitted"]:
+            return
+        if is_edit(rec.get("call")) and not failed and not rec["observation"].lstrip().startswith("ERROR"):
+            if diff:
+                self._print(diff_text(diff, TURN_DIFF_LINES))
+            return
+        self._print(condensed(raw, rec["step"]))
+
     def _confirm(self, call: ToolCall) -> str | None:
+        from pipeline.chat_diff import edit_preview
+
         self._end_stream()
+        preview = edit_preview(call, self.sandbox.read_file)
+        self.edit_diff = preview if preview and not preview.startswith("(") else None
         if self.yolo or not cs.needs_confirmation(call):
             return None
         self.show_call(call)
+        self.edit_diff = None  # the prompt showed it
         answer = self._ask("[y]es / [n]o / [a]lways: ")
         if answer is None:  # Ctrl-C: this call is declined; a second Ctrl-C at a prompt of this turn stops it
             if self.cancelled:

@@ -1,0 +1,56 @@
+"""What a chat turn shows, on a real repo in a real bubblewrap sandbox with a scripted model that streams its
+replies: the model's text without its call, one title line per step, an edit's diff once, the summary once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from chatlib import bash, call, failing_repo, finish, open_chat, shown
+
+from pipeline import chat as cs
+
+pytestmark = pytest.mark.usefixtures("bwrap_installed")
+EDIT = {"command": "str_replace", "path": "/testbed/calc.py", "old_str": "return a - b", "new_str": "return a + b"}
+SUMMARY = "fixed add: it subtracted"
+
+
+@pytest.fixture
+def turn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
+    """(what the console printed, what was streamed) for one turn: a command, an edit, finish."""
+    repo = failing_repo(tmp_path)
+    replies = [bash("cat calc.py"), call("file_editor", **EDIT), finish(SUMMARY)]
+    with cs.open_repo_sandbox(repo, "t") as sandbox:
+        chat = open_chat(tmp_path / "session", repo, replies, sandbox, stream=True)
+        chat.request("fix add")
+        chat.writer.close()
+        return shown(chat), capsys.readouterr().out
+
+
+def test_the_streamed_text_is_the_models_not_its_call(turn: tuple[str, str]) -> None:
+    assert "<function=" not in turn[1] and "<parameter=" not in turn[1]
+
+
+def test_the_models_free_text_is_shown(turn: tuple[str, str]) -> None:
+    assert turn[1].count("Next: execute_bash.") == 1
+
+
+def test_a_command_step_shows_the_command_line(turn: tuple[str, str]) -> None:
+    assert "step 1 $ cat calc.py" in turn[0]
+
+
+def test_an_edit_step_shows_its_path(turn: tuple[str, str]) -> None:
+    assert "step 2 edit calc.py" in turn[0]
+
+
+def test_an_edit_shows_its_diff_once_in_the_step(turn: tuple[str, str]) -> None:
+    step = turn[0][turn[0].index("step 2") : turn[0].index("step 3")]
+    assert step.count("+    return a + b") == 1
+
+
+def test_an_edit_step_does_not_show_the_editors_snippet(turn: tuple[str, str]) -> None:
+    assert "cat -n" not in turn[0]
+
+
+def test_the_summary_is_shown_once(turn: tuple[str, str]) -> None:
+    assert (turn[0] + turn[1]).count(SUMMARY) == 1
