@@ -91,7 +91,7 @@ class Chat:
         """One request: an agent episode on a snapshot of the repo (/undo), its diff shown at its end."""
         first = not self.conv.has_history
         msg = cs.request_message(text, first, self.state.unseen, self.sandbox.workdir, self.state.notice)
-        self._snapshot(len(self.state.requests) + 1)
+        self._snapshot(len(self.state.requests) + 1, text)
         self.state.requests.append(text)
         self.state.unseen = self.state.notice = ""
         self.outputs, self.cancelled = {}, False
@@ -121,22 +121,24 @@ class Chat:
             self._print(safe_text(f"\nerror: {exc}{how}", "red"))
         return None
 
-    def _snapshot(self, turn: int) -> None:
+    def _snapshot(self, turn: int, request: str) -> None:
         """The repo as it is before this turn: what /undo restores and the turn's diff compares with."""
+        from pipeline import chat_checkpoints
         from pipeline import chat_snapshot as snap
 
         try:
-            snap.take(Path(self.state.repo), self.folder, self.git_dirs, turn)
+            chat_checkpoints.start(Path(self.state.repo), self.folder, self.git_dirs, turn, request)
         except (snap.SnapshotError, OSError) as exc:
             (self.folder / snap.UNDO_DIR / "manifest.json").unlink(missing_ok=True)
             self._print(safe_text(f"no undo for this turn: {exc}", "yellow"))
 
     def _seal(self) -> None:
         """The turn's end: what it left, so that /undo leaves alone what is changed after it."""
+        from pipeline import chat_checkpoints
         from pipeline import chat_snapshot as snap
 
         try:
-            snap.seal(Path(self.state.repo), self.folder, self.git_dirs)
+            chat_checkpoints.seal(Path(self.state.repo), self.folder, self.git_dirs)
         except (snap.SnapshotError, OSError) as exc:
             self._print(safe_text(f"undo will take back every change since the turn started: {exc}", "yellow"))
 

@@ -54,3 +54,50 @@ def test_an_edit_step_does_not_show_the_editors_snippet(turn: tuple[str, str]) -
 
 def test_the_summary_is_shown_once(turn: tuple[str, str]) -> None:
     assert (turn[0] + turn[1]).count(SUMMARY) == 1
+
+
+@pytest.fixture
+def two_turns(tmp_path: Path):
+    """A chat after two turns: the first fixed add, the second added notes.txt."""
+    repo = failing_repo(tmp_path)
+    note = call("file_editor", command="create", path="/testbed/notes.txt", file_text="n\n")
+    replies = [call("file_editor", **EDIT), finish(), note, finish()]
+    with cs.open_repo_sandbox(repo, "t") as sandbox:
+        chat = open_chat(tmp_path / "session", repo, replies, sandbox)
+        chat.request("fix add")
+        chat.request("write notes")
+        shown(chat)
+        yield chat, repo
+        chat.writer.close()
+
+
+def test_checkpoints_lists_every_turn_most_recent_first(two_turns) -> None:
+    from cli.chat_commands import run_command
+
+    run_command(two_turns[0], "/checkpoints")
+    out = shown(two_turns[0])
+    assert out.index("turn 2") < out.index("'fix add'  calc.py")
+
+
+def test_a_second_undo_goes_back_one_more_turn(two_turns) -> None:
+    from cli.chat_commands import run_command
+
+    chat, repo = two_turns
+    run_command(chat, "/undo")
+    run_command(chat, "/undo")
+    assert "return a - b" in (repo / "calc.py").read_text()
+
+
+def test_undo_n_goes_back_n_turns(two_turns) -> None:
+    from cli.chat_commands import run_command
+
+    chat, repo = two_turns
+    run_command(chat, "/undo 2")
+    assert "undo: turn 1: restored 1: calc.py" in shown(chat)
+
+
+def test_the_model_is_told_of_every_undone_turn(two_turns) -> None:
+    from cli.chat_commands import run_command
+
+    run_command(two_turns[0], "/undo 2")
+    assert "calc.py, notes.txt" in two_turns[0].state.notice
