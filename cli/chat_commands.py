@@ -18,6 +18,7 @@ commands (or type a request for the agent):
   /sessions       this repo's saved sessions;  /sessions delete NAME  deletes one
   /stats          cache statistics per model turn;  /history  your requests
   /yolo, /confirm run commands without asking / ask before each command that can change something
+  /allowlist      programs run without asking in this session (`a` at the prompt adds);  /allowlist clear
   /help;  exit, quit, /quit or Ctrl-D leave (the session is saved: --resume continues it)"""
 QUIT = ("exit", "quit", "exit()", "quit()", ":q", "/quit", "/exit", "/q")
 UNDONE = ("The user undid every change your last {n} turn(s) made to the files of the repository ({what}); they "
@@ -112,6 +113,19 @@ def _checkpoints(chat, args: list[str]) -> None:
         chat.say(safe_text(f"  {n}. {point.describe()}"))
 
 
+def _allowlist(chat, args: list[str]) -> None:
+    if args == ["clear"]:
+        chat.state.allow = []
+        chat.state.save(chat.folder)
+        chat.say(safe_text("allowlist cleared: every call that can change something asks again"))
+    elif args:
+        chat.say(("usage: /allowlist [clear]", "yellow"))
+    elif chat.state.allow:
+        chat.say(safe_text(f"run without asking in this session: {', '.join(chat.state.allow)}"))
+    else:
+        chat.say(safe_text("the allowlist is empty (answer `a` at the approval prompt to add a command's program)"))
+
+
 def _sessions(chat, args: list[str]) -> None:
     if args[:1] == ["delete"]:
         if len(args) != 2:
@@ -143,5 +157,6 @@ COMMANDS = {
     "/diff": _diff,
     "/undo": _undo,
     "/checkpoints": _checkpoints,
+    "/allowlist": _allowlist,
     "/sessions": _sessions,
 }

@@ -16,10 +16,10 @@ from cli.chat_commands import HELP, QUIT, run_command
 from cli.chat_output import condensed, diff_text
 from cli.safe_text import StreamFilter, safe_text
 from pipeline import chat as cs
+from pipeline import chat_approval as approval
 from pipeline.chat_steps import ReplyText, is_edit, is_finish, step_title
 
 TURN_DIFF_LINES = 80  # most lines of a turn's diff shown after it (/diff shows it all)
-DECLINED = "The user declined to run this call. Ask for or try something else."
 
 
 class Chat:
@@ -30,7 +30,7 @@ class Chat:
 
     def __init__(
         self, console: Console, folder: Path, name: str, state, conversation, sandbox, agent_cfg, yolo: bool,
-        env_line: str = "",
+        env_line: str = "", interactive: bool = True,
     ):  # fmt: skip
         from agent.loop import Agent
         from agent.prompts import system_prompt
@@ -38,6 +38,7 @@ class Chat:
 
         self.console, self.folder, self.name, self.state = console, folder, name, state
         self.sandbox, self.yolo, self.system = sandbox, yolo, system_prompt()
+        self.interactive = interactive  # input is a terminal: a call that needs approval can be asked about
         self.conv = conversation
         self.conv.set_output(self._stream, self._note)
         self.writer = TrajectoryWriter(folder / cs.TRAJECTORY_FILE)
@@ -204,33 +205,44 @@ class Chat:
         self._print(condensed(raw, rec["step"]))
 
     def _confirm(self, call: ToolCall) -> str | None:
+        """Before a call: None runs it, a string is the model's observation instead (declined, not asked)."""
         from pipeline.chat_diff import edit_preview
 
         self._end_stream()
         preview = edit_preview(call, self.sandbox.read_file)
         self.edit_diff = preview if preview and not preview.startswith("(") else None
-        if self.yolo or not cs.needs_confirmation(call):
+        if self.yolo or not cs.needs_confirmation(call) or approval.allowed(call, self.state.allow):
             return None
+        if not self.interactive:
+            self._print(safe_text(f"not run (input is not a terminal; --yolo or /allowlist): {cs.describe(call)}",
+                                  "yellow", visible=True))  # fmt: skip
+            return approval.NOT_INTERACTIVE
         self.show_call(call)
         self.edit_diff = None  # the prompt showed it
-        answer = self._ask("[y]es / [n]o / [a]lways: ")
-        if answer is None:  # Ctrl-C: this call is declined; a second Ctrl-C at a prompt of this turn stops it
+        return self._approve(call)
+
+    def _approve(self, call: ToolCall) -> str | None:
+        progs = approval.programs(call)
+        always = f"[a]lways allow {', '.join(progs)} in this session" if progs else "[a]lways: not for this command"
+        text = self._ask(f"[y]es / [n]o [reason for the model] / {always}: ")
+        if text is None:  # Ctrl-C: this call is declined; a second Ctrl-C at a prompt of this turn stops it
             if self.cancelled:
                 raise cs.StopTurn
             self.cancelled = True
             self._print(("call cancelled (Ctrl-C again at the next prompt stops the turn)", "yellow"))
-            return DECLINED
-        if answer in ("a", "always"):
-            self.yolo = True
-        if answer in ("y", "yes", "a", "always"):
-            return None
-        return DECLINED
+            return approval.DECLINED
+        answer = approval.parse_answer(text)
+        if answer.kind == "always" and progs:
+            self.state.allow += [p for p in progs if p not in self.state.allow]
+            self.state.save(self.folder)
+            self._print(safe_text(f"allowed without asking in this session: {', '.join(progs)} (/allowlist)"))
+        return None if answer.kind in ("yes", "always") else approval.declined(answer.reason)
 
     def _ask(self, prompt: str) -> str | None:
         """The answer at the approval prompt (None: Ctrl-C); Ctrl-D stops the turn (the session is consistent)."""
         previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # not the turn's stop-after-step
         try:
-            return input(prompt).strip().lower()
+            return input(prompt).strip()
         except KeyboardInterrupt:
             return None
         except EOFError:

@@ -159,8 +159,8 @@ def test_confirm_answers(tmp_path: Path, repo: Path, tiny_model_dir: Path, monke
         monkeypatch.setattr("builtins.input", lambda prompt="": next(answers))
         assert "declined" in chat._confirm(call)
         assert chat._confirm(call) is None and not chat.yolo
-        assert chat._confirm(call) is None and chat.yolo
-        assert chat._confirm(call) is None  # yolo now: no question (the iterator is empty)
+        assert chat._confirm(call) is None and chat.state.allow == ["touch"] and not chat.yolo
+        assert chat._confirm(call) is None  # allowed now: no question (the iterator is empty)
         assert chat._confirm(ToolCall("search", {"search_term": "x"})) is None
         res = cs.ChatEnvironment(sandbox).execute(call, timeout=30)
         assert res.returncode == 0 and (repo / "made.txt").is_file()  # the sandbox works on the user's repo itself

@@ -101,3 +101,68 @@ def test_the_model_is_told_of_every_undone_turn(two_turns) -> None:
 
     run_command(two_turns[0], "/undo 2")
     assert "calc.py, notes.txt" in two_turns[0].state.notice
+
+
+def _observation(chat, step: int) -> str:
+    import json
+
+    records = [json.loads(line) for line in (chat.folder / cs.TRAJECTORY_FILE).read_text().splitlines()]
+    return next(r["observation"] for r in records if r.get("step") == step)
+
+
+@pytest.fixture
+def confirm_chat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """(a chat in confirm mode on a repo, the answers its approval prompt will read)."""
+    repo = failing_repo(tmp_path)
+    answers: list[str] = []
+    monkeypatch.setattr("builtins.input", lambda prompt="": answers.pop(0))
+    with cs.open_repo_sandbox(repo, "t") as sandbox:
+        chat = open_chat(tmp_path / "session", repo, [bash("rm calc.py"), bash("ls"), bash("ls -a"), finish()],
+                         sandbox, yolo=False)  # fmt: skip
+        yield chat, answers
+        chat.writer.close()
+
+
+def test_a_decline_with_a_reason_reaches_the_model(confirm_chat) -> None:
+    chat, answers = confirm_chat
+    answers += ["n keep calc.py, edit it instead", "y", "y"]
+    chat.request("clean up")
+    assert "said why: keep calc.py, edit it instead" in _observation(chat, 1)
+
+
+def test_always_allows_the_program_for_the_session(confirm_chat) -> None:
+    chat, answers = confirm_chat
+    answers += ["n", "a"]  # ls -a then runs without a question (no answer is left)
+    chat.request("look")
+    assert cs.ChatState.load(chat.folder).allow == ["ls"]
+
+
+def test_allowlist_shows_and_clears(confirm_chat) -> None:
+    from cli.chat_commands import run_command
+
+    chat, answers = confirm_chat
+    answers += ["n", "a"]
+    chat.request("look")
+    run_command(chat, "/allowlist clear")
+    run_command(chat, "/allowlist")
+    assert "allowlist is empty" in shown(chat)
+
+
+def test_piped_input_refuses_calls_that_need_approval(tmp_path: Path) -> None:
+    repo = failing_repo(tmp_path)
+    with cs.open_repo_sandbox(repo, "t") as sandbox:
+        chat = open_chat(tmp_path / "session", repo, [bash("rm calc.py"), finish()], sandbox, yolo=False)
+        chat.interactive = False
+        chat.request("clean up")
+        chat.writer.close()
+    assert (repo / "calc.py").exists() and "reads its input from a pipe" in _observation(chat, 1)
+
+
+def test_piped_input_runs_what_the_allowlist_covers(tmp_path: Path) -> None:
+    repo = failing_repo(tmp_path)
+    with cs.open_repo_sandbox(repo, "t") as sandbox:
+        chat = open_chat(tmp_path / "session", repo, [bash("rm calc.py"), finish()], sandbox, yolo=False)
+        chat.interactive, chat.state.allow = False, ["rm"]
+        chat.request("clean up")
+        chat.writer.close()
+    assert not (repo / "calc.py").exists()
