@@ -30,8 +30,10 @@ def run_command(chat, line: str) -> None:
     words = line.split()
     cmd, args = words[0].lower(), words[1:]
     handler = COMMANDS.get(cmd)
-    if handler is None:
+    if cmd == "/help":
         chat.console.print(HELP, highlight=False, markup=False)
+    elif handler is None:
+        chat.say(safe_text(f"unknown command {words[0]}; /help lists them", "yellow"))
     else:
         handler(chat, args)
 

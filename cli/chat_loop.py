@@ -17,7 +17,7 @@ from cli.chat_output import condensed, diff_text
 from cli.safe_text import StreamFilter, safe_text
 from pipeline import chat as cs
 from pipeline import chat_approval as approval
-from pipeline.chat_steps import ReplyText, is_edit, is_finish, step_title
+from pipeline.chat_steps import ReplyText, is_edit, is_finish, stats_line, step_title
 
 TURN_DIFF_LINES = 80  # most lines of a turn's diff shown after it (/diff shows it all)
 
@@ -175,8 +175,6 @@ class Chat:
     def _on_step(self, rec: dict[str, Any]) -> None:
         """A step done: its title line (`$ cmd`, `edit path`, ...), its output (an edit: its diff, once; finish:
         nothing, its summary comes at the turn's end) and one line of statistics."""
-        from kvstore.session.session import TurnStats
-
         self._end_stream()
         self.state.unseen = "" if rec["submitted"] else rec["observation"]
         self.conv.on_step(rec)
@@ -189,9 +187,9 @@ class Chat:
         title = step_title(rec.get("call"))
         self._print("\n", (f"step {rec['step']}", "bold"), " ", safe_text(title, visible=True), (code, "red"))
         self._step_output(rec, raw, failed)
-        stats = TurnStats.from_dict(rec.get("stats") or {})
-        if stats is not None:
-            self._print(safe_text(stats.summary(), "dim"))
+        stats = stats_line(rec["step"], rec.get("stats") or {})
+        if stats:
+            self._print(safe_text(stats, "dim"))
         self.interrupt.check()
 
     def _step_output(self, rec: dict[str, Any], raw: str, failed: bool) -> None:

@@ -79,3 +79,20 @@ def is_edit(call: dict[str, Any] | None) -> bool:
 def is_finish(call: dict[str, Any] | None) -> bool:
     """A finish step: its output is the turn's summary, shown once at the turn's end."""
     return bool(call) and call.get("name") == "finish"
+
+
+TOKEN_COUNTS = (("prompt_tokens", "prompt"), ("completion_tokens", "completion"), ("total_tokens", "total"))
+
+
+def stats_line(turn: int, stats: dict[str, Any]) -> str:
+    """One readable line for a model turn's statistics: kvstore's cache statistics when the model has them (a local
+    model, a `nexus-agent serve`), else the token counts another OpenAI-compatible server reports ("" when none)."""
+    from kvstore.session.session import TurnStats
+
+    full = TurnStats.from_dict(stats)
+    if full is not None:
+        return full.summary()
+    counts = [f"{label} {stats[key]} tok" for key, label in TOKEN_COUNTS if isinstance(stats.get(key), int)]
+    if not counts:
+        return ""
+    return f"turn {turn}: " + ", ".join(counts) + " (no cache statistics from this server)"

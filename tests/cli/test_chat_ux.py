@@ -166,3 +166,36 @@ def test_piped_input_runs_what_the_allowlist_covers(tmp_path: Path) -> None:
         chat.request("clean up")
         chat.writer.close()
     assert not (repo / "calc.py").exists()
+
+
+def test_an_unknown_command_is_named(tmp_path: Path) -> None:
+    from cli.chat_commands import run_command
+
+    repo = failing_repo(tmp_path)
+    with cs.open_repo_sandbox(repo, "t") as sandbox:
+        chat = open_chat(tmp_path / "session", repo, [], sandbox)
+        run_command(chat, "/foo")
+        chat.writer.close()
+    assert shown(chat).strip() == "unknown command /foo; /help lists them"
+
+
+FOREIGN = {"prompt_tokens": 1200, "completion_tokens": 34, "total_tokens": 1234}
+
+
+def _foreign_stats(tmp_path: Path) -> list[str]:
+    """/stats of a chat on a server that is not a `nexus-agent serve` (only OpenAI token counts come back)."""
+    from pipeline.chat_served import ServedConversation, ServedRecord
+
+    record = ServedRecord("http://127.0.0.1:9/v1", "s", turns=[FOREIGN, {}])
+    return ServedConversation(tmp_path, record, {"id": "m"}).stats_lines()
+
+
+def test_stats_of_a_foreign_server_are_not_python_dicts(tmp_path: Path) -> None:
+    assert not any("{" in line for line in _foreign_stats(tmp_path))
+
+
+def test_stats_of_a_foreign_server_name_the_token_counts(tmp_path: Path) -> None:
+    assert (
+        _foreign_stats(tmp_path)[0] == "turn 1: prompt 1200 tok, completion 34 tok, total 1234 tok (no cache "
+        "statistics from this server)"
+    )
