@@ -89,7 +89,7 @@ def chat_cmd(
         Chat(
             console, folder, name, state, conversation, sandbox, agent_cfg, yolo, describe(env), sys.stdin.isatty()
         ).run()
-    if learn and state.learn:
+    if learn and state.learn and (folder / cs.STATE_FILE).is_file():  # an empty session is not kept
         saved = cs.ChatState.load(folder)  # as the last complete step left it (a rollback replaces the chat's state)
         if saved.requests:
             _learn(console, folder, name, saved, getattr(conversation, "session", None))

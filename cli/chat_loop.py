@@ -76,6 +76,11 @@ class Chat:
                     self.request(line)
         finally:
             self.writer.close()
+        from pipeline.chat_sessions import discard_if_empty
+
+        if discard_if_empty(self.folder):
+            self._print(safe_text(f"no request was sent: session {self.name} is not kept"))
+            return
         hint = f"nexus-agent chat --session {self.name} --resume"
         self._print(safe_text(f"session saved in {self.folder} (continue with: {hint})"))
 

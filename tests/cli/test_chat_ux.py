@@ -199,3 +199,25 @@ def test_stats_of_a_foreign_server_name_the_token_counts(tmp_path: Path) -> None
         _foreign_stats(tmp_path)[0] == "turn 1: prompt 1200 tok, completion 34 tok, total 1234 tok (no cache "
         "statistics from this server)"
     )
+
+
+def _leave(chat, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr("builtins.input", lambda prompt="": "exit")
+    chat.run()
+    return shown(chat)
+
+
+def test_a_chat_left_without_a_request_is_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = failing_repo(tmp_path)
+    with cs.open_repo_sandbox(repo, "t") as sandbox:
+        chat = open_chat(tmp_path / "session", repo, [], sandbox)
+        _leave(chat, monkeypatch)
+    assert not (tmp_path / "session").exists()
+
+
+def test_a_chat_with_a_request_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = failing_repo(tmp_path)
+    with cs.open_repo_sandbox(repo, "t") as sandbox:
+        chat = open_chat(tmp_path / "session", repo, [finish()], sandbox)
+        chat.request("hello")
+        assert "session saved in" in _leave(chat, monkeypatch)
