@@ -17,6 +17,7 @@ from cli.chat_output import condensed, diff_text
 from cli.safe_text import StreamFilter, safe_text
 from pipeline import chat as cs
 from pipeline import chat_approval as approval
+from pipeline import chat_instructions as instructions
 from pipeline.chat_steps import ReplyText, is_edit, is_finish, stats_line, step_title
 
 TURN_DIFF_LINES = 80  # most lines of a turn's diff shown after it (/diff shows it all)
@@ -38,8 +39,12 @@ class Chat:
 
         self.console, self.folder, self.name, self.state = console, folder, name, state
         self.sandbox, self.yolo, self.system = sandbox, yolo, system_prompt()
-        self.interactive = interactive  # input is a terminal: a call that needs approval can be asked about
         self.conv = conversation
+        self.instructions_line = ""  # AGENTS.md: read once, when the session has no history (before the agent runs)
+        if not self.conv.has_history:
+            found = instructions.read(Path(state.repo))
+            self.system, self.instructions_line = instructions.system_prompt(self.system, found), found.line
+        self.interactive = interactive  # input is a terminal: a call that needs approval can be asked about
         self.conv.set_output(self._stream, self._note)
         self.writer = TrajectoryWriter(folder / cs.TRAJECTORY_FILE)
         self.env = cs.ChatEnvironment(sandbox)
@@ -293,6 +298,8 @@ class Chat:
         where = f" on {self.state.repo} (at /testbed in the sandbox) | {self.conv.describe()} | {mode}"
         self._print("nexus-agent chat ", safe_text(self.name, "bold"), safe_text(where))
         self._print(safe_text(self._sandbox_line(), "dim"))
+        if self.instructions_line:
+            self._print(safe_text(self.instructions_line))
         for note in getattr(self.sandbox, "notes", ()):
             self._print(safe_text(note))
         if self.state.requests:

@@ -221,3 +221,17 @@ def test_a_chat_with_a_request_is_kept(tmp_path: Path, monkeypatch: pytest.Monke
         chat = open_chat(tmp_path / "session", repo, [finish()], sandbox)
         chat.request("hello")
         assert "session saved in" in _leave(chat, monkeypatch)
+
+
+def test_agents_md_reaches_the_system_prompt_of_the_first_request(tmp_path: Path) -> None:
+    import json
+
+    repo = failing_repo(tmp_path)
+    (repo / "AGENTS.md").write_text("Always run pytest -q before finishing.\n")
+    with cs.open_repo_sandbox(repo, "t") as sandbox:
+        chat = open_chat(tmp_path / "session", repo, [finish()], sandbox)
+        chat.request("hello")
+        chat.writer.close()
+    records = [json.loads(line) for line in (chat.folder / cs.TRAJECTORY_FILE).read_text().splitlines()]
+    system = next(r for r in records if r.get("step") == 1)["input"][0]
+    assert "Always run pytest -q before finishing." in system["content"]
