@@ -179,6 +179,17 @@ def test_an_unknown_command_is_named(tmp_path: Path) -> None:
     assert shown(chat).strip() == "unknown command /foo; /help lists them"
 
 
+def test_help_prints_the_commands(tmp_path: Path) -> None:
+    from cli.chat_commands import run_command
+
+    repo = failing_repo(tmp_path)
+    with cs.open_repo_sandbox(repo, "t") as sandbox:
+        chat = open_chat(tmp_path / "session", repo, [], sandbox)
+        run_command(chat, "/help")
+        chat.writer.close()
+    assert "/checkpoints" in shown(chat)
+
+
 FOREIGN = {"prompt_tokens": 1200, "completion_tokens": 34, "total_tokens": 1234}
 
 
