@@ -3,6 +3,7 @@ and across restarts (see pipeline/chat.py for the files and the interrupt rules)
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +86,10 @@ def chat_cmd(
         from cli.chat_loop import Chat
         from pipeline.chat_env import describe
 
-        Chat(console, folder, name, state, conversation, sandbox, agent_cfg, yolo, describe(env)).run()
-    if learn and state.learn:
+        Chat(
+            console, folder, name, state, conversation, sandbox, agent_cfg, yolo, describe(env), sys.stdin.isatty()
+        ).run()
+    if learn and state.learn and (folder / cs.STATE_FILE).is_file():  # an empty session is not kept
         saved = cs.ChatState.load(folder)  # as the last complete step left it (a rollback replaces the chat's state)
         if saved.requests:
             _learn(console, folder, name, saved, getattr(conversation, "session", None))

@@ -12,15 +12,17 @@ from pipeline import chat_sessions
 HELP = """\
 commands (or type a request for the agent):
   /diff           the whole diff of the last turn (against the repo when that turn started)
-  /undo           put the repo back as it was before the last turn (new files removed, deleted ones back)
+  /undo [N]       put the repo back as it was before the last N turns (default 1; again: one more)
+  /checkpoints    the turns /undo can go back over: turn, time, request, files changed
   /show [N]       the full output of step N of the last turn (default: its last step)
   /sessions       this repo's saved sessions;  /sessions delete NAME  deletes one
   /stats          cache statistics per model turn;  /history  your requests
   /yolo, /confirm run commands without asking / ask before each command that can change something
+  /allowlist      programs run without asking in this session (`a` at the prompt adds);  /allowlist clear
   /help;  exit, quit, /quit or Ctrl-D leave (the session is saved: --resume continues it)"""
 QUIT = ("exit", "quit", "exit()", "quit()", ":q", "/quit", "/exit", "/q")
-UNDONE = ("The user undid every change your last turn made to the files of the repository ({what}); they are as "
-          "they were before that request. Take this into account.")  # fmt: skip
+UNDONE = ("The user undid every change your last {n} turn(s) made to the files of the repository ({what}); they "
+          "are as they were before those requests. Take this into account.")  # fmt: skip
 
 
 def run_command(chat, line: str) -> None:
@@ -28,8 +30,10 @@ def run_command(chat, line: str) -> None:
     words = line.split()
     cmd, args = words[0].lower(), words[1:]
     handler = COMMANDS.get(cmd)
-    if handler is None:
+    if cmd == "/help":
         chat.console.print(HELP, highlight=False, markup=False)
+    elif handler is None:
+        chat.say(safe_text(f"unknown command {words[0]}; /help lists them", "yellow"))
     else:
         handler(chat, args)
 
@@ -70,24 +74,58 @@ def _diff(chat, args: list[str]) -> None:
 
 
 def _undo(chat, args: list[str]) -> None:
+    from pipeline import chat_checkpoints
     from pipeline import chat_snapshot as snap
 
+    if args and (not args[0].isdigit() or int(args[0]) < 1 or len(args) > 1):
+        chat.say(("usage: /undo [N] (N: how many turns to go back, default 1)", "yellow"))
+        return
     try:
-        done = snap.restore(Path(chat.state.repo), chat.folder, chat.git_dirs)
+        undone = chat_checkpoints.undo(Path(chat.state.repo), chat.folder, chat.git_dirs, int(args[0]) if args else 1)
     except snap.SnapshotError as exc:
         chat.say(safe_text(str(exc), "yellow"))
         return
-    chat.say(("undo: ", "bold"), safe_text(done.summary()))
-    if done.unrestorable:
-        chat.say(safe_text(f"not restorable (too large to keep): {', '.join(done.unrestorable)}", "yellow"))
-    if done.changed or done.removed:
-        what = "; ".join(x for x in (_names("restored", done.changed), _names("removed", done.removed)) if x)
-        chat.state.notice = UNDONE.format(what=what)
+    for turn, done in undone:
+        chat.say(("undo: ", "bold"), safe_text(f"turn {turn}: {done.summary()}"))
+        if done.unrestorable:
+            chat.say(safe_text(f"not restorable (too large to keep): {', '.join(done.unrestorable)}", "yellow"))
+    if len(undone) < (int(args[0]) if args else 1):
+        chat.say(safe_text(f"no older checkpoint: {len(undone)} turn(s) undone", "yellow"))
+    _tell_model(chat, undone)
+
+
+def _tell_model(chat, undone: list) -> None:
+    """The next request tells the model which turns' changes the user undid (several /undo add up)."""
+    changed = sorted({p for _, done in undone for p in done.changed + done.removed})
+    if changed:
+        told = UNDONE.format(n=len(undone), what=", ".join(changed))
+        chat.state.notice = f"{chat.state.notice} {told}".strip()  # a second /undo before the next request adds
         chat.state.save(chat.folder)
 
 
-def _names(verb: str, paths: list[str]) -> str:
-    return f"{verb}: {', '.join(paths)}" if paths else ""
+def _checkpoints(chat, args: list[str]) -> None:
+    from pipeline import chat_checkpoints
+
+    stack = chat_checkpoints.load(chat.folder)
+    if not stack:
+        chat.say(safe_text("no checkpoints: no turn of this session can be undone"))
+        return
+    chat.say(safe_text(f"checkpoints, most recent first (/undo N goes back N turns; {len(stack)} kept):"))
+    for n, point in enumerate(reversed(stack), 1):
+        chat.say(safe_text(f"  {n}. {point.describe()}"))
+
+
+def _allowlist(chat, args: list[str]) -> None:
+    if args == ["clear"]:
+        chat.state.allow = []
+        chat.state.save(chat.folder)
+        chat.say(safe_text("allowlist cleared: every call that can change something asks again"))
+    elif args:
+        chat.say(("usage: /allowlist [clear]", "yellow"))
+    elif chat.state.allow:
+        chat.say(safe_text(f"run without asking in this session: {', '.join(chat.state.allow)}"))
+    else:
+        chat.say(safe_text("the allowlist is empty (answer `a` at the approval prompt to add a command's program)"))
 
 
 def _sessions(chat, args: list[str]) -> None:
@@ -120,5 +158,7 @@ COMMANDS = {
     "/show": _show,
     "/diff": _diff,
     "/undo": _undo,
+    "/checkpoints": _checkpoints,
+    "/allowlist": _allowlist,
     "/sessions": _sessions,
 }

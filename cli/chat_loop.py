@@ -16,9 +16,11 @@ from cli.chat_commands import HELP, QUIT, run_command
 from cli.chat_output import condensed, diff_text
 from cli.safe_text import StreamFilter, safe_text
 from pipeline import chat as cs
+from pipeline import chat_approval as approval
+from pipeline import chat_instructions as instructions
+from pipeline.chat_steps import ReplyText, is_edit, is_finish, stats_line, step_title
 
 TURN_DIFF_LINES = 80  # most lines of a turn's diff shown after it (/diff shows it all)
-DECLINED = "The user declined to run this call. Ask for or try something else."
 
 
 class Chat:
@@ -29,7 +31,7 @@ class Chat:
 
     def __init__(
         self, console: Console, folder: Path, name: str, state, conversation, sandbox, agent_cfg, yolo: bool,
-        env_line: str = "",
+        env_line: str = "", interactive: bool = True,
     ):  # fmt: skip
         from agent.loop import Agent
         from agent.prompts import system_prompt
@@ -38,6 +40,11 @@ class Chat:
         self.console, self.folder, self.name, self.state = console, folder, name, state
         self.sandbox, self.yolo, self.system = sandbox, yolo, system_prompt()
         self.conv = conversation
+        self.instructions_line = ""  # AGENTS.md: read once, when the session has no history (before the agent runs)
+        if not self.conv.has_history:
+            found = instructions.read(Path(state.repo))
+            self.system, self.instructions_line = instructions.system_prompt(self.system, found), found.line
+        self.interactive = interactive  # input is a terminal: a call that needs approval can be asked about
         self.conv.set_output(self._stream, self._note)
         self.writer = TrajectoryWriter(folder / cs.TRAJECTORY_FILE)
         self.env = cs.ChatEnvironment(sandbox)
@@ -49,6 +56,8 @@ class Chat:
         self.interrupt = cs.TurnInterrupt(self._note)
         self.git_dirs = cs.repo_git_dirs(Path(state.repo))  # before the agent runs: it can rewrite .git
         self.streamed = StreamFilter()  # the model's streamed text, without what a terminal would act on
+        self.reply_text = ReplyText()  # ... and without its call's markup (the step's title line says it)
+        self.edit_diff: str | None = None  # the diff of the step's edit, until it is shown (once)
 
     def _print(self, *parts: str | tuple[str, str] | Text, **kwargs) -> None:
         """One line of trusted parts (a str, or (str, style)) and `safe_text`s: nothing in it is parsed as markup
@@ -72,6 +81,11 @@ class Chat:
                     self.request(line)
         finally:
             self.writer.close()
+        from pipeline.chat_sessions import discard_if_empty
+
+        if discard_if_empty(self.folder):
+            self._print(safe_text(f"no request was sent: session {self.name} is not kept"))
+            return
         hint = f"nexus-agent chat --session {self.name} --resume"
         self._print(safe_text(f"session saved in {self.folder} (continue with: {hint})"))
 
@@ -88,7 +102,7 @@ class Chat:
         """One request: an agent episode on a snapshot of the repo (/undo), its diff shown at its end."""
         first = not self.conv.has_history
         msg = cs.request_message(text, first, self.state.unseen, self.sandbox.workdir, self.state.notice)
-        self._snapshot(len(self.state.requests) + 1)
+        self._snapshot(len(self.state.requests) + 1, text)
         self.state.requests.append(text)
         self.state.unseen = self.state.notice = ""
         self.outputs, self.cancelled = {}, False
@@ -118,22 +132,24 @@ class Chat:
             self._print(safe_text(f"\nerror: {exc}{how}", "red"))
         return None
 
-    def _snapshot(self, turn: int) -> None:
+    def _snapshot(self, turn: int, request: str) -> None:
         """The repo as it is before this turn: what /undo restores and the turn's diff compares with."""
+        from pipeline import chat_checkpoints
         from pipeline import chat_snapshot as snap
 
         try:
-            snap.take(Path(self.state.repo), self.folder, self.git_dirs, turn)
+            chat_checkpoints.start(Path(self.state.repo), self.folder, self.git_dirs, turn, request)
         except (snap.SnapshotError, OSError) as exc:
             (self.folder / snap.UNDO_DIR / "manifest.json").unlink(missing_ok=True)
             self._print(safe_text(f"no undo for this turn: {exc}", "yellow"))
 
     def _seal(self) -> None:
         """The turn's end: what it left, so that /undo leaves alone what is changed after it."""
+        from pipeline import chat_checkpoints
         from pipeline import chat_snapshot as snap
 
         try:
-            snap.seal(Path(self.state.repo), self.folder, self.git_dirs)
+            chat_checkpoints.seal(Path(self.state.repo), self.folder, self.git_dirs)
         except (snap.SnapshotError, OSError) as exc:
             self._print(safe_text(f"undo will take back every change since the turn started: {exc}", "yellow"))
 
@@ -155,57 +171,86 @@ class Chat:
             self._end_stream()
 
     def _stream(self, piece: str) -> None:
-        sys.stdout.write(self.streamed.feed(piece))
+        sys.stdout.write(self.streamed.feed(self.reply_text.feed(piece)))
         sys.stdout.flush()
 
     def _end_stream(self) -> None:
-        """The end of a streamed reply: what the filter held back (a cut-off sequence's text)."""
-        rest = self.streamed.flush()
+        """The end of a streamed reply: what the filters held back (text that was not a call's start, a cut-off
+        sequence's text)."""
+        rest = self.streamed.feed(self.reply_text.end()) + self.streamed.flush()
         if rest:
             sys.stdout.write(rest)
             sys.stdout.flush()
 
     def _on_step(self, rec: dict[str, Any]) -> None:
-        from kvstore.session.session import TurnStats
-
+        """A step done: its title line (`$ cmd`, `edit path`, ...), its output (an edit: its diff, once; finish:
+        nothing, its summary comes at the turn's end) and one line of statistics."""
         self._end_stream()
         self.state.unseen = "" if rec["submitted"] else rec["observation"]
         self.conv.on_step(rec)
         self._save()
         result, self.env.last = self.env.last, None
         raw = result.output if result is not None else rec["observation"]
-        code = f"  (exit {result.returncode})" if result is not None and result.returncode else ""
+        failed = result is not None and result.returncode != 0
+        code = f"  (exit {result.returncode})" if failed else ""
         self.outputs[rec["step"]] = (tool_of(rec), raw)
-        self._print("\n", (f"step {rec['step']}", "bold"), " ", safe_text(tool_of(rec)), (code, "red"))
-        self._print(condensed(raw, rec["step"]))
-        stats = TurnStats.from_dict(rec.get("stats") or {})
-        if stats is not None:
-            self._print(safe_text(stats.summary(), "dim"))
+        title = step_title(rec.get("call"))
+        self._print("\n", (f"step {rec['step']}", "bold"), " ", safe_text(title, visible=True), (code, "red"))
+        self._step_output(rec, raw, failed)
+        stats = stats_line(rec["step"], rec.get("stats") or {})
+        if stats:
+            self._print(safe_text(stats, "dim"))
         self.interrupt.check()
 
+    def _step_output(self, rec: dict[str, Any], raw: str, failed: bool) -> None:
+        diff, self.edit_diff = self.edit_diff, None
+        if is_finish(rec.get("call")) and rec["submitted"]:
+            return
+        if is_edit(rec.get("call")) and not failed and not rec["observation"].lstrip().startswith("ERROR"):
+            if diff:
+                self._print(diff_text(diff, TURN_DIFF_LINES))
+            return
+        self._print(condensed(raw, rec["step"]))
+
     def _confirm(self, call: ToolCall) -> str | None:
+        """Before a call: None runs it, a string is the model's observation instead (declined, not asked)."""
+        from pipeline.chat_diff import edit_preview
+
         self._end_stream()
-        if self.yolo or not cs.needs_confirmation(call):
+        preview = edit_preview(call, self.sandbox.read_file)
+        self.edit_diff = preview if preview and not preview.startswith("(") else None
+        if self.yolo or not cs.needs_confirmation(call) or approval.allowed(call, self.state.allow):
             return None
+        if not self.interactive:
+            self._print(safe_text(f"not run (input is not a terminal; --yolo or /allowlist): {cs.describe(call)}",
+                                  "yellow", visible=True))  # fmt: skip
+            return approval.NOT_INTERACTIVE
         self.show_call(call)
-        answer = self._ask("[y]es / [n]o / [a]lways: ")
-        if answer is None:  # Ctrl-C: this call is declined; a second Ctrl-C at a prompt of this turn stops it
+        self.edit_diff = None  # the prompt showed it
+        return self._approve(call)
+
+    def _approve(self, call: ToolCall) -> str | None:
+        progs = approval.programs(call)
+        always = f"[a]lways allow {', '.join(progs)} in this session" if progs else "[a]lways: not for this command"
+        text = self._ask(f"[y]es / [n]o [reason for the model] / {always}: ")
+        if text is None:  # Ctrl-C: this call is declined; a second Ctrl-C at a prompt of this turn stops it
             if self.cancelled:
                 raise cs.StopTurn
             self.cancelled = True
             self._print(("call cancelled (Ctrl-C again at the next prompt stops the turn)", "yellow"))
-            return DECLINED
-        if answer in ("a", "always"):
-            self.yolo = True
-        if answer in ("y", "yes", "a", "always"):
-            return None
-        return DECLINED
+            return approval.DECLINED
+        answer = approval.parse_answer(text)
+        if answer.kind == "always" and progs:
+            self.state.allow += [p for p in progs if p not in self.state.allow]
+            self.state.save(self.folder)
+            self._print(safe_text(f"allowed without asking in this session: {', '.join(progs)} (/allowlist)"))
+        return None if answer.kind in ("yes", "always") else approval.declined(answer.reason)
 
     def _ask(self, prompt: str) -> str | None:
         """The answer at the approval prompt (None: Ctrl-C); Ctrl-D stops the turn (the session is consistent)."""
         previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # not the turn's stop-after-step
         try:
-            return input(prompt).strip().lower()
+            return input(prompt).strip()
         except KeyboardInterrupt:
             return None
         except EOFError:
@@ -253,6 +298,8 @@ class Chat:
         where = f" on {self.state.repo} (at /testbed in the sandbox) | {self.conv.describe()} | {mode}"
         self._print("nexus-agent chat ", safe_text(self.name, "bold"), safe_text(where))
         self._print(safe_text(self._sandbox_line(), "dim"))
+        if self.instructions_line:
+            self._print(safe_text(self.instructions_line))
         for note in getattr(self.sandbox, "notes", ()):
             self._print(safe_text(note))
         if self.state.requests:

@@ -22,7 +22,7 @@ from pipeline.files import atomic_write
 from pipeline.home import home
 
 SESSION_FILE, STATE_FILE, TRAJECTORY_FILE = "session.safetensors", "chat.json", "trajectory.jsonl"
-OPTIONAL_STATE = ("unseen", "server", "learn", "notice")  # chat.json keys that older sessions' files lack
+OPTIONAL_STATE = ("unseen", "server", "learn", "notice", "allow")  # chat.json keys that older sessions' files lack
 SERVED_FILE = "conversation.json"  # a --server chat's conversation (pipeline/chat_served.py)
 
 FIRST_REQUEST = """\
@@ -67,6 +67,7 @@ class ChatState:
     learn: bool = False  # the session started with --learn, the default memory and --memory-profile auto: leaving it
     # while it has no profile keeps its conversation, to learn one from (pipeline.profiles.learn)
     notice: str = ""  # what the model is told before the next request (the user undid its last turn's changes)
+    allow: list[str] = field(default_factory=list)  # programs run without asking here (pipeline.chat_approval)
 
     def save(self, folder: Path) -> None:
         atomic_write(folder / STATE_FILE, json.dumps(asdict(self), indent=2) + "\n")
@@ -118,14 +119,14 @@ def _state_problem(data: Any) -> str:
     if not isinstance(data, dict):
         return "not a JSON object"
     expected = {"repo": str, "config": dict, "requests": list, "unseen": str, "server": str, "learn": bool,
-                "notice": str}  # fmt: skip
+                "notice": str, "allow": list}  # fmt: skip
     for key, kind in expected.items():
         if key in OPTIONAL_STATE and key not in data:
             continue
         if not isinstance(data.get(key), kind):
             return f"{key!r} is not a {kind.__name__}"
-    if not all(isinstance(r, str) for r in data["requests"]):
-        return "'requests' holds a non-string"
+    if not all(isinstance(r, str) for r in data["requests"] + data.get("allow", [])):
+        return "'requests' or 'allow' holds a non-string"
     return ""
 
 

@@ -185,9 +185,9 @@ class ServedConversation:
         return f"the server's session {sid} {why}: {what}, and the next request prefills the saved conversation once"
 
     def stats_lines(self) -> list[str]:
-        from kvstore.session.session import TurnStats
+        from pipeline.chat_steps import stats_line
 
-        lines = [s.summary() if (s := TurnStats.from_dict(t)) else f"turn: {t}" for t in self.record.turns]
+        lines = [stats_line(n, t) or f"turn {n}: no statistics" for n, t in enumerate(self.record.turns, 1)]
         return [*lines, f"{len(self.record.turns)} turns, {self.history_tokens} tokens in the history (server)"]
 
     @property

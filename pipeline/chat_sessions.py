@@ -81,3 +81,15 @@ def _ago(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds / size:.0f} {unit} ago"
     return "just now"
+
+
+def discard_if_empty(folder: Path) -> bool:
+    """At a chat's end: a session no request was sent in is not kept (it would only crowd /sessions and --resume's
+    choice). True when its folder was removed."""
+    try:
+        empty = not cs.ChatState.load(folder).requests
+    except RunError:
+        return False  # not a readable session: leave it to the user
+    if empty:
+        shutil.rmtree(folder)
+    return empty

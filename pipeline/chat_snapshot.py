@@ -28,7 +28,7 @@ from pathlib import Path
 
 from pipeline.files import atomic_write
 
-UNDO_DIR = "undo"  # in the session folder: manifest.json and blobs/
+UNDO_DIR = "undo"  # in the session folder: manifest.json, turns/ (each turn's, pipeline.chat_checkpoints), blobs/
 MAX_FILE_BYTES = 32 * 2**20  # a larger file is left out of the snapshot (not restorable)
 MAX_TOTAL_BYTES = 512 * 2**20  # most new content one snapshot copies; past it files are left out
 INSIDE = "/r"  # the repo's name for open_inside (any absolute prefix)
@@ -63,6 +63,8 @@ class Snapshot:
         data = {"turn": self.turn, "skipped": self.skipped, "entries": {k: asdict(v) for k, v in self.entries.items()},
                 "after": self.after}  # fmt: skip
         atomic_write(folder / UNDO_DIR / "manifest.json", json.dumps(data) + "\n")
+        turn_file(folder, self.turn).parent.mkdir(exist_ok=True)
+        atomic_write(turn_file(folder, self.turn), json.dumps(data) + "\n")
 
     @classmethod
     def load(cls, folder: Path) -> Snapshot | None:
@@ -75,6 +77,11 @@ class Snapshot:
             return None
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise SnapshotError(f"{path} is unreadable ({type(exc).__name__}); undo is not available") from None
+
+
+def turn_file(folder: Path, turn: int) -> Path:
+    """Where the snapshot of turn `turn` is kept (a checkpoint: pipeline.chat_checkpoints)."""
+    return folder / UNDO_DIR / "turns" / f"{turn}.json"
 
 
 def list_files(repo: Path, dirs: tuple[Path, Path] | None) -> list[str]:
@@ -115,7 +122,7 @@ def take(repo: Path, folder: Path, dirs: tuple[Path, Path] | None, turn: int) ->
         elif _exists(repo, rel):
             snap.skipped.append(rel)
     snap.save(folder)
-    _collect(store, {e.digest for e in snap.entries.values() if e.kind == "file"})
+    _collect(store, _kept_digests(folder))
     return snap
 
 
@@ -155,8 +162,17 @@ def _write_blob(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _kept_digests(folder: Path) -> set[str]:
+    """The contents the kept snapshots (every checkpoint's) name."""
+    keep: set[str] = set()
+    for path in (folder / UNDO_DIR / "turns").glob("*.json"):
+        entries = json.loads(path.read_text(encoding="utf-8")).get("entries", {})
+        keep |= {e["digest"] for e in entries.values() if e.get("kind") == "file"}
+    return keep
+
+
 def _collect(store: Path, keep: set[str]) -> None:
-    """Remove the blobs no entry of the current snapshot names."""
+    """Remove the blobs no entry of a kept snapshot names."""
     for blob in store.iterdir():
         if blob.name not in keep:
             blob.unlink(missing_ok=True)
@@ -212,13 +228,14 @@ def changes(repo: Path, folder: Path, dirs: tuple[Path, Path] | None) -> list[Ch
     return out
 
 
-def seal(repo: Path, folder: Path, dirs: tuple[Path, Path] | None) -> None:
+def seal(repo: Path, folder: Path, dirs: tuple[Path, Path] | None) -> Snapshot | None:
     """At the end of a turn: record what each path it changed holds now. Undo then leaves alone what was changed
     again after the turn (by you, in your editor) and says so."""
     snap = Snapshot.load(folder)
     if snap is not None:
         snap.after = {c.path: _state_now(repo, c.path) for c in changes(repo, folder, dirs)}
         snap.save(folder)
+    return snap
 
 
 def _state_now(repo: Path, rel: str) -> str:
@@ -290,7 +307,8 @@ class Restored:
 
 
 def restore(repo: Path, folder: Path, dirs: tuple[Path, Path] | None) -> Restored:
-    """Put the repo back as the last snapshot has it; the snapshot is then spent (a second undo finds nothing)."""
+    """Put the repo back as the last snapshot has it; the snapshot is then spent (pipeline.chat_checkpoints makes
+    the one before it current)."""
     snap = Snapshot.load(folder)
     if snap is None:
         raise SnapshotError("nothing to undo: no agent turn has run in this session yet")

@@ -45,12 +45,23 @@ def finish(result: str = "done") -> str:
 class ScriptedConversation:
     """The chat's conversation (cli/chat_loop.py's contract) over a ReplayModel: replies in order, no cache."""
 
-    def __init__(self, replies: list[str]) -> None:
+    def __init__(self, replies: list[str], stream: bool = False) -> None:
         self.model = ReplayModel(replies, name="scripted")
-        self.steps = 0
+        self.steps, self.stream = 0, stream
 
     def set_output(self, on_token, notify) -> None:
-        pass
+        """With `stream`, each reply goes to `on_token` in pieces of 5 characters, as a live model's would."""
+        if not self.stream:
+            return
+        reply = self.model.reply
+
+        def streamed(messages, sampling):
+            out = reply(messages, sampling)
+            for i in range(0, len(out.text), 5):
+                on_token(out.text[i : i + 5])
+            return out
+
+        self.model.reply = streamed
 
     @property
     def has_history(self) -> bool:
@@ -78,7 +89,9 @@ class ScriptedConversation:
         return ""
 
 
-def open_chat(folder: Path, repo: Path, replies: list[str], sandbox, yolo: bool = True, env_line: str = "no env"):
+def open_chat(
+    folder: Path, repo: Path, replies: list[str], sandbox, yolo: bool = True, env_line: str = "no env", stream=False
+):
     """A Chat on `repo` whose console writes into a string (`chat.console.file.getvalue()`)."""
     from agent.loop import AgentConfig
     from cli.chat_loop import Chat
@@ -89,7 +102,7 @@ def open_chat(folder: Path, repo: Path, replies: list[str], sandbox, yolo: bool 
     folder.mkdir(parents=True, exist_ok=True)
     state.save(folder)
     cfg = AgentConfig(max_steps=10, max_steps_absolute=10, command_timeout=60)
-    return Chat(console, folder, "t", state, ScriptedConversation(replies), sandbox, cfg, yolo, env_line)
+    return Chat(console, folder, "t", state, ScriptedConversation(replies, stream), sandbox, cfg, yolo, env_line)
 
 
 def shown(chat) -> str:

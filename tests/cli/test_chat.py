@@ -159,8 +159,8 @@ def test_confirm_answers(tmp_path: Path, repo: Path, tiny_model_dir: Path, monke
         monkeypatch.setattr("builtins.input", lambda prompt="": next(answers))
         assert "declined" in chat._confirm(call)
         assert chat._confirm(call) is None and not chat.yolo
-        assert chat._confirm(call) is None and chat.yolo
-        assert chat._confirm(call) is None  # yolo now: no question (the iterator is empty)
+        assert chat._confirm(call) is None and chat.state.allow == ["touch"] and not chat.yolo
+        assert chat._confirm(call) is None  # allowed now: no question (the iterator is empty)
         assert chat._confirm(ToolCall("search", {"search_term": "x"})) is None
         res = cs.ChatEnvironment(sandbox).execute(call, timeout=30)
         assert res.returncode == 0 and (repo / "made.txt").is_file()  # the sandbox works on the user's repo itself
@@ -197,14 +197,14 @@ def test_exit_words_and_a_second_chat_in_the_same_repo(tmp_path: Path, repo: Pat
     banner = ANSI.sub("", chat.expect("you> "))
     assert "sandbox: bubblewrap, no network" in banner and "no Python env" in banner
     chat.send("exit")  # leaves: never a request for the agent
-    assert "--session proj --resume" in ANSI.sub("", chat.expect("--resume")) and chat.close() == 0
-    assert json.loads((tmp_path / "home" / "sessions" / "proj" / cs.STATE_FILE).read_text())["requests"] == []
-    chat = Pty(args, env, tmp_path)  # the repo's session exists: a new one, said so
+    assert "session proj is not kept" in ANSI.sub("", chat.expect("not kept")) and chat.close() == 0
+    assert not (tmp_path / "home" / "sessions" / "proj").exists()  # a chat left empty is not kept
+    chat = Pty(args, env, tmp_path)  # so the repo's next chat takes its name again
     out = ANSI.sub("", chat.expect("you> "))
-    assert "session 'proj' exists (continue it with --resume); this chat is a new session 'proj-2'" in out
+    assert "exists" not in out and "nexus-agent chat proj" in out
     chat.send("/sessions")
     listed = ANSI.sub("", chat.expect("you> "))
-    assert "proj-2  0 request(s)" in listed and "proj  0 request(s)" in listed
+    assert "proj  0 request(s)  " in listed and "(this chat)" in listed
     os.write(chat.master, b"\x04")  # Ctrl-D
-    chat.expect("--session proj-2 --resume")
+    chat.expect("session proj is not kept")
     assert chat.close() == 0

@@ -95,7 +95,7 @@ def test_quit_words_end_the_chat_without_a_turn(tmp_path: Path, monkeypatch: pyt
             chat = open_chat(tmp_path / "session", repo, [], sandbox)
             monkeypatch.setattr("builtins.input", lambda prompt="", w=word: w)
             chat.run()  # returns: nothing was asked of the (empty) scripted model
-            assert chat.state.requests == [] and "--resume" in shown(chat)
+            assert chat.state.requests == [] and "is not kept" in shown(chat)
 
 
 def test_sessions_list_delete_and_new_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
