@@ -14,10 +14,11 @@ _err = Console(stderr=True)
 def user_error_types() -> tuple[type[BaseException], ...]:
     """The exception types that mean 'bad input or environment', collected from the packages that define them."""
     from kvstore.errors import KVStoreError
+    from server.errors import ServeError
     from swe_env.sandbox.base import SandboxError
     from tasks.schema import TaskError
 
-    types: list[type[BaseException]] = [KVStoreError, SandboxError, TaskError, FileNotFoundError]
+    types: list[type[BaseException]] = [KVStoreError, ServeError, SandboxError, TaskError, FileNotFoundError]
     try:
         from agent.errors import AgentError
 
@@ -29,6 +30,16 @@ def user_error_types() -> tuple[type[BaseException], ...]:
 
 class Interrupted(Exception):
     """Ctrl-C ended a command that says what it left (its message, one line) instead of the bare "interrupted"."""
+
+
+def _worded(exc: BaseException) -> str:
+    """The message of a user error, a bad setting named by its flag (`budget` -> `--budget`)."""
+    setting, detail = getattr(exc, "setting", None), getattr(exc, "detail", None)
+    if isinstance(setting, str) and isinstance(detail, str):
+        from cli.options import flag_of
+
+        return f"{flag_of(setting)} {detail}"
+    return str(exc)
 
 
 def run(app: typer.Typer) -> None:
@@ -45,6 +56,6 @@ def run(app: typer.Typer) -> None:
             _err.print("[yellow]interrupted[/yellow]")
         raise
     except user_error_types() as exc:
-        message = " ".join(str(exc).split())  # one line, whatever the message holds; never wrapped by the console
+        message = " ".join(_worded(exc).split())  # one line, whatever the message holds; never wrapped by the console
         _err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
         sys.exit(2)

@@ -53,6 +53,24 @@ def test_unknown_model_offline(cli, tmp_path: Path) -> None:
     assert not (tmp_path / "o").exists()  # refused before any work
 
 
+def test_a_bad_budget_is_named_by_its_flag(cli) -> None:
+    assert cli("solve", "--budget", "abc").startswith("error: --budget 'abc': give tokens per layer")
+
+
+def test_a_bad_protect_is_named_by_its_flag(cli) -> None:
+    assert cli("solve", "--protect", "bogus").startswith("error: --protect 'bogus': use one of")
+
+
+def test_a_bad_serve_setting_is_named_by_its_flag(cli) -> None:
+    assert cli("serve", "--park", "cloud").startswith("error: --park 'cloud': use one of")
+
+
+def test_a_setting_is_named_by_its_own_flag() -> None:
+    from cli.options import flag_of
+
+    assert [flag_of(s) for s in ("profile", "drain_s", "park_dir")] == ["--memory-profile", "--drain", "--park-dir"]
+
+
 def test_bad_flags_and_files(cli, tmp_path: Path) -> None:
     assert "--budget 'lots'" in cli("solve", "--budget", "lots")
     err = cli("eval", "--replay-dir", str(tmp_path / "none"), "--out", str(tmp_path / "o"))
