@@ -36,11 +36,12 @@ class Interrupted(Exception):
 
 def _worded(exc: BaseException) -> str:
     """The message of a user error, a bad setting named by its flag (`budget` -> `--budget`)."""
-    setting, detail = getattr(exc, "setting", None), getattr(exc, "detail", None)
-    if isinstance(setting, str) and isinstance(detail, str):
+    from kvstore.errors import NamesSetting
+
+    if isinstance(exc, NamesSetting):
         from cli.options import flag_of
 
-        return f"{flag_of(setting)} {detail}"
+        return f"{flag_of(exc.setting)} {exc.detail}"
     return str(exc)
 
 

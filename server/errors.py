@@ -5,6 +5,8 @@ data caused it (server.config.request_failed), so that the server, not the cache
 
 from __future__ import annotations
 
+from kvstore.errors import NamesSetting
+
 
 class ServeError(Exception):
     """The server cannot start as asked (a bad setting) or a request cannot be served (an HTTP error with a message).
@@ -19,12 +21,6 @@ class ServeError(Exception):
         self.status, self.kind, self.cause = status, kind, cause or kind
 
 
-class ServeSettingError(ServeError):
-    """A setting of the server (a ServeConfig field) holds a value it cannot start with.
-
-    `setting` is the field's name and `detail` the rest of the message; str() names the setting in the server's
-    words ("drain_s must be ..."), the CLI by its flag ("--drain must be ...")."""
-
-    def __init__(self, setting: str, detail: str) -> None:
-        super().__init__(f"{setting} {detail}")
-        self.setting, self.detail = setting, detail
+class ServeSettingError(NamesSetting, ServeError):
+    """A setting of the server (a ServeConfig field) holds a value it cannot start with: "drain_s must be ...", on
+    the command line "--drain must be ..." (kvstore.errors.NamesSetting). Its answer, were it one, is a 400."""
