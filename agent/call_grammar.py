@@ -62,11 +62,12 @@ def call_budget(max_new_tokens: int, count_tokens: Callable[[str], int], tools: 
     thought = min(THOUGHT_CHARS, (max_new_tokens - max(fixed.values())) // 4)
     value = {name: (max_new_tokens - fixed[name] - thought) // _values(spec) for name, spec in tools.items()}
     if thought < 0 or min(value.values()) < 1:
-        from kvstore.session.grammar import GrammarError
+        from kvstore.errors import SettingError
 
-        raise GrammarError(
-            f"a reply of {max_new_tokens} tokens cannot hold every tool call under the call grammar (the tags of the "
-            f"longest take about {max(fixed.values())}); raise --max-new-tokens or turn it off (--no-constrain)"
+        raise SettingError(
+            "max_new_tokens",
+            f"{max_new_tokens}: a reply of that many tokens cannot hold every tool call under the call grammar (the "
+            f"tags of the longest take about {max(fixed.values())}); raise it, or leave the call grammar off",
         )
     return CallBudget(thought=thought, value=value)
 

@@ -14,10 +14,13 @@ _err = Console(stderr=True)
 def user_error_types() -> tuple[type[BaseException], ...]:
     """The exception types that mean 'bad input or environment', collected from the packages that define them."""
     from kvstore.errors import KVStoreError
+    from server.errors import ServeError
     from swe_env.sandbox.base import SandboxError
     from tasks.schema import TaskError
 
-    types: list[type[BaseException]] = [KVStoreError, SandboxError, TaskError, FileNotFoundError]
+    # No FileNotFoundError: a missing file the user named is reported where it is opened, as one of these; any
+    # other is a bug and keeps its traceback.
+    types: list[type[BaseException]] = [KVStoreError, ServeError, SandboxError, TaskError]
     try:
         from agent.errors import AgentError
 
@@ -29,6 +32,17 @@ def user_error_types() -> tuple[type[BaseException], ...]:
 
 class Interrupted(Exception):
     """Ctrl-C ended a command that says what it left (its message, one line) instead of the bare "interrupted"."""
+
+
+def _worded(exc: BaseException) -> str:
+    """The message of a user error, a bad setting named by its flag (`budget` -> `--budget`)."""
+    from kvstore.errors import NamesSetting
+
+    if isinstance(exc, NamesSetting):
+        from cli.options import flag_of
+
+        return f"{flag_of(exc.setting)} {exc.detail}"
+    return str(exc)
 
 
 def run(app: typer.Typer) -> None:
@@ -45,6 +59,6 @@ def run(app: typer.Typer) -> None:
             _err.print("[yellow]interrupted[/yellow]")
         raise
     except user_error_types() as exc:
-        message = " ".join(str(exc).split())  # one line, whatever the message holds; never wrapped by the console
+        message = " ".join(_worded(exc).split())  # one line, whatever the message holds; never wrapped by the console
         _err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
         sys.exit(2)

@@ -61,11 +61,11 @@ def _patch_text(patch: str, task) -> str:
         return task.patch
     if patch == "empty":
         return ""
-    path = Path(patch)
-    if not path.is_file():
-        raise FileNotFoundError(f"patch file {patch} not found (or use --patch gold / --patch empty)")
     from tasks.schema import TaskError
 
+    path = Path(patch)
+    if not path.is_file():
+        raise TaskError(f"patch file {patch} not found (or use --patch gold / --patch empty)")
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:  # SWE-bench patches are UTF-8 text, as predictions.jsonl carries them

@@ -167,3 +167,23 @@ def run_options(*names: str, **defaults: Any):
 def raw_options(*names: str, **defaults: Any):
     """Add the options `names` to a command, which receives their values as keyword arguments."""
     return _with_options(names, defaults, lambda values: values)
+
+
+# Settings whose flag is not "--" + the field's name with dashes (serve's own; the run options' are in OPTIONS).
+_OWN_FLAGS = {
+    "served_name": "--served-name",
+    "queue_timeout_s": "--queue-timeout",
+    "drain_s": "--drain",
+    "interleave_prefill": "--interleave-prefill",
+    "max_body_bytes": "--max-body",
+    "keep_alive_s": "--keep-alive",
+    "header_timeout_s": "--header-timeout",
+}
+
+
+def flag_of(setting: str) -> str:
+    """The command-line flag of a setting (a field of RunConfig, MemorySettings or ServeConfig): `profile` is
+    `--memory-profile`, `drain_s` is `--drain`; what a library error names by its setting, the CLI names by this."""
+    if setting in OPTIONS:
+        return OPTIONS[setting][1].default
+    return _OWN_FLAGS.get(setting, "--" + setting.replace("_", "-"))

@@ -6,7 +6,7 @@ benchmarks) takes its default from here, and every budget given as text goes thr
 
 from __future__ import annotations
 
-from kvstore.errors import KVStoreError
+from kvstore.errors import SettingError
 
 DEFAULT_MODEL = "smollm2-135m"  # the offline default model (a GGUF inside a PyPI package; see kvstore.models.registry)
 DEFAULT_POLICY = "nexus-agent"  # eviction policy of a new cache or session: the measured default (docs/memory.md)
@@ -44,6 +44,6 @@ def parse_budget(text: str | None) -> int | float | None:
         value = -1
     if isinstance(value, float) and 0 < value <= 1 or isinstance(value, int) and value > 0:
         return value
-    raise KVStoreError(
-        f"--budget {text!r}: give tokens per layer (e.g. 2048), a density in (0, 1] (e.g. 0.25 or 25%), or 'none'"
+    raise SettingError(
+        "budget", f"{text!r}: give tokens per layer (e.g. 2048), a density in (0, 1] (e.g. 0.25 or 25%), or 'none'"
     )

@@ -110,7 +110,7 @@ def new_chat_repo(folder: Path, repo: Path | None) -> Path:
         )
     repo = (repo or Path.cwd()).resolve()
     if not repo.is_dir():
-        raise FileNotFoundError(f"--repo {repo} is not a directory")
+        raise RunError(f"--repo {repo} is not a directory")
     return repo
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from agent.calls import AUTO, CALL_FORMATS
 from kvstore.defaults import DEFAULT_POLICY
 from kvstore.session.config import MemorySettings
-from pipeline.errors import RunError
+from pipeline.errors import RunError, RunSettingError
 from pipeline.profiles.store import AUTO_PROFILE, CLIENT, LOCAL, NO_PROFILE, resolve_profile
 
 DEFAULT_TASK = "nexus-demo__pagekit-1"  # the built-in task `nexus-agent solve` runs with no argument
@@ -64,7 +64,7 @@ class RunConfig:
         for name in ("max_steps", "max_new_tokens", "threads"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise RunError(f"{name.replace('_', '-')} must be at least 1, got {value}")
+                raise RunSettingError(name, f"must be at least 1, got {value}")
         if self.server is not None and self.replaying:
             raise RunError("--server and --replay/--replay-dir exclude each other (a replay runs no model)")
         if self.warmup:
@@ -74,7 +74,7 @@ class RunConfig:
         profile = resolve_profile(self.memory.profile, CLIENT if self.server is not None else LOCAL)  # before any task
         self.memory = replace(self.memory, profile=profile)  # a copy: the caller's settings stay as given
         if self.workers < 1:
-            raise RunError(f"workers must be at least 1, got {self.workers}")
+            raise RunSettingError("workers", f"must be at least 1, got {self.workers}")
         if self.temperature < 0 or self.command_timeout <= 0 or self.test_timeout <= 0:
             raise RunError("temperature must be >= 0 and the timeouts > 0")
         self._check_call_format()
@@ -82,7 +82,7 @@ class RunConfig:
     def _check_call_format(self) -> None:
         """A known format; native tool calls exclude the call grammar, which constrains replies to the XML format."""
         if self.call_format not in (AUTO, *CALL_FORMATS):
-            raise RunError(f"--call-format {self.call_format}: use one of auto, {', '.join(CALL_FORMATS)}")
+            raise RunSettingError("call_format", f"{self.call_format}: use one of auto, {', '.join(CALL_FORMATS)}")
         if self.call_format == "tools" and self.constrain and self.server is None:
             raise RunError("--constrain makes replies follow the XML call grammar: it needs --call-format xml")
 
@@ -90,7 +90,7 @@ class RunConfig:
         """--warmup learns the run's profile with the model (in this process, or the --server's); the warm-up tasks
         run without one."""
         if self.warmup < 1:
-            raise RunError(f"--warmup needs at least 1 task to calibrate from (0: off), got {self.warmup}")
+            raise RunSettingError("warmup", f"needs at least 1 task to calibrate from (0: off), got {self.warmup}")
         if self.replaying:
             raise RunError("--warmup calibrates with a model: it excludes --replay-dir")
         if isinstance(self.memory.profile, str):  # as given; a learned one is a Path (pipeline.profiles.warmup)

@@ -15,7 +15,7 @@ from typing import Any
 
 from agent.loop import AgentConfig
 from pipeline.config import DEFAULT_MAX_STEPS, RunConfig
-from pipeline.errors import RunError
+from pipeline.errors import RunError, RunSettingError
 from pipeline.files import PATCH, REPORT, TRAJECTORY, atomic_write
 from pipeline.report import build_report
 from tasks.schema import Task
@@ -47,7 +47,7 @@ def preflight(cfg: RunConfig, tasks: list[Task]) -> None:
     from swe_env.sandbox.factory import BACKENDS
 
     if cfg.sandbox not in BACKENDS:
-        raise RunError(f"unknown --sandbox {cfg.sandbox!r}; use one of {', '.join(BACKENDS)}")
+        raise RunSettingError("sandbox", f"{cfg.sandbox!r} is unknown: use one of {', '.join(BACKENDS)}")
     _check_sandbox(cfg.sandbox)
     if cfg.replay_dir is not None and not cfg.replay_dir.is_dir():
         raise RunError(f"--replay-dir {cfg.replay_dir} is not a directory")

@@ -284,7 +284,7 @@ async def read_body(request: Request, config) -> bytes:
 
 def _too_large(size: int, limit: int, at_least: str = "") -> ServeError:
     return ServeError(
-        f"the request body is {at_least}{size} bytes, more than this server takes ({limit} bytes, --max-body)",
+        f"the request body is {at_least}{size} bytes, more than this server takes ({limit} bytes, its max_body_bytes)",
         413, "request_too_large",
     )  # fmt: skip
 

@@ -12,21 +12,11 @@ from typing import Any
 from kvstore.defaults import PROFILE_SUFFIX
 from kvstore.errors import KVStoreError
 from kvstore.session.config import MemorySettings
+from server.errors import ServeError, ServeSettingError
 
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20}
 _UNITS |= {"g": 2**30, "gb": 2**30, "gib": 2**30}
 PARK_MODES = ("disk", "host")
-
-
-class ServeError(KVStoreError):
-    """The server cannot start as asked (a bad flag) or a request cannot be served (an HTTP error with a message)."""
-
-    def __init__(
-        self, message: str, status: int = 400, kind: str = "invalid_request_error", cause: str | None = None
-    ) -> None:
-        """cause: what failed, for the metrics of failed requests (default: `kind`)."""
-        super().__init__(message)
-        self.status, self.kind, self.cause = status, kind, cause or kind
 
 
 def shutting_down() -> ServeError:
@@ -42,7 +32,7 @@ def internal_error(exc: BaseException, cause: str = "internal_error") -> ServeEr
 
 def request_failed(exc: BaseException, cause: str) -> ServeError:
     """What one request gets when a step on its data raised (`cause`: the step, for the metrics): a ServeError as it
-    is, another kvstore error (a conversation the model cannot take) as a 400, anything else as a 500."""
+    is, a kvstore error (a conversation the model cannot take) as a 400, anything else as a 500."""
     if isinstance(exc, ServeError):
         return exc
     if isinstance(exc, KVStoreError):
@@ -99,24 +89,24 @@ class ServeConfig:
 
     def __post_init__(self) -> None:
         if self.park not in PARK_MODES:
-            raise ServeError(f"--park {self.park!r}: use one of {', '.join(PARK_MODES)}")
+            raise ServeSettingError("park", f"{self.park!r}: use one of {', '.join(PARK_MODES)}")
         for name in ("max_sessions", "max_batch", "max_new_tokens", "chunk_size"):
             if getattr(self, name) < 1:
-                raise ServeError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ServeSettingError(name, f"must be >= 1, got {getattr(self, name)}")
         for name in ("backlog", "max_connections", "max_body_bytes", "keep_alive_s", "header_timeout_s"):
             if getattr(self, name) <= 0:
-                raise ServeError(f"{name} must be positive, got {getattr(self, name)}")
+                raise ServeSettingError(name, f"must be positive, got {getattr(self, name)}")
         for name in ("park_quota", "profile_max_bytes", "max_profiles"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ServeError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ServeSettingError(name, f"must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.drain_s < math.inf:  # NaN and infinity too: a drain always ends
-            raise ServeError(f"--drain must be a number of seconds, 0 or more, got {self.drain_s}")
+            raise ServeSettingError("drain_s", f"must be a number of seconds, 0 or more, got {self.drain_s}")
         if self.memory_cap is not None and self.memory_cap < 1:
-            raise ServeError(f"memory cap must be positive, got {self.memory_cap}")
+            raise ServeSettingError("memory_cap", f"must be positive, got {self.memory_cap}")
         if self.tls_key is not None and self.tls_cert is None:
-            raise ServeError("--tls-key needs --tls-cert (the certificate the key belongs to)")
+            raise ServeSettingError("tls_key", "needs a tls_cert (the certificate the key belongs to)")
         if self.api_key is not None and not self.api_key.strip():
-            raise ServeError("--api-key is empty: give the key clients must send, or leave it out")
+            raise ServeSettingError("api_key", "is empty: give the key clients must send, or none")
 
     @property
     def model_id(self) -> str:

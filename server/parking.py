@@ -26,7 +26,7 @@ from typing import Any
 
 import kvstore
 from kvstore.errors import KVStoreError
-from server.config import ServeError
+from server.errors import ServeError, ServeSettingError
 from server.messages import Said
 from server.sessions import Entry, Registry
 
@@ -225,8 +225,8 @@ def hold_park_dir(folder: Path) -> int:
         os.close(fd)
         if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
             raise ServeError(f"cannot lock the park folder {folder} ({exc.strerror or exc})") from None
-        raise ServeError(
-            f"another nexus-agent serve is using the park folder {folder}; give each server its own --park-dir"
+        raise ServeSettingError(
+            "park_dir", f"{folder}: another nexus-agent serve is using this park folder; give each server its own"
         ) from None
     return fd
 

@@ -53,8 +53,8 @@ class Calibration:
 
 
 NEEDS_DIRECTORY = (
-    "this server reads no profile directory, so a profile made here would not be used; start it with "
-    "--memory-profile auto (the profile store) or --memory-profile DIR"
+    "this server reads no profile directory, so a profile made here would not be used; start it with one (its "
+    "memory profile 'auto', the profile store, or a folder)"
 )
 
 

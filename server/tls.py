@@ -7,20 +7,21 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
-from server.config import ServeConfig, ServeError
+from server.config import ServeConfig
+from server.errors import ServeError, ServeSettingError
 
 
 def tls_context(config: ServeConfig) -> ssl.SSLContext | None:
-    """The context of the server's --tls-cert / --tls-key, or None when it serves plain HTTP."""
+    """The context of the server's tls_cert / tls_key, or None when it serves plain HTTP."""
     return None if config.tls_cert is None else server_context(config.tls_cert, config.tls_key)
 
 
 def server_context(cert: Path, key: Path | None = None) -> ssl.SSLContext:
     """The context the listener wraps each connection in: `cert` (PEM, the chain; it may hold the key too) and `key`
     (PEM, not encrypted). TLS 1.2 at least, Python's default server ciphers."""
-    for flag, path in (("--tls-cert", cert), ("--tls-key", key)):
+    for setting, path in (("tls_cert", cert), ("tls_key", key)):
         if path is not None and not Path(path).is_file():
-            raise ServeError(f"{flag} {path}: no such file")
+            raise ServeSettingError(setting, f"{path}: no such file")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
@@ -31,7 +32,7 @@ def server_context(cert: Path, key: Path | None = None) -> ssl.SSLContext:
             "PLAIN`), readable by this user only"
         ) from None
     except ssl.SSLError as exc:
-        hint = "" if key is not None else " (the certificate file holds no key: give it with --tls-key)"
+        hint = "" if key is not None else " (the certificate file holds no key: give the key's file too, tls_key)"
         raise ServeError(
             f"cannot load the TLS certificate {cert}{'' if key is None else f' with the key {key}'}: "
             f"{exc.reason or exc}{hint}"

@@ -25,7 +25,7 @@ import torch
 from filelock import FileLock
 
 from kvstore.defaults import DEFAULT_MODEL
-from kvstore.errors import KVStoreError
+from kvstore.errors import KVStoreError, SettingError
 from kvstore.models.gguf_parts import GGUFParts, fetch_and_join, remove_downloads
 
 
@@ -91,7 +91,7 @@ def pick_device(device: str | None) -> str:
     """The device asked for, else the first CUDA GPU when there is one, else the CPU."""
     if device:
         if device.startswith("cuda") and not torch.cuda.is_available():
-            raise KVStoreError(f"device {device!r} asked for but no CUDA GPU is available; use --device cpu")
+            raise SettingError("device", f"{device!r}: no CUDA GPU is available; use 'cpu'")
         return device
     return "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from kvstore.defaults import PROFILE_SUFFIX
-from kvstore.errors import KVStoreError
+from kvstore.errors import KVStoreError, SettingError
 
 PROFILE_VERSION = 1
 
@@ -257,7 +257,7 @@ def _load_cached(path: Path, folder: Path | None = None) -> MemoryProfile:
     except KVStoreError as e:
         if folder is None:
             raise
-        raise KVStoreError(f"{e}; remove it from {folder}, or run with --memory-profile none") from None
+        raise SettingError("profile", f"{folder}: {e}; remove it from there, or use no profile ('none')") from None
 
 
 @lru_cache(maxsize=32)

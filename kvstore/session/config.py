@@ -21,7 +21,7 @@ from kvstore.defaults import (
     describe_memory,
     parse_budget,
 )
-from kvstore.errors import KVStoreError
+from kvstore.errors import SettingError
 
 PROTOCOLS = ("true-eviction", "re-prefill")
 
@@ -46,9 +46,9 @@ class MemorySettings:
         if isinstance(self.budget, str):
             self.budget = parse_budget(self.budget)
         if self.protect not in PROTECT_MODES:
-            raise KVStoreError(f"--protect {self.protect!r}: use one of {', '.join(PROTECT_MODES)}")
+            raise SettingError("protect", f"{self.protect!r}: use one of {', '.join(PROTECT_MODES)}")
         if self.protocol not in PROTOCOLS:
-            raise KVStoreError(f"unknown protocol {self.protocol!r}; use one of {', '.join(PROTOCOLS)}")
+            raise SettingError("protocol", f"{self.protocol!r} is unknown: use one of {', '.join(PROTOCOLS)}")
 
     def describe(self) -> str:
         """For people: policy, budget, protocol, protect and memory profile (kvstore.defaults.describe_memory)."""
@@ -75,7 +75,7 @@ class SessionConfig(MemorySettings):
         if isinstance(self.profile, Path):  # saved as text (kvstore.session.persist, chat.json)
             self.profile = str(self.profile)
         if self.chunk_size < 1:
-            raise KVStoreError(f"chunk_size must be >= 1, got {self.chunk_size}")
+            raise SettingError("chunk_size", f"must be >= 1, got {self.chunk_size}")
 
     @classmethod
     def of(cls, memory: MemorySettings, **more: Any) -> SessionConfig:

@@ -18,7 +18,7 @@ import torch
 
 import kvstore
 from kvstore.cache.forwarding import chunk_end, prefill_steps
-from kvstore.errors import KVStoreError
+from kvstore.errors import KVStoreError, SettingError
 from kvstore.session.config import SessionConfig
 from kvstore.session.render import ChatRenderer
 from kvstore.session.sampling import check_sampling
@@ -140,11 +140,11 @@ class Session:
             sink = 0 if min(start for start, _ in spans) == 0 else policy.sink_tokens()  # a span may hold the sink
             need = protected + sink + policy.forced_max(have) - policy.sink_tokens()
             if need > have:
-                raise KVStoreError(
-                    f"the cache budget ({have} tokens per layer) cannot hold the protected opening ({protected} "
-                    f"tokens, protect={self.config.protect!r}) beside the sink, recent and tail tokens "
-                    f"({need} tokens needed); raise the budget (--budget) or protect less (--protect system or "
-                    "--protect none; protect='none' in SessionConfig)"
+                raise SettingError(
+                    "budget",
+                    f"({have} tokens per layer) cannot hold the protected opening ({protected} tokens, protect="
+                    f"{self.config.protect!r}) beside the sink, recent and tail tokens ({need} tokens needed); raise "
+                    "it, or protect less (protect 'system' or 'none')",
                 )
 
     def _protected_count(self, messages: list[dict]) -> int:

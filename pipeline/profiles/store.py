@@ -32,7 +32,7 @@ def resolve_profile(value: str | Path | None, mode: str = LOCAL) -> Path | None:
     of a --server none (the server applies its own); for a server (SERVE) the store even while empty, created, so
     that a profile calibrated later is used without a restart. A path: itself, which must exist (a CLIENT: an
     error)."""
-    from pipeline.errors import RunError
+    from pipeline.errors import RunError, RunSettingError
 
     if value is None or str(value) == NO_PROFILE:
         return None
@@ -47,7 +47,7 @@ def resolve_profile(value: str | Path | None, mode: str = LOCAL) -> Path | None:
     else:
         path = Path(value).expanduser()
     if not path.exists():
-        raise RunError(f"--memory-profile {value}: no such file or directory (make one with: nexus-agent calibrate)")
+        raise RunSettingError("profile", f"{value}: no such file or directory (make one with: nexus-agent calibrate)")
     from kvstore.profiles.profile import check_readable
 
     check_readable(path)  # a corrupt profile stops the run here, not in every task

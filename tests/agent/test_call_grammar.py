@@ -15,6 +15,7 @@ from agent.prompts import initial_messages
 from agent.protocols import Sampling
 from agent.tool_specs import TOOLS
 from kvstore.defaults import DEFAULT_MODEL
+from kvstore.errors import SettingError
 from kvstore.session.grammar import Constraint, GrammarError
 from kvstore.session.session import Session, SessionConfig
 
@@ -112,7 +113,7 @@ def test_budget_fits_the_reply_and_refuses_a_tiny_one() -> None:
 
     small, large = call_budget(160, count), call_budget(2048, count)
     assert 0 < small.thought <= large.thought and all(0 < small.value[t] < large.value[t] for t in TOOLS)
-    with pytest.raises(GrammarError, match="--max-new-tokens"):
+    with pytest.raises(SettingError, match="^max_new_tokens 30: a reply of that many tokens cannot hold"):
         call_constraint(tokenizer, 30)
 
 

@@ -53,6 +53,47 @@ def test_unknown_model_offline(cli, tmp_path: Path) -> None:
     assert not (tmp_path / "o").exists()  # refused before any work
 
 
+def test_a_bad_budget_is_named_by_its_flag(cli) -> None:
+    assert cli("solve", "--budget", "abc").startswith("error: --budget 'abc': give tokens per layer")
+
+
+def test_a_bad_protect_is_named_by_its_flag(cli) -> None:
+    assert cli("solve", "--protect", "bogus").startswith("error: --protect 'bogus': use one of")
+
+
+def test_a_bad_serve_setting_is_named_by_its_flag(cli) -> None:
+    assert cli("serve", "--park", "cloud").startswith("error: --park 'cloud': use one of")
+
+
+def test_a_setting_is_named_by_its_own_flag() -> None:
+    from cli.options import flag_of
+
+    assert [flag_of(s) for s in ("profile", "drain_s", "park_dir")] == ["--memory-profile", "--drain", "--park-dir"]
+
+
+def test_a_missing_chat_repo_is_a_user_error(cli, tmp_path: Path) -> None:
+    err = cli("chat", "--repo", str(tmp_path / "none"), NEXUS_AGENT_HOME=str(tmp_path / "home"))
+    assert "is not a directory" in err
+
+
+def test_an_unexpected_missing_file_is_a_bug_with_its_traceback(monkeypatch) -> None:
+    """Only a file the user named is a user error (raised as one where it is opened); any other missing file is a
+    bug: cli.errors.run lets it through to Python's traceback instead of printing it as one line."""
+    import typer
+
+    from cli.errors import run
+
+    app = typer.Typer(pretty_exceptions_enable=False)
+
+    @app.command()
+    def command() -> None:
+        Path("/nonexistent-nexus-agent-internal/part.json").read_text()
+
+    monkeypatch.setattr(sys, "argv", ["nexus-agent"])
+    with pytest.raises(FileNotFoundError):
+        run(app)
+
+
 def test_bad_flags_and_files(cli, tmp_path: Path) -> None:
     assert "--budget 'lots'" in cli("solve", "--budget", "lots")
     err = cli("eval", "--replay-dir", str(tmp_path / "none"), "--out", str(tmp_path / "o"))

@@ -31,8 +31,10 @@ def test_patch_file_and_empty(tmp_path, bwrap_installed):
 
 
 def test_missing_patch_file_is_a_user_error(tmp_path):
+    from tasks.schema import TaskError
+
     res = CliRunner().invoke(app, ["grade", TASK_ID, "--patch", str(tmp_path / "none.diff")])
-    assert isinstance(res.exception, FileNotFoundError) and "none.diff" in str(res.exception)
+    assert isinstance(res.exception, TaskError) and "none.diff" in str(res.exception)
 
 
 def test_a_patch_file_that_is_not_utf8_is_a_user_error(tmp_path):

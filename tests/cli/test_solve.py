@@ -75,8 +75,8 @@ def test_local_model_runs_and_reports_cache_stats(tmp_path: Path, tiny_model_dir
     "options, message",
     [
         (["--model", "nosuch"], "--model nosuch: not a registered model"),
-        (["--sandbox", "nosuch"], "unknown --sandbox 'nosuch'"),
-        (["--protocol", "nosuch"], "unknown protocol 'nosuch'"),
+        (["--sandbox", "nosuch"], "--sandbox 'nosuch' is unknown"),
+        (["--protocol", "nosuch"], "--protocol 'nosuch' is unknown"),
         (["--policy", "nosuch"], "unknown policy 'nosuch'"),
         (["--server", "http://127.0.0.1:9/v1", "--budget", "512"], "drop --budget"),
         (["--learn-profile", "--policy", "snapkv"], "--learn-profile learns a profile of the default memory"),

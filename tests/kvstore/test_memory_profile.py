@@ -169,7 +169,7 @@ def test_a_profile_directory_gives_each_opening_the_profile_that_fits_it(profile
     assert best_match(found, [5] * 300) == (None, "opening does not carry the template of any of 2 profiles")
     assert best_match([], [5] * 300) == (None, "no memory profile for this model")
     (store / "broken.pt").write_bytes(b"\x00")  # a corrupt file is a clear error, not a silent skip
-    damaged = r"broken.pt cannot be read: not a memory profile.*\); remove it from .*--memory-profile none$"
+    damaged = r"broken.pt cannot be read: not a memory profile.*\); remove it from there, or use no profile \('none'\)$"
     with pytest.raises(KVStoreError, match=damaged):
         load_profiles(store, model_identity(model))
     assert store_name(mine) == store_name(MemoryProfile.load(profile_file))  # recalibrating replaces it

@@ -141,7 +141,7 @@ def test_turn_stats_as_data_and_one_line() -> None:
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"protocol": "sometimes"}, "unknown protocol"),
+        ({"protocol": "sometimes"}, "protocol 'sometimes' is unknown"),
         ({"policy": "nope"}, "unknown policy"),
         ({"chunk_size": 0}, "chunk_size"),
     ],

@@ -97,5 +97,5 @@ def test_the_key_is_never_reported_and_an_open_server_beyond_localhost_is_flagge
         ServeConfig(host="0.0.0.0")
     )
     assert "warning" not in _access_line(ServeConfig())
-    with pytest.raises(ServeError, match="--api-key is empty"):
+    with pytest.raises(ServeError, match="api_key is empty"):
         ServeConfig(api_key=" ")

@@ -110,7 +110,7 @@ def test_a_second_server_on_the_same_park_dir_is_refused(tmp_path: Path) -> None
     first = start(tmp_path)
     try:
         ask(client(first.url), [{"role": "user", "content": "hello"}])
-        with pytest.raises(ServeError, match="another nexus-agent serve is using the park folder"):
+        with pytest.raises(ServeError, match="another nexus-agent serve is using this park folder"):
             start(tmp_path)
     finally:
         first.close()
@@ -152,7 +152,7 @@ def test_the_cli_refuses_a_second_server_in_one_line(tmp_path: Path) -> None:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert lines[0] == (
-        f"error: another nexus-agent serve is using the park folder {park}; give each server its own --park-dir"
+        f"error: --park-dir {park}: another nexus-agent serve is using this park folder; give each server its own"
     )
 
 

@@ -82,7 +82,7 @@ def test_serve_the_default_model(tmp_path) -> None:
         (["--memory-cap", "12XB"], "size '12XB': give bytes or a number with a unit"),
         (["--park", "cloud"], "--park 'cloud': use one of disk, host"),
         (["--budget", "lots"], "--budget 'lots'"),
-        (["--max-batch", "0"], "max_batch must be >= 1"),
+        (["--max-batch", "0"], "--max-batch must be >= 1"),
         (["--protect", "all"], "--protect 'all': use one of system+task, system, none"),
         (["--drain", "inf"], "--drain must be a number of seconds, 0 or more, got inf"),
     ],

@@ -125,7 +125,7 @@ def test_one_conversation_and_its_statement_make_the_profile_a_local_run_learns(
 def test_the_profiles_endpoint_refuses_what_it_cannot_use(make_server, tmp_path: Path) -> None:
     no_dir = make_server()
     status, answer = _post_profiles(no_dir, {"conversations": []})
-    assert status == 409 and "--memory-profile auto" in answer["error"]["message"]
+    assert status == 409 and "its memory profile 'auto'" in answer["error"]["message"]
     store = tmp_path / "profiles"
     store.mkdir()
     server = make_server(profile=store)

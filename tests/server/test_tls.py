@@ -111,14 +111,14 @@ def test_bad_certificate_files_are_one_line_errors(tmp_path, certs) -> None:
         server_context(tmp_path / "missing.crt", key)
     with pytest.raises(ServeError, match="cannot load the TLS certificate"):
         server_context(cert, other_key)  # a key that is not the certificate's
-    with pytest.raises(ServeError, match="holds no key: give it with --tls-key"):
+    with pytest.raises(ServeError, match="holds no key: give the key's file too, tls_key"):
         server_context(cert)
     with pytest.raises(ServeError, match="is encrypted"):
         server_context(*self_signed(tmp_path, "locked", encrypt=True))
     combined = tmp_path / "both.pem"
     combined.write_text(other_cert.read_text() + other_key.read_text())
     assert isinstance(server_context(combined), ssl.SSLContext)  # the key may sit in the certificate file
-    with pytest.raises(ServeError, match="--tls-key needs --tls-cert"):
+    with pytest.raises(ServeError, match="tls_key needs a tls_cert"):
         ServeConfig(tls_key=key)
 
 
