@@ -21,7 +21,6 @@ import errno
 import hashlib
 import json
 import os
-import shutil
 import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -340,15 +339,9 @@ def _safe_parent(repo: Path, rel: str) -> Path:
 
 def _remove(repo: Path, rel: str) -> None:
     """Remove what is at `rel` now (a file, a link, or a folder the turn put where a file was)."""
-    path = _safe_parent(repo, rel)
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path)  # never follows symlinks
-    else:
-        path.unlink()
+    from swe_env.sandbox.overlay_sync import remove_entry
+
+    remove_entry(_safe_parent(repo, rel))
 
 
 def _put(repo: Path, rel: str, entry: Entry, store: Path, owner: tuple[int, int]) -> None:

@@ -54,17 +54,17 @@ def _sync_entry(entry: os.DirEntry, upper: Path, repo: Path, path: Path, owner: 
     st = entry.stat(follow_symlinks=False)
     target = _inside(repo, path)
     if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:  # a whiteout: the step deleted it
-        _remove(target)
+        remove_entry(target)
     elif stat.S_ISDIR(st.st_mode):
         if _opaque(entry.path) or not (target.is_dir() and not target.is_symlink()):
-            _remove(target)  # an opaque folder replaced what was there
+            remove_entry(target)  # an opaque folder replaced what was there
         if not target.exists():
             os.mkdir(target)
             os.lchown(target, owner.uid, owner.gid)
         os.chmod(target, stat.S_IMODE(st.st_mode) & 0o1777)
         _sync_folder(upper, repo, path, owner, notes)
     elif stat.S_ISLNK(st.st_mode):
-        _remove(target)
+        remove_entry(target)
         os.symlink(os.readlink(entry.path), target)
         os.lchown(target, owner.uid, owner.gid)
     elif stat.S_ISREG(st.st_mode):
@@ -79,7 +79,8 @@ def _inside(repo: Path, rel: Path) -> Path:
     return target
 
 
-def _remove(target: Path) -> None:
+def remove_entry(target: Path) -> None:
+    """Remove what is at `target` (a file, a link, or a whole folder), never following a link; nothing if absent."""
     try:
         st = os.lstat(target)
     except FileNotFoundError:
