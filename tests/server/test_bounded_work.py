@@ -170,8 +170,18 @@ def test_a_grammar_past_the_compile_time_limit_is_a_400_and_compiles_for_a_retry
         },
     }  # fmt: skip  (a schema no earlier test compiled)
     body = {"messages": USER, "max_tokens": 2, "response_format": fmt}
+    from kvstore.session.grammar import Constraint
+
+    gate, real = threading.Event(), Constraint.json_schema
+
+    def held(schema, tokenizer):  # the compile outlasts the limit whatever the machine's load (it raced 1 µs)
+        gate.wait(30)
+        return real(schema, tokenizer)
+
+    monkeypatch.setattr(Constraint, "json_schema", staticmethod(held))
     monkeypatch.setattr(limits, "COMPILE_TIMEOUT_S", 1e-6)
     r = httpx.post(base + "/chat/completions", json=body, timeout=60)
+    gate.set()
     assert r.status_code == 400 and "did not compile within" in r.json()["error"]["message"], r.text
     monkeypatch.setattr(limits, "COMPILE_TIMEOUT_S", 10.0)
     r = httpx.post(base + "/chat/completions", json=body, timeout=60)
