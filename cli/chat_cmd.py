@@ -18,8 +18,8 @@ from pipeline.profiles.store import AUTO_PROFILE, CLIENT, LOCAL, NO_PROFILE, res
 
 
 @raw_options(
-    "model", "policy", "budget", "protocol", "protect", "profile", "device", "server", "learn", "constrain",
-    model=None, policy=None, budget=None, protocol=None, protect=None,
+    "model", "policy", "budget", "protocol", "protect", "profile", "device", "server", "api_key", "call_format",
+    "learn", "constrain", model=None, policy=None, budget=None, protocol=None, protect=None,
 )  # fmt: skip
 def chat_cmd(
     repo: Path = typer.Option(None, "--repo", "-r", help="The repository to work on (default: the current dir)."),
@@ -48,7 +48,9 @@ def chat_cmd(
 
     A new session takes the session defaults (model, policy, budget, protocol, protect) for options not given; a
     resumed one keeps its saved settings and refuses options that differ from them. With --server URL the model
-    runs in that `nexus-agent serve` (its model and cache settings apply) and the chat continues one server session.
+    runs in that server (a `nexus-agent serve`, vLLM, SGLang: docs/servers.md; --model picks among its models,
+    --api-key or $OPENAI_API_KEY is its key); a `nexus-agent serve`'s model and cache settings apply, and the chat
+    continues one server session there (on other servers a resume re-sends the saved conversation).
     With --learn-profile (off by default), leaving a chat that has no memory profile and made a valid tool call learns
     one into the profile store (with --server the server learns it); later sessions use it with --memory-profile auto.
     """
@@ -63,6 +65,7 @@ def chat_cmd(
         max_steps=max_steps, max_steps_absolute=max_steps, max_new_tokens=max_new_tokens, temperature=temperature
     )
     server, learn, constrain = given.pop("server"), given.pop("learn"), given.pop("constrain")
+    api_key, calls = given.pop("api_key"), given.pop("call_format")
     learn = learn and given["profile"] in (AUTO_PROFILE, NO_PROFILE)  # --learn-profile fills the store auto reads
     if resume and given["profile"] == AUTO_PROFILE:  # a resumed session keeps the profile it started with
         given["profile"] = None
@@ -72,8 +75,10 @@ def chat_cmd(
     if server is not None or (resume and cs.ChatState.load(folder).server):
         from pipeline.chat_served import open_served
 
-        state, conversation = open_served(folder, repo, server, resume, seed, given, learn)
+        state, conversation = open_served(folder, repo, server, resume, seed, given, learn, api_key, calls)
     else:
+        if calls == "tools":
+            raise RunError("chat without --server speaks DeepSWE's XML: --call-format tools needs --server")
         given["budget"] = None if given["budget"] is None else parse_budget(given["budget"])
         if given["budget"] is None:
             del given["budget"]
@@ -92,7 +97,8 @@ def chat_cmd(
     if learn and state.learn and (folder / cs.STATE_FILE).is_file():  # an empty session is not kept
         saved = cs.ChatState.load(folder)  # as the last complete step left it (a rollback replaces the chat's state)
         if saved.requests:
-            _learn(console, folder, name, saved, getattr(conversation, "session", None))
+            served = (getattr(getattr(conversation, "record", None), "model", None), api_key)
+            _learn(console, folder, name, saved, getattr(conversation, "session", None), served)
 
 
 def _session_name(console: Console, session: str | None, repo: Path | None, resume: bool) -> str:
@@ -127,7 +133,7 @@ def _python_env(console: Console, repo: Path):
         return None
 
 
-def _learn(console: Console, folder: Path, name: str, saved: cs.ChatState, session) -> None:
+def _learn(console: Console, folder: Path, name: str, saved: cs.ChatState, session, served=(None, None)) -> None:
     """Leaving a chat with no memory profile: its conversation teaches one, the first request marking the task's
     text (pipeline.profiles.learn); under --server the server learns it. Ctrl-C skips it; nothing is lost."""
     from pipeline.profiles.learn import learn_after
@@ -135,6 +141,7 @@ def _learn(console: Console, folder: Path, name: str, saved: cs.ChatState, sessi
     said = learn_after(
         folder / cs.TRAJECTORY_FILE, saved.requests[0], say_to(console), console.status, noun="chat",
         session=None if saved.server else session, server=saved.server or None, key=f"chat-{name}", skippable=True,
+        served=served,
     )  # fmt: skip
     if said:
         console.print(safe_text(said))

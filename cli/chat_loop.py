@@ -48,8 +48,8 @@ class Chat:
         self.conv.set_output(self._stream, self._note)
         self.writer = TrajectoryWriter(folder / cs.TRAJECTORY_FILE)
         self.env = cs.ChatEnvironment(sandbox)
-        self.agent = Agent(self.conv.model, self.env, agent_cfg, self.writer, f"chat:{name}",
-                           on_step=self._on_step, before_execute=self._confirm)  # fmt: skip
+        self.agent = Agent(self.conv.model, self.env, agent_cfg, self.writer, f"chat:{name}", on_step=self._on_step,
+                           before_execute=self._confirm, call_format=getattr(self.conv, "calls", None))  # fmt: skip
         self.env_line, self.timeout = env_line, agent_cfg.command_timeout
         self.outputs: dict[int, tuple[str, str]] = {}  # step of the last turn -> (its call, its whole output)
         self.cancelled = False  # Ctrl-C at an approval prompt of this turn declined a call; a second one stops it
