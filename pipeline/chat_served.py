@@ -138,6 +138,10 @@ class ServedConversation:
             settings["id"], record.server, api_key=api_key, seed=seed, session_id=sid, retries=1
         )
         self.inner = OpenAICompatModel(config)
+        if self.calls.name == "tools":  # sent with every request, a resumed chat's too (the history keeps none)
+            from agent.calls_tools import tool_schemas
+
+            self.inner.tools = tool_schemas()
         self.client = ServerClient(record.server, api_key, timeout_s=30)  # the nexus-only /v1/sessions
         self.inner.history = record.messages
         where = f" (session {record.session_id})" if self.sessions else ""

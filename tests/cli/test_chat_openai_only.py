@@ -66,6 +66,7 @@ def test_a_chat_calls_tools_natively_and_resumes_by_resending(stand_in: StandIn,
     again = _posts(stand_in)[len(first)]["body"]
     assert again["messages"][:saved] == record["messages"]  # the whole saved conversation, re-sent
     assert "and again" in again["messages"][saved]["content"]
+    assert again["tools"] == first[0]["body"]["tools"]  # the resumed chat still offers its tools
     assert {s["path"] for s in stand_in.seen} == {"/v1/models", "/v1/chat/completions"}  # no nexus endpoint asked
     assert len(_record(tmp_path)["messages"]) > saved
 
