@@ -76,10 +76,12 @@ def test_the_xml_format_is_kept_on_resume(stand_in: StandIn, tmp_path: Path, rep
     res = _chat(tmp_path, *args, key=KEY)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     body = _posts(stand_in)[0]["body"]
-    assert ("tools" in body, body["stop"]) == (False, ["</function>"])
+    assert "tools" not in body
+    assert body["stop"] == ["</function>"]
     assert _record(tmp_path)["call_format"] == "xml"
     res = _chat(tmp_path, "--resume", "--call-format", "tools", "--repo", str(repo), key=KEY)
-    assert res.returncode == 2 and "was started with --call-format xml" in res.stderr, res.stderr
+    assert res.returncode == 2, res.stderr
+    assert "was started with --call-format xml" in res.stderr
 
 
 @pytest.mark.parametrize(
@@ -92,11 +94,13 @@ def test_the_xml_format_is_kept_on_resume(stand_in: StandIn, tmp_path: Path, rep
 )
 def test_the_served_model_is_picked_or_listed(stand_in: StandIn, tmp_path: Path, repo: Path, options, says) -> None:
     res = _chat(tmp_path, "--server", stand_in.url, *options, "--repo", str(repo), key=KEY)
-    assert res.returncode == 2 and says.replace("URL", stand_in.url) in res.stderr, res.stdout + res.stderr
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert says.replace("URL", stand_in.url) in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
 
 
 def test_a_missing_key_is_one_line(stand_in: StandIn, tmp_path: Path, repo: Path) -> None:
     res = _chat(tmp_path, "--server", stand_in.url, "--model", MODELS[0], "--repo", str(repo))
     out = " ".join(res.stdout.split())
-    assert "HTTP 401: bad key" in out and "Traceback" not in out + res.stderr, out + res.stderr
+    assert "HTTP 401: bad key" in out, out + res.stderr
+    assert "Traceback" not in out + res.stderr
