@@ -257,7 +257,12 @@ class ChatRunner:
         return self.conv.stats_lines()
 
     def banner(self) -> Banner:
-        mode = "yolo: commands run without asking" if self.yolo else "confirm mode: asks before each command"
+        if self.yolo:
+            mode = "yolo: commands run without asking"
+        elif self.approve is None:
+            mode = f"{self.unattended.short}: a command that needs approval is not run (--yolo runs it)"
+        else:
+            mode = "confirm mode: asks before each command"
         where = f" on {self.state.repo} (at /testbed in the sandbox) | {self.conv.describe()} | {mode}"
         notes = [self.instructions_line] if self.instructions_line else []
         notes += list(getattr(self.sandbox, "notes", ()))
