@@ -57,6 +57,10 @@ def chat_cmd(
     from pipeline.chat import approval
     from pipeline.chat.opening import open_chat
     from pipeline.chat.settings import ChatSettings
+    from pipeline.errors import RunError
+
+    if message is not None and not message.strip():
+        raise RunError("--message is empty: give the request's text")
 
     settings = ChatSettings(
         repo=repo, session=session, resume=resume, python_env=python_env, yolo=yolo, max_steps=max_steps,

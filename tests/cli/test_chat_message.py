@@ -88,3 +88,8 @@ def test_a_resumed_session_takes_the_message_as_its_next_request(cli_runs) -> No
 def test_a_chat_that_cannot_start_exits_2(tmp_path: Path) -> None:
     res = nexus("chat", "--session", "none", "--resume", "--message", "x", env=cli_env(tmp_path / "h"), cwd=tmp_path)
     assert res.returncode == 2
+
+
+def test_an_empty_message_is_refused_in_one_line(tmp_path: Path) -> None:
+    res = nexus("chat", "--message", " ", env=cli_env(tmp_path / "h"), cwd=tmp_path)
+    assert res.stderr == "error: --message is empty: give the request's text\n"
