@@ -40,8 +40,8 @@ class ChatRunner:
         on_step: Callable[[Step], None] | None = None, on_event: Callable[[dict[str, Any]], None] | None = None,
         status: Callable[[str], AbstractContextManager] | None = None,
     ):  # fmt: skip
+        from agent.calls_xml import XmlCalls
         from agent.loop import Agent
-        from agent.prompts import system_prompt
         from agent.trajectory import TrajectoryWriter
 
         self.folder, self.name, self.state, self.conv, self.sandbox = folder, name, state, conversation, sandbox
@@ -49,15 +49,18 @@ class ChatRunner:
         self.approve, self.unattended = approve, unattended
         self.on_token, self.on_step, self.on_event = on_token, on_step, on_event
         self.status = status or (lambda text: nullcontext())
-        self.system, self.instructions_line = system_prompt(), ""
+        calls = getattr(self.conv, "calls", None) or XmlCalls()  # how the model calls tools (agent.calls)
+        self.system = calls.opening("", sandbox.workdir)[0]  # the format's system message (tools: with their specs)
+        self.instructions_line = ""
         if not self.conv.has_history:  # AGENTS.md: read once, into a new session's system prompt
             found = agents_md.read(Path(state.repo))
-            self.system, self.instructions_line = agents_md.system_prompt(self.system, found), found.line
+            text = agents_md.system_prompt(self.system["content"], found)
+            self.system, self.instructions_line = {**self.system, "content": text}, found.line
         self.conv.set_output(self._token, self._note)
         self.writer = TrajectoryWriter(folder / TRAJECTORY_FILE)
         self.env = ChatEnvironment(sandbox)
-        self.agent = Agent(self.conv.model, self.env, agent_cfg, self.writer, f"chat:{name}",
-                           on_step=self._on_step, before_execute=self.confirm)  # fmt: skip
+        self.agent = Agent(self.conv.model, self.env, agent_cfg, self.writer, f"chat:{name}", on_step=self._on_step,
+                           before_execute=self.confirm, call_format=calls)  # fmt: skip
         self.outputs: dict[int, tuple[str, str]] = {}  # step of the last turn -> (its call, its whole output)
         self.cancelled = False  # a prompt of this turn was cancelled (Ctrl-C); a second cancel stops the turn
         self.interrupt = TurnInterrupt(self._note)
@@ -86,7 +89,7 @@ class ChatRunner:
         self.state.requests.append(text)
         self.state.unseen = self.state.notice = ""
         self.outputs, self.cancelled = {}, False
-        turn = self._run_turn(text, [{"role": "system", "content": self.system}, msg] if first else [msg])
+        turn = self._run_turn(text, [self.system, msg] if first else [msg])
         self._seal()
         if turn.result is not None:
             self._save()

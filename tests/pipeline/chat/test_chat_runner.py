@@ -98,6 +98,23 @@ def _observation(runner: ChatRunner, step: int) -> str:
     return next(r["observation"] for r in records if r.get("step") == step)
 
 
+def test_a_conversation_in_the_tools_format_opens_with_the_tool_specs(tmp_path: Path) -> None:
+    """The chat's opening is its call format's (agent.calls): native tool calls send the specs as `tools`."""
+    from agent.calls import call_format
+
+    repo = failing_repo(tmp_path)
+    conversation = ScriptedConversation([finish()])
+    conversation.calls = call_format("tools")
+    (tmp_path / "s").mkdir()
+    with cs.open_repo_sandbox(repo, "t") as sandbox:
+        runner = ChatRunner(tmp_path / "s", "t", cs.ChatState(repo=str(repo)), conversation, sandbox, AgentConfig())
+        runner.request("hello")
+        runner.close()
+    records = [json.loads(line) for line in (tmp_path / "s" / cs.TRAJECTORY_FILE).read_text().splitlines()]
+    step = next(r for r in records if r.get("step") == 1)
+    assert "finish" in {spec["function"]["name"] for spec in step["input"][0]["tools"]}
+
+
 def _ask(tmp_path: Path, answers: list, replies: list[str]):
     """(runner, what it reported, the turn) of a request whose calls the view's `approve` answers with `answers`."""
     repo = failing_repo(tmp_path)
