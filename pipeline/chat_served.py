@@ -185,7 +185,7 @@ class ServedConversation:
         return f"the server's session {sid} {why}: {what}, and the next request prefills the saved conversation once"
 
     def stats_lines(self) -> list[str]:
-        from pipeline.chat_steps import stats_line
+        from pipeline.chat.steps import stats_line
 
         lines = [stats_line(n, t) or f"turn {n}: no statistics" for n, t in enumerate(self.record.turns, 1)]
         return [*lines, f"{len(self.record.turns)} turns, {self.history_tokens} tokens in the history (server)"]
