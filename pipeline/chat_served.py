@@ -160,24 +160,13 @@ class ServedConversation:
         if self.record.rebuild:
             self._close_on_server()
         known = len(self.inner.history)
-        reply = self.inner.reply([self._in_format(m) for m in new_messages], sampling)
+        reply = self.inner.reply(new_messages, sampling)
         if known and not self.inner.nexus.get("continued", True):
             self.notify(
                 f"the server had no session {self.record.session_id}: it re-opened it and prefilled the whole "
                 f"conversation ({reply.stats.get('prefill_tokens', '?')} tokens) once"
             )
         return reply
-
-    def _in_format(self, message: Message) -> Message:
-        """The chat's system message in the tools format: the tools' rules instead of the XML ones, the function
-        specs on it (agent.calls_tools) — until the chat's runner builds its opening with `self.calls`."""
-        if self.calls.name != "tools" or message.get("role") != "system" or "tools" in message:
-            return message
-        from agent.calls_tools import tool_schemas
-        from agent.prompts import system_prompt, tools_system_prompt
-
-        text = message["content"].replace(system_prompt(), tools_system_prompt())
-        return {**message, "content": text, "tools": tool_schemas()}
 
     # --- what the chat loop asks ---------------------------------------------------------------------------------
     @property
@@ -224,7 +213,7 @@ class ServedConversation:
         return f"the server's session {sid} {why}: {what}, and the next request prefills the saved conversation once"
 
     def stats_lines(self) -> list[str]:
-        from pipeline.chat_steps import stats_line
+        from pipeline.chat.steps import stats_line
 
         lines = [stats_line(n, t) or f"turn {n}: no statistics" for n, t in enumerate(self.record.turns, 1)]
         note = "" if self.sessions else "; no cache statistics: the server is not a nexus-agent serve"

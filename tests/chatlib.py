@@ -1,5 +1,6 @@
-"""A chat driven by a script: the real Chat loop, a real bubblewrap sandbox on a real git repo, and a model backend
-that answers with written replies (agent.backends.replay), so that what the chat shows can be asserted."""
+"""A chat driven by a script: the real ChatRunner (pipeline/chat/runner.py) rendered by the CLI's Chat view, a real
+bubblewrap sandbox on a real git repo, and a model backend that answers with written replies
+(agent.backends.replay), so that what the chat shows can be asserted."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def finish(result: str = "done") -> str:
 
 
 class ScriptedConversation:
-    """The chat's conversation (cli/chat_loop.py's contract) over a ReplayModel: replies in order, no cache."""
+    """The chat's conversation (pipeline/chat/runner.py's contract) over a ReplayModel: replies in order, no cache."""
 
     def __init__(self, replies: list[str], stream: bool = False) -> None:
         self.model = ReplayModel(replies, name="scripted")
@@ -92,17 +93,21 @@ class ScriptedConversation:
 def open_chat(
     folder: Path, repo: Path, replies: list[str], sandbox, yolo: bool = True, env_line: str = "no env", stream=False
 ):
-    """A Chat on `repo` whose console writes into a string (`chat.console.file.getvalue()`)."""
+    """A Chat view on a ChatRunner on `repo` whose console writes into a string (`chat.console.file.getvalue()`)."""
     from agent.loop import AgentConfig
     from cli.chat_loop import Chat
     from pipeline import chat as cs
+    from pipeline.chat.runner import ChatRunner
 
     console = Console(file=io.StringIO(), width=200, force_terminal=False, highlight=False)
     state = cs.ChatState(repo=str(repo))
     folder.mkdir(parents=True, exist_ok=True)
     state.save(folder)
     cfg = AgentConfig(max_steps=10, max_steps_absolute=10, command_timeout=60)
-    return Chat(console, folder, "t", state, ScriptedConversation(replies, stream), sandbox, cfg, yolo, env_line)
+    chat = Chat(console)
+    chat.runner = ChatRunner(folder, "t", state, ScriptedConversation(replies, stream), sandbox, cfg, yolo=yolo,
+                             env_line=env_line, **chat.callbacks())  # fmt: skip
+    return chat
 
 
 def shown(chat) -> str:
@@ -111,3 +116,15 @@ def shown(chat) -> str:
     chat.console.file.seek(0)
     chat.console.file.truncate()
     return text
+
+
+def view(console: Console, folder: Path, state, conversation, sandbox, cfg=None, yolo: bool = False):
+    """The CLI's Chat view on a ChatRunner over `conversation` (a real model's, say)."""
+    from agent.loop import AgentConfig
+    from cli.chat_loop import Chat
+    from pipeline.chat.runner import ChatRunner
+
+    chat = Chat(console)
+    chat.runner = ChatRunner(folder, "t", state, conversation, sandbox, cfg or AgentConfig(), yolo=yolo,
+                             **chat.callbacks())  # fmt: skip
+    return chat

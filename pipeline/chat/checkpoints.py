@@ -1,6 +1,6 @@
 """A chat's checkpoints: one per turn, so that `/undo N` goes back N turns and `/checkpoints` lists them.
 
-Each turn's snapshot (pipeline.chat_snapshot) is kept as `undo/turns/N.json` beside the current one
+Each turn's snapshot (pipeline.chat.snapshot) is kept as `undo/turns/N.json` beside the current one
 (`undo/manifest.json`), and `undo/checkpoints.json` holds the stack of turns that can be undone, oldest first: the
 turn, when it started, the user's request and the files it changed. Undoing a turn restores its snapshot and makes
 the turn before it current, so a second `/undo` goes back one more. A turn without a snapshot (it could not be
@@ -15,7 +15,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from pipeline import chat_snapshot as snap
+from pipeline.chat import snapshot as snap
 from pipeline.files import atomic_write
 
 STACK_FILE = "checkpoints.json"  # in undo/

@@ -1,4 +1,4 @@
-"""Every turn's checkpoint (pipeline/chat_checkpoints.py) on a real git repo: /undo N, a repeated /undo, the list."""
+"""Every turn's checkpoint (pipeline/chat/checkpoints.py) on a real git repo: /undo N, a repeated /undo, the list."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import chat_checkpoints as cp
-from pipeline import chat_snapshot as snap
+from pipeline.chat import checkpoints as cp
+from pipeline.chat import snapshot as snap
 from swe_env.safegit import git_dirs
 
 ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",

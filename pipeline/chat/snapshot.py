@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pipeline.files import atomic_write
 
-UNDO_DIR = "undo"  # in the session folder: manifest.json, turns/ (each turn's, pipeline.chat_checkpoints), blobs/
+UNDO_DIR = "undo"  # in the session folder: manifest.json, turns/ (each turn's, pipeline.chat.checkpoints), blobs/
 MAX_FILE_BYTES = 32 * 2**20  # a larger file is left out of the snapshot (not restorable)
 MAX_TOTAL_BYTES = 512 * 2**20  # most new content one snapshot copies; past it files are left out
 INSIDE = "/r"  # the repo's name for open_inside (any absolute prefix)
@@ -79,7 +79,7 @@ class Snapshot:
 
 
 def turn_file(folder: Path, turn: int) -> Path:
-    """Where the snapshot of turn `turn` is kept (a checkpoint: pipeline.chat_checkpoints)."""
+    """Where the snapshot of turn `turn` is kept (a checkpoint: pipeline.chat.checkpoints)."""
     return folder / UNDO_DIR / "turns" / f"{turn}.json"
 
 
@@ -306,7 +306,7 @@ class Restored:
 
 
 def restore(repo: Path, folder: Path, dirs: tuple[Path, Path] | None) -> Restored:
-    """Put the repo back as the last snapshot has it; the snapshot is then spent (pipeline.chat_checkpoints makes
+    """Put the repo back as the last snapshot has it; the snapshot is then spent (pipeline.chat.checkpoints makes
     the one before it current)."""
     snap = Snapshot.load(folder)
     if snap is None:

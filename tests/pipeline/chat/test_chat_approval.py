@@ -1,11 +1,11 @@
-"""pipeline/chat_approval.py: the approval prompt's answers, a decline's reason, the allowlist's programs."""
+"""pipeline/chat/approval.py: the approval prompt's answers, a decline's reason, the allowlist's programs."""
 
 from __future__ import annotations
 
 import pytest
 
 from agent.protocols import ToolCall
-from pipeline import chat_approval as ap
+from pipeline.chat import approval as ap
 
 
 def bash(cmd: str) -> ToolCall:

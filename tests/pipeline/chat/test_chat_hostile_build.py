@@ -1,4 +1,4 @@
-"""A hostile build of a chat repo's Python env (pipeline/chat_env.py): code in the user's repo, which the agent can
+"""A hostile build of a chat repo's Python env (pipeline/chat/env.py): code in the user's repo, which the agent can
 edit in one session, runs when the next chat start builds the env. Each test fails if its attack works:
 
 1. the build rewrites the env's pyvenv.cfg `home =` so that later chat sandboxes mount a host folder;
@@ -48,7 +48,7 @@ def _repo(tmp_path: Path, attack: str) -> Path:
 
 
 def _build(repo: Path, tmp_path: Path):
-    from pipeline import chat_env
+    from pipeline.chat import env as chat_env
     from swe_env.pyenv import PyEnvConfig
 
     return chat_env.ensure(repo, PyEnvConfig(cache_dir=tmp_path / "envs"), lambda text: nullcontext())

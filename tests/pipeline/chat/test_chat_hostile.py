@@ -125,7 +125,7 @@ sb.execute("sleep 60")
 
 def test_kill_9_of_a_chat_leaves_the_repo_as_it_was(tmp_path):
     repo = _user_repo(tmp_path, 0, 0)
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     proc = subprocess.Popen(
         [sys.executable, "-c", KILLED_CHAT, str(repo)], cwd=root, stdout=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(root)},

@@ -1,11 +1,11 @@
-"""pipeline/chat_instructions.py: the repo's AGENTS.md, read safely into the system prompt."""
+"""pipeline/chat/instructions.py: the repo's AGENTS.md, read safely into the system prompt."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from pipeline import chat_instructions as ins
+from pipeline.chat import instructions as ins
 
 
 def test_agents_md_is_read(tmp_path: Path) -> None:

@@ -1,13 +1,13 @@
 """Unified diffs for chat: what a file_editor call would change (shown before it is approved) and what a turn
-changed (pipeline.chat_snapshot). Both are computed on the host from the files as they are, read without following
-a symlink the agent may have planted (the sandbox's `read_file`, pipeline.chat_snapshot.read_inside)."""
+changed (pipeline.chat.snapshot). Both are computed on the host from the files as they are, read without following
+a symlink the agent may have planted (the sandbox's `read_file`, pipeline.chat.snapshot.read_inside)."""
 
 from __future__ import annotations
 
 import difflib
 
 from agent.protocols import ToolCall
-from pipeline.chat_snapshot import Change
+from pipeline.chat.snapshot import Change
 
 EDITS = ("create", "str_replace", "insert")  # the file_editor commands a preview is made for
 CONTEXT = 3  # lines of context around each hunk

@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import chat as cs
+from pipeline.chat import state as cs
 from pipeline.errors import RunError
 from pipeline.home import home
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipeline.chat import SESSION_FILE
+from pipeline.chat.state import SESSION_FILE
 
 
 class LocalConversation:

@@ -1,10 +1,10 @@
-"""pipeline/chat_steps.py: a streamed reply shown without its call, and a step's title line."""
+"""pipeline/chat/steps.py: a streamed reply shown without its call, and a step's title line."""
 
 from __future__ import annotations
 
 import pytest
 
-from pipeline.chat_steps import ReplyText, step_title
+from pipeline.chat.steps import ReplyText, step_title
 
 REPLY = "Let me run the tests.\n<function=execute_bash>\n<parameter=cmd>pytest</parameter>\n</function>"
 

@@ -1,5 +1,5 @@
 """How chat shows a step: the model's free text without its call's markup, one title line for the call, and what
-the step's output stands for (chat's logic below the CLI; cli/chat_loop.py prints it).
+the step's output stands for (chat's logic below the CLI; the CLI prints it).
 
 A live model's reply streams in as it is written; the call at its end (`<function=...>` text, or a Hermes/Qwen
 `<tool_call>` block) is not shown as text: the step's title line says what it runs.

@@ -1,4 +1,4 @@
-"""A chat turn's snapshot, diff and undo (pipeline/chat_snapshot.py) on real git repos and plain folders: what a turn
+"""A chat turn's snapshot, diff and undo (pipeline/chat/snapshot.py) on real git repos and plain folders: what a turn
 changed, added and deleted comes back; symlinks the agent planted are never followed out of the repo."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import chat_snapshot as snap
-from pipeline.chat_diff import turn_diff
+from pipeline.chat import snapshot as snap
+from pipeline.chat.diff import turn_diff
 from swe_env.safegit import git_dirs
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",

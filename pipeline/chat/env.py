@@ -27,7 +27,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from pipeline.chat_snapshot import read_inside
+from pipeline.chat.snapshot import read_inside
 from pipeline.files import safe_name
 from swe_env.pyenv import PyEnv, PyEnvConfig, built_info
 from swe_env.records import write_record

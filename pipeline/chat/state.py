@@ -1,5 +1,4 @@
-"""The pieces of `nexus-agent chat`: where a session lives on disk, its prompts, the sandbox on the user's repo,
-the confirm-before-running gate and the Ctrl-C handling of one turn.
+"""Where a chat session lives on disk and what its requests say to the model.
 
 A session folder holds session.safetensors (the kvstore Session: token history, KV cache, messages, turn stats) or,
 for a chat whose model runs in a `nexus-agent serve` (--server), conversation.json (pipeline/chat_served.py), plus
@@ -11,12 +10,10 @@ step in progress.
 from __future__ import annotations
 
 import json
-import signal
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.protocols import ToolCall, ToolResult
 from pipeline.errors import RunError
 from pipeline.files import atomic_write
 from pipeline.home import home
@@ -67,7 +64,7 @@ class ChatState:
     learn: bool = False  # the session started with --learn, the default memory and --memory-profile auto: leaving it
     # while it has no profile keeps its conversation, to learn one from (pipeline.profiles.learn)
     notice: str = ""  # what the model is told before the next request (the user undid its last turn's changes)
-    allow: list[str] = field(default_factory=list)  # programs run without asking here (pipeline.chat_approval)
+    allow: list[str] = field(default_factory=list)  # programs run without asking here (pipeline.chat.approval)
 
     def save(self, folder: Path) -> None:
         atomic_write(folder / STATE_FILE, json.dumps(asdict(self), indent=2) + "\n")
@@ -138,121 +135,3 @@ def request_message(request: str, first: bool, unseen: str, workdir: str, notice
     before = f"(Output of your last call, which you had not seen yet:)\n{unseen}\n\n" if unseen else ""
     before += f"({notice})\n\n" if notice else ""
     return {"role": "user", "content": NEXT_REQUEST.format(unseen=before, request=request.strip())}
-
-
-# What chat's shell tool may run that a task's may not: git's read-only subcommands (swe_env/tools/execute_bash.py),
-# which take no optional lock (`git status` leaves the index file as it is).
-CHAT_TOOL_ENV = (("NEXUS_GIT_READ_ONLY", "1"), ("GIT_OPTIONAL_LOCKS", "0"))
-
-
-def open_repo_sandbox(repo: Path, name: str, env=None):
-    """A bubblewrap sandbox whose /testbed IS the user's repo (edits land there), tools installed, no network, the
-    shell tool allowed read-only git; `env`: the repo's Python env (pipeline.chat_env), first on PATH after the
-    tools."""
-    from pipeline.chat_env import sandbox_settings
-    from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
-    from tasks.schema import Task
-
-    head = _git(repo, "rev-parse", "HEAD") or "HEAD"
-    task = Task(instance_id=f"chat:{name}", repo=f"local/{repo.name}", base_commit=head, problem_statement="chat")
-    settings = sandbox_settings(env, repo)
-    settings["extra_env"] = (*settings.get("extra_env", ()), *CHAT_TOOL_ENV)
-    return BwrapSandbox(task, BwrapConfig(python_env=False, **settings), repo=repo)
-
-
-def _git(repo: Path, *args: str, dirs: tuple[Path, Path] | None = None) -> str:
-    """Host-side git on the user's repo, which the agent can write: none of the repo's own config runs."""
-    from swe_env.safegit import GitError, run_git
-
-    try:
-        res = run_git(repo, *args, timeout=30, dirs=dirs)
-    except GitError:
-        return ""
-    return res.stdout.strip() if res.returncode == 0 else ""
-
-
-def repo_git_dirs(repo: Path) -> tuple[Path, Path] | None:
-    """The user's repo's git dirs as its `.git` names them now (None: not a git repo). Taken when a chat opens,
-    before the agent runs anything: the agent can rewrite `.git` to name another repository on the host, and the
-    chat's `git status` must not show the user (or anyone reading the terminal) that repository's paths."""
-    from swe_env.safegit import GitError, git_dirs
-
-    try:
-        return git_dirs(repo)
-    except (GitError, OSError):
-        return None
-
-
-def changed_files(repo: Path, dirs: tuple[Path, Path] | None) -> str:
-    """`git status --short` of the user's repo with the git dirs `repo_git_dirs` found when the chat opened ("" when
-    it is not a git repo, those dirs are gone, or nothing changed)."""
-    return _git(repo, "status", "--short", dirs=dirs) if dirs is not None else ""
-
-
-@dataclass
-class ChatEnvironment:
-    """Runs tool calls in the sandbox; never stages anything in the user's repo (no `git add` for a patch). The
-    last call's whole output is kept for the chat to show (`last`, until the chat takes it)."""
-
-    sandbox: Any
-    last: ToolResult | None = None
-
-    def execute(self, call: ToolCall, timeout: float) -> ToolResult:
-        from agent.environment import SandboxEnvironment
-
-        self.last = SandboxEnvironment(self.sandbox).execute(call, timeout)
-        return self.last
-
-    def get_patch(self) -> str:
-        return ""
-
-
-class StopTurn(KeyboardInterrupt):
-    """Ends the current turn at a step boundary (the session is consistent: nothing to roll back)."""
-
-
-class TurnInterrupt:
-    """Ctrl-C during a turn: the first press stops the turn after the current step, a second one stops it now."""
-
-    def __init__(self, notify) -> None:
-        self.notify = notify  # prints a one-line note
-        self.requested = False
-        self._previous: Any = None
-
-    def __enter__(self) -> TurnInterrupt:
-        self.requested = False
-        self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        signal.signal(signal.SIGINT, self._previous)
-
-    def _handle(self, signum: int, frame: object) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        self.notify("stopping after the current step (Ctrl-C again to stop now)")
-
-    def check(self) -> None:
-        """Called between steps: end the turn there when a stop was asked for."""
-        if self.requested:
-            raise StopTurn
-
-
-def needs_confirmation(call: ToolCall) -> bool:
-    """Whether confirm mode asks before this call (anything that may change files or run code)."""
-    from agent.tool_specs import TOOLS
-
-    spec = TOOLS.get(call.name)
-    return spec is None or not spec.reads_only(call.params)
-
-
-def describe(call: ToolCall) -> str:
-    """The call as the user should see it before approving it: complete (what is shown is all that runs; the
-    console shows its control characters as escapes, cli/safe_text.py); a value of several lines as a block."""
-    if call.name == "execute_bash" and set(call.params) <= {"cmd"}:
-        return f"$ {call.params.get('cmd', '')}"
-    inline = " ".join(f"{k}={v!r}" for k, v in call.params.items() if "\n" not in str(v))
-    blocks = [f"\n  {k}:\n" + "\n".join("    " + line for line in str(v).split("\n"))
-              for k, v in call.params.items() if "\n" in str(v)]  # fmt: skip
-    return f"{call.name} {inline}".rstrip() + "".join(blocks)
