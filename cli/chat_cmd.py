@@ -17,8 +17,8 @@ from pipeline.chat.settings import MAX_NEW_TOKENS, MAX_STEPS
 
 
 @raw_options(
-    "model", "policy", "budget", "protocol", "protect", "profile", "device", "server", "learn", "constrain",
-    model=None, policy=None, budget=None, protocol=None, protect=None,
+    "model", "policy", "budget", "protocol", "protect", "profile", "device", "server", "api_key", "call_format",
+    "learn", "constrain", model=None, policy=None, budget=None, protocol=None, protect=None,
 )  # fmt: skip
 def chat_cmd(
     repo: Path = typer.Option(None, "--repo", "-r", help="The repository to work on (default: the current dir)."),
@@ -50,7 +50,9 @@ def chat_cmd(
 
     A new session takes the session defaults (model, policy, budget, protocol, protect) for options not given; a
     resumed one keeps its saved settings and refuses options that differ from them. With --server URL the model
-    runs in that `nexus-agent serve` (its model and cache settings apply) and the chat continues one server session.
+    runs in that server (a `nexus-agent serve`, vLLM, SGLang: docs/servers.md; --model picks among its models,
+    --api-key or $OPENAI_API_KEY is its key); a `nexus-agent serve`'s model and cache settings apply, and the chat
+    continues one server session there (on other servers a resume re-sends the saved conversation).
     With --learn-profile (off by default), leaving a chat that has no memory profile and made a valid tool call learns
     one into the profile store (with --server the server learns it); later sessions use it with --memory-profile auto.
     """
@@ -65,7 +67,8 @@ def chat_cmd(
     settings = ChatSettings(
         repo=repo, session=session, resume=resume, python_env=python_env, yolo=yolo, max_steps=max_steps,
         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, server=given.pop("server"),
-        learn=given.pop("learn"), constrain=given.pop("constrain"), memory=given,
+        learn=given.pop("learn"), constrain=given.pop("constrain"), api_key=given.pop("api_key"),
+        call_format=given.pop("call_format"), memory=given,
     )  # fmt: skip
     console = Console(highlight=False)
     view = Chat(console, interactive=sys.stdin.isatty() and message is None)

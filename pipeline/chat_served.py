@@ -14,6 +14,10 @@ messages as new ones on top of its own. So:
   closes the server session (the server already closes it when a streamed reply is cut); the next request
   re-opens it and prefills the saved conversation. A close that cannot reach the server is retried before the
   next request (`rebuild` in conversation.json).
+
+A server that speaks only the OpenAI API (vLLM, SGLang: no `nexus` field in its /v1/models) keeps no sessions: the
+chat sends the whole saved conversation with every request, a resume re-sends it, and /stats has the token counts
+it reports instead of cache statistics. Every request goes through agent.backends.client.
 """
 
 from __future__ import annotations
@@ -21,15 +25,15 @@ from __future__ import annotations
 import json
 import re
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.backends.openai_compat import OpenAICompatConfig, OpenAICompatModel, auth_headers
+from agent.backends.client import ServerClient, ServerError
+from agent.backends.openai_compat import OpenAICompatConfig, OpenAICompatModel
+from agent.calls import AUTO, CallFormat, call_format
 from agent.errors import AgentError
 from agent.protocols import Message, ModelReply, Sampling
 from kvstore.defaults import describe_memory
@@ -50,6 +54,8 @@ class ServedRecord:
     messages: list[dict[str, str]] = field(default_factory=list)  # the conversation as sent and received
     turns: list[dict[str, Any]] = field(default_factory=list)  # each model turn's stats (the server's `nexus.turn`)
     rebuild: bool = False  # the server's copy may differ from `messages`: close it before the next request
+    model: str = ""  # the served model the chat talks to (--model, else the server's only one); "": not yet asked
+    call_format: str = "xml"  # how the model calls tools (agent.calls): kept for the conversation's whole life
 
     def save(self, folder: Path) -> None:
         atomic_write(folder / SERVED_FILE, json.dumps(asdict(self), indent=1) + "\n")
@@ -79,14 +85,18 @@ def new_session_id(name: str) -> str:
 
 def open_served(
     folder: Path, repo: Path | None, server: str | None, resume: bool, seed: int, given: dict[str, Any],
-    learn: bool = False,
+    learn: bool = False, api_key: str | None = None, calls: str = AUTO,
 ):  # fmt: skip
     """The chat state and conversation of a new or resumed --server chat (`server`: None keeps the saved URL).
-    `learn`: a new chat may teach the server a memory profile when it is left (a resumed one keeps its choice)."""
+    given["model"]: the served model (None: the saved one, else the server's only one); the other options of a
+    local model are refused. `learn`: a new chat may teach the server a memory profile when it is left (a resumed
+    one keeps its choice). `api_key`: the server's key (None: $OPENAI_API_KEY; never saved). `calls`: the call
+    format (auto: tools, which every server takes; a resumed chat keeps its own)."""
     from pipeline import chat as cs
     from pipeline.backends import server_settings
 
-    local = [f"--{k}" for k, v in given.items() if v is not None]
+    model = given.get("model")
+    local = [f"--{k}" for k, v in given.items() if v is not None and k != "model"]
     if local:
         raise RunError(f"with --server the model and its cache settings are the server's; drop {', '.join(local)}")
     if resume:
@@ -97,30 +107,45 @@ def open_served(
         have = (folder / SERVED_FILE).is_file()
         record = ServedRecord.load(folder) if have else ServedRecord(state.server, new_session_id(folder.name))
         state.server = record.server = server or state.server  # a --server given on resume: the server moved
+        if calls not in (AUTO, record.call_format):
+            raise RunError(f"session {folder.name!r} was started with --call-format {record.call_format}")
     else:
         repo = cs.new_chat_repo(folder, repo)
         state = cs.ChatState(repo=str(repo), server=server, learn=learn)
-        record = ServedRecord(server, new_session_id(folder.name))
-    settings = server_settings(record.server)  # RunError (one line) when no server answers
+        record = ServedRecord(server, new_session_id(folder.name), call_format="tools" if calls == AUTO else calls)
+    settings = server_settings(record.server, model or record.model or None, api_key)  # RunError (one line)
+    record.model = settings["id"]
     state.config = {k: v for k, v in settings.items() if k != "id"}
     folder.mkdir(parents=True, exist_ok=True)
     record.save(folder)
     state.save(folder)
-    return state, ServedConversation(folder, record, settings, seed)
+    return state, ServedConversation(folder, record, settings, seed, api_key)
 
 
 class ServedConversation:
     """The chat's side of a server session: the backend the agent talks to, saving, rollback, re-attaching."""
 
-    def __init__(self, folder: Path, record: ServedRecord, settings: dict[str, Any], seed: int | None = None) -> None:
+    def __init__(
+        self, folder: Path, record: ServedRecord, settings: dict[str, Any], seed: int | None = None,
+        api_key: str | None = None,
+    ) -> None:  # fmt: skip
         self.folder, self.record, self.settings = folder, record, settings
         self.notify: Callable[[str], None] = print  # one-line notes for the user
+        self.sessions = "policy" in settings  # a nexus-agent serve (its /v1/models says its cache): server sessions
+        self.calls: CallFormat = call_format(record.call_format)  # what the agent parses the replies with
+        sid = record.session_id if self.sessions else None
         config = OpenAICompatConfig(
-            model=settings["id"], base_url=record.server, seed=seed, session_id=record.session_id, retries=1
+            settings["id"], record.server, api_key=api_key, seed=seed, session_id=sid, retries=1
         )
         self.inner = OpenAICompatModel(config)
+        if self.calls.name == "tools":  # sent with every request, a resumed chat's too (the history keeps none)
+            from agent.calls_tools import tool_schemas
+
+            self.inner.tools = tool_schemas()
+        self.client = ServerClient(record.server, api_key, timeout_s=30)  # the nexus-only /v1/sessions
         self.inner.history = record.messages
-        self.name = f"{settings['id']} at {record.server} (session {record.session_id})"
+        where = f" (session {record.session_id})" if self.sessions else ""
+        self.name = f"{settings['id']} at {record.server}{where}"
 
     @property
     def model(self) -> ServedConversation:
@@ -166,6 +191,9 @@ class ServedConversation:
     def attach(self) -> str:
         """On resume: whether the server still holds this chat's session, and what happens when it does not."""
         sid, n = self.record.session_id, len(self.record.messages)
+        if not self.sessions:
+            where = f"the server at {self.record.server} keeps no sessions (not a nexus-agent serve)"
+            return f"{where}: the next request re-sends the saved conversation ({n} messages)"
         if not n:
             return f"server session {sid} (empty)"
         if self.record.rebuild and self._close_on_server():
@@ -188,7 +216,8 @@ class ServedConversation:
         from pipeline.chat.steps import stats_line
 
         lines = [stats_line(n, t) or f"turn {n}: no statistics" for n, t in enumerate(self.record.turns, 1)]
-        return [*lines, f"{len(self.record.turns)} turns, {self.history_tokens} tokens in the history (server)"]
+        note = "" if self.sessions else "; no cache statistics: the server is not a nexus-agent serve"
+        return [*lines, f"{len(self.record.turns)} turns, {self.history_tokens} tokens in the history (server){note}"]
 
     @property
     def history_tokens(self) -> int:
@@ -214,6 +243,9 @@ class ServedConversation:
 
     def _close_on_server(self) -> bool:
         """DELETE the session (waiting out a reply still being generated); True once the server holds no copy."""
+        if not self.sessions:  # nothing to close: every request carries the whole conversation
+            self.record.rebuild = False
+            return True
         end = time.monotonic() + BUSY_WAIT_S
         while True:
             try:
@@ -233,15 +265,10 @@ class ServedConversation:
             return True
 
     def _call(self, method: str, path: str) -> dict[str, Any]:
-        url = self.record.server.rstrip("/") + path
         try:
-            request = urllib.request.Request(url, method=method, headers=auth_headers())
-            with urllib.request.urlopen(request, timeout=30) as resp:
-                return json.loads(resp.read() or b"{}")
-        except urllib.error.HTTPError as exc:
-            raise {404: _NotFound, 409: _Busy}.get(exc.code, AgentError)(f"{method} {url}: HTTP {exc.code}") from None
-        except (OSError, ValueError) as exc:
-            raise AgentError(f"cannot reach the model server at {url}: {getattr(exc, 'reason', exc)}") from None
+            return self.client.call(method.lower(), path)
+        except ServerError as exc:
+            raise {404: _NotFound, 409: _Busy}.get(exc.status, AgentError)(f"{method} {exc}") from None
 
 
 class _NotFound(AgentError):

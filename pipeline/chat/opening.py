@@ -51,7 +51,8 @@ def open_chat(
     if learn and state.learn and (folder / cs.STATE_FILE).is_file():  # an empty session is not kept
         saved = cs.ChatState.load(folder)  # as the last complete step left it (a rollback replaces the runner's)
         if saved.requests:
-            _learn(folder, name, saved, getattr(conversation, "session", None), emit, status)
+            served = (getattr(getattr(conversation, "record", None), "model", None), settings.api_key)
+            _learn(folder, name, saved, getattr(conversation, "session", None), emit, status, served)
 
 
 def session_name(settings: ChatSettings) -> tuple[str, str]:
@@ -85,8 +86,11 @@ def open_conversation(settings: ChatSettings, folder: Path):
     if server is not None or (settings.resume and cs.ChatState.load(folder).server):
         from pipeline.chat_served import open_served
 
-        state, conversation = open_served(folder, settings.repo, server, settings.resume, settings.seed, given, learn)
+        state, conversation = open_served(folder, settings.repo, server, settings.resume, settings.seed, given, learn,
+                                          settings.api_key, settings.call_format)  # fmt: skip
         return state, conversation, learn
+    if settings.call_format == "tools":
+        raise RunError("chat without --server speaks DeepSWE's XML: --call-format tools needs --server")
     from kvstore.defaults import parse_budget
     from pipeline.backends import set_threads
 
@@ -150,7 +154,7 @@ def python_env(repo: Path, status: Callable[[str], AbstractContextManager], emit
         return None
 
 
-def _learn(folder: Path, name: str, saved: cs.ChatState, session, emit, status) -> None:
+def _learn(folder: Path, name: str, saved: cs.ChatState, session, emit, status, served=(None, None)) -> None:
     """Leaving a chat with no memory profile: its conversation teaches one, the first request marking the task's
     text (pipeline.profiles.learn); under --server the server learns it. Ctrl-C skips it; nothing is lost."""
     from pipeline.profiles.learn import learn_after
@@ -161,6 +165,7 @@ def _learn(folder: Path, name: str, saved: cs.ChatState, session, emit, status) 
     said = learn_after(
         folder / cs.TRAJECTORY_FILE, saved.requests[0], say, status, noun="chat",
         session=None if saved.server else session, server=saved.server or None, key=f"chat-{name}", skippable=True,
+        served=served,
     )  # fmt: skip
     if said:
         say(said)

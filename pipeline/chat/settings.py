@@ -30,7 +30,9 @@ class ChatSettings:
     temperature: float = 1.0  # sampling temperature (0: greedy)
     seed: int = 0  # seed of sampling and of the cache (new sessions)
     memory: dict[str, Any] = field(default_factory=dict)  # MEMORY_KEYS as given (missing or None: not given)
-    server: str | None = None  # base URL of a `nexus-agent serve` the model runs in (None: a local model)
+    server: str | None = None  # base URL of the OpenAI-compatible server the model runs in (None: a local model)
+    api_key: str | None = field(default=None, repr=False)  # the server's key (None: $OPENAI_API_KEY); never saved
+    call_format: str = "auto"  # xml | tools | auto (tools with a server; a resumed server chat keeps its own)
     learn: bool = False  # --learn-profile: leaving a chat with no memory profile learns one
     constrain: bool | None = None  # constrained decoding of a local model (None: the model's default)
 

@@ -5,82 +5,25 @@ bubblewrap sandbox, two steps in each call format, the served model picked by --
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from clilib import cli_env, nexus
+from standin import KEY, MODELS, StandIn, stand_in_server
 
 TASK = "nexus-demo__pagekit-1"
-KEY = "sekrit-123"
-MODELS = ("vendor/coder-7b", "vendor/coder-32b")
 pytestmark = pytest.mark.usefixtures("bwrap_installed")
-# the scripted model: (tool, arguments) per step
-SCRIPT = [("execute_bash", {"cmd": "head -n 3 pagekit/paginator.py"}), ("finish", {"command": "submit"})]
-
-
-class StandIn(ThreadingHTTPServer):
-    """What the test saw: every request's path, Authorization header and body."""
-
-    seen: list[dict]
-
-
-class Handler(BaseHTTPRequestHandler):
-    server: StandIn
-
-    def do_GET(self) -> None:  # noqa: N802 (the http.server API)
-        self._log(None)
-        if self.path != "/v1/models":
-            return self._send(404, {"error": {"message": f"no route {self.path}"}})
-        self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in MODELS]})
-
-    def do_POST(self) -> None:  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self._log(body)
-        if self.headers.get("Authorization") != f"Bearer {KEY}":
-            return self._send(401, {"error": {"message": "bad key"}})
-        if self.path != "/v1/chat/completions":
-            return self._send(404, {"error": {"message": f"no route {self.path}"}})
-        step = sum(m["role"] == "assistant" for m in body["messages"])
-        name, args = SCRIPT[min(step, len(SCRIPT) - 1)]
-        if body.get("tools"):  # a server with a tool parser: native tool_calls, no text
-            call = {"id": f"call_{step}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-            message, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
-        else:  # DeepSWE's text, the stop string dropped as servers do
-            params = "".join(f"<parameter={k}>{v}</parameter>\n" for k, v in args.items())
-            message, finish = {"role": "assistant", "content": f"<function={name}>\n{params}"}, "stop"
-        usage = {"prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920}
-        self._send(200, {"choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage})
-
-    def _log(self, body: dict | None) -> None:
-        self.server.seen.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-
-    def _send(self, code: int, answer: dict) -> None:
-        data = json.dumps(answer).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture
 def stand_in() -> Iterator[StandIn]:
-    srv = StandIn(("127.0.0.1", 0), Handler)
-    srv.seen = []
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with stand_in_server() as srv:
+        yield srv
 
 
 def url(srv: StandIn) -> str:
-    return f"http://127.0.0.1:{srv.server_address[1]}/v1"
+    return srv.url
 
 
 @pytest.mark.parametrize(
