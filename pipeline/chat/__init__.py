@@ -4,11 +4,11 @@ does (`runner.ChatRunner`, opened by `opening.open_chat` from one `settings.Chat
 The modules: `state` (the session folder, chat.json, the request prompts), `sandbox` (the bubblewrap sandbox bound
 to the repo, host-side git), `runner` (one request = one agent turn, approval, undo, the callbacks a view renders),
 `opening` (a new or resumed session, its model and memory, the repo's Python env), `local` (the model in this
-process; pipeline/chat_served.py: in a `nexus-agent serve`), `approval`, `interrupt` (Ctrl-C), `steps` (what a
+process; pipeline/chat/served.py: in a `nexus-agent serve`), `approval`, `interrupt` (Ctrl-C), `steps` (what a
 step shows), `snapshot`, `checkpoints` and `diff` (undo and the turn's diff), `env` (the repo's Python env),
 `instructions` (AGENTS.md), `sessions` (the saved sessions).
 
-This module re-exports what other packages and pipeline/chat_served.py use, light to import (no torch).
+This module re-exports what other packages and pipeline/chat/served.py use, light to import (no torch).
 """
 
 from pipeline.chat.approval import describe, needs_confirmation

@@ -84,7 +84,7 @@ def open_conversation(settings: ChatSettings, folder: Path):
         profile = resolve_profile(given["profile"], CLIENT if server is not None else LOCAL)
         given["profile"] = None if profile is None else str(profile)
     if server is not None or (settings.resume and cs.ChatState.load(folder).server):
-        from pipeline.chat_served import open_served
+        from pipeline.chat.served import open_served
 
         state, conversation = open_served(folder, settings.repo, server, settings.resume, settings.seed, given, learn,
                                           settings.api_key, settings.call_format)  # fmt: skip

@@ -31,7 +31,7 @@ class ChatRunner:
     """One open chat: `request(text)` runs a turn; the other methods are the chat's commands (undo, diff, ...).
 
     `conversation`: where the model and its memory live (pipeline.chat.local.LocalConversation, a kvstore Session
-    in this process, or pipeline.chat_served.ServedConversation, a model in a `nexus-agent serve`)."""
+    in this process, or pipeline.chat.served.ServedConversation, a model in a `nexus-agent serve`)."""
 
     def __init__(
         self, folder: Path, name: str, state: ChatState, conversation, sandbox, agent_cfg, *, yolo: bool = False,

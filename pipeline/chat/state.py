@@ -1,7 +1,7 @@
 """Where a chat session lives on disk and what its requests say to the model.
 
 A session folder holds session.safetensors (the kvstore Session: token history, KV cache, messages, turn stats) or,
-for a chat whose model runs in a `nexus-agent serve` (--server), conversation.json (pipeline/chat_served.py), plus
+for a chat whose model runs in a `nexus-agent serve` (--server), conversation.json (pipeline/chat/served.py), plus
 chat.json (the repo, the request count, an observation the model has not seen yet) and trajectory.jsonl. Both
 state files are rewritten atomically after every agent step, so closing the program at any time loses at most the
 step in progress.
@@ -20,7 +20,7 @@ from pipeline.home import home
 
 SESSION_FILE, STATE_FILE, TRAJECTORY_FILE = "session.safetensors", "chat.json", "trajectory.jsonl"
 OPTIONAL_STATE = ("unseen", "server", "learn", "notice", "allow")  # chat.json keys that older sessions' files lack
-SERVED_FILE = "conversation.json"  # a --server chat's conversation (pipeline/chat_served.py)
+SERVED_FILE = "conversation.json"  # a --server chat's conversation (pipeline/chat/served.py)
 
 FIRST_REQUEST = """\
 You are working with a user on the code repository checked out in {workdir}, in an interactive session. The user \

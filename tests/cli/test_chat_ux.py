@@ -195,7 +195,7 @@ FOREIGN = {"prompt_tokens": 1200, "completion_tokens": 34, "total_tokens": 1234}
 
 def _foreign_stats(tmp_path: Path) -> list[str]:
     """/stats of a chat on a server that is not a `nexus-agent serve` (only OpenAI token counts come back)."""
-    from pipeline.chat_served import ServedConversation, ServedRecord
+    from pipeline.chat.served import ServedConversation, ServedRecord
 
     record = ServedRecord("http://127.0.0.1:9/v1", "s", turns=[FOREIGN, {}])
     return ServedConversation(tmp_path, record, {"id": "m"}).stats_lines()

@@ -37,7 +37,7 @@ from agent.calls import AUTO, CallFormat, call_format
 from agent.errors import AgentError
 from agent.protocols import Message, ModelReply, Sampling
 from kvstore.defaults import describe_memory
-from pipeline.chat import SERVED_FILE
+from pipeline.chat.state import SERVED_FILE
 from pipeline.errors import RunError
 from pipeline.files import atomic_write
 
