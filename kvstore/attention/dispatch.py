@@ -83,7 +83,7 @@ def fused_window_block_scores(
 ) -> torch.Tensor | None:
     """S-hat [W, N_k] of window queries [Hq, W, D] over held keys [Hkv, T, D]
     (`kvstore.attention.scoring.window_block_scores`), when the Triton path runs; None: take the torch path."""
-    return _run("triton_scores", "triton_window_block_scores", keys, q_win, keys, block, scale)
+    return _run("triton_scores", "triton_window_block_scores", keys, q_win, keys, block, scale, False)
 
 
 def fused_kv_head_block_scores(
