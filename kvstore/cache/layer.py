@@ -49,7 +49,7 @@ class EvictingLayer(DynamicLayer):
         super().__init__()
         self.layer_idx = layer_idx
         self._owner = weakref.ref(owner)  # not a cycle: a cache no one holds frees its buffers at once, not at a gc
-        # the static engine's CPU attention paths (kvstore.cache.capture): decode_attention, prefill_attention
+        # the static engine's CPU attention paths (kvstore.cache.capture): kvstore.attention.decode and .prefill
         self.fast_attention = owner.config.engine == "static"
         self.seen = 0  # tokens seen (new tokens continue at this position)
         self.window_q: torch.Tensor | None = None  # [B, Hq, <=W, D]

@@ -92,7 +92,7 @@ class Policy:
     @property
     def observes_sums(self) -> bool:
         """Whether `observe` reads only attention sums of the new queries (overrides `observe_weightings`), which an
-        attention pass may compute on the way (kvstore.attention.prefill, decode_attention)."""
+        attention pass may compute on the way (kvstore.attention.prefill, kvstore.attention.decode)."""
         return type(self).observe_weightings is not Policy.observe_weightings
 
     def observe_weightings(self, ctx: ScoreContext) -> list[torch.Tensor | None] | None:
