@@ -21,6 +21,7 @@ from kvstore.cache.forwarding import chunk_end, prefill_steps
 from kvstore.errors import KVStoreError, SettingError
 from kvstore.session.config import SessionConfig
 from kvstore.session.render import ChatRenderer
+from kvstore.session.reply import ReplyInProgress
 from kvstore.session.sampling import check_sampling
 from kvstore.session.turn_stats import OpenTurn, Reply, TurnStats
 from kvstore.steps import run_steps
@@ -241,8 +242,6 @@ class Session:
         follow them, so the history stays a valid conversation. Decoding stops at an end-of-turn token, a stop
         string, `max_new_tokens`, or the model's last position.
         """
-        from kvstore.session.reply import ReplyInProgress
-
         reply = ReplyInProgress(
             self, max_new_tokens, temperature=temperature, top_p=top_p, stop=stop, on_token=on_token
         )

@@ -1,7 +1,9 @@
 """Nexus scoring (docs/algorithm.md, "Scoring"): window attention -> block distribution -> direct score + walk.
 
 Based on "Nexus Sampling" (seeds/nexus-sampling-paper.txt, section 2.2, Eqs. 1-5). The torch code here is the
-reference (and the CPU path); `kvstore.kernels` provides a fused Triton version of `window_block_scores` on CUDA.
+reference (and the CPU path); `kvstore.attention.triton_scores` is the fused Triton version of `window_block_scores`
+and `kv_head_block_scores`, run on CUDA by `kvstore.attention.dispatch` (`fused_window_block_scores`,
+`fused_kv_head_block_scores`).
 """
 
 from __future__ import annotations

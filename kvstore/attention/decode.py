@@ -61,7 +61,7 @@ def decode_attention_with_mass(
     lengths: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`decode_attention`'s output and the attention mass each held key receives, the torch path (and reference) of
-    `kvstore.kernels.triton_decode.triton_decode_attention`.
+    `kvstore.attention.triton_decode.triton_decode_attention`.
 
     query [B, Hq, 1, D], key/value [B, Hkv, T, D]; key_valid [B, Hkv, T] bool (the slots that hold a token; None:
     all); lengths [B] (keys from lengths[b] on are not held; None: T). Returns out [B, 1, Hq, D] (without a mask,

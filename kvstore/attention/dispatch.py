@@ -1,16 +1,21 @@
-"""Fused GPU kernels of the cache's hot paths, with the torch reference as the CPU path.
+"""Where the attention maths runs: the fused Triton kernels on a GPU, else the torch references beside them.
 
-`window_block_scores_auto` and `kv_head_block_scores_auto` (Nexus scoring, per layer or per kv head) and
-`received_triton` (the attention held tokens receive: H2O's and the default memory's statistics, SnapKV's window score)
-are what the cache calls: the Triton kernels on CUDA when triton is importable (or on the CPU when NEXUS_FORCE_TRITON=1
-and TRITON_INTERPRET=1, for tests), the torch paths otherwise. Triton is optional (extra `gpu`): nothing here imports it
-until a kernel runs. A kernel that fails to compile or run sends every later call of this process to the torch paths,
-with one warning. `decode_attention_triton` (one decoded query's attention output and the mass each held key receives,
-in one pass over the keys) is for the cache's attention wrapper.
+One pattern: `fused_<what>` runs the kernel `triton_<what>` of a `triton_*` module here when the Triton path runs for
+the tensors' device (`use_triton`: CUDA with triton importable, or the CPU when NEXUS_FORCE_TRITON=1 and
+TRITON_INTERPRET=1, for tests) and returns None otherwise, when the caller takes its torch path:
+- `fused_window_block_scores`, `fused_kv_head_block_scores`: Nexus's S-hat (kvstore.attention.scoring), per layer
+  or per kv head;
+- `fused_received_attention`: the attention held tokens receive (H2O's and the default memory's statistics, SnapKV's
+  window score; kvstore.attention.received);
+- `fused_decode_attention`: one decoded query's attention output and the mass each held key receives, in one pass
+  over the keys (kvstore.attention.decode), for the cache's attention wrapper.
+Triton is optional (extra `gpu`): nothing here imports it until a kernel runs. A kernel that fails to compile or run
+sends every later call of this process to the torch paths, with one warning.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import warnings
@@ -18,19 +23,16 @@ from functools import cache
 
 import torch
 
-from kvstore.cache.scoring import kv_head_block_scores, window_block_scores
+from kvstore.attention.decode import decode_attention_with_mass
 
 __all__ = [
-    "decode_attention_triton",
-    "kv_head_block_scores_auto",
-    "received_triton",
+    "fused_decode_attention",
+    "fused_kv_head_block_scores",
+    "fused_received_attention",
+    "fused_window_block_scores",
     "triton_available",
-    "triton_decode_attention",
     "triton_error",
-    "triton_received_attention",
-    "triton_window_block_scores",
     "use_triton",
-    "window_block_scores_auto",
 ]
 
 # The received-attention kernel parallelizes its first pass over query rows, not keys: for a decoded token (one row)
@@ -61,51 +63,13 @@ def use_triton(device: torch.device) -> bool:
     return os.environ.get("NEXUS_FORCE_TRITON") == "1" and os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def triton_window_block_scores(
-    q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: float | None = None, per_kv: bool = False
-) -> torch.Tensor:
-    """Fused S-hat [W, N_k] (per_kv: [Hkv, W, N_k]) of `kvstore.kernels.triton_scores` (needs triton; see
-    `window_block_scores` and `kv_head_block_scores`)."""
-    from kvstore.kernels.triton_scores import triton_window_block_scores as kernel
-
-    return kernel(q_win, keys, block, scale, per_kv)
-
-
-def triton_received_attention(
-    queries: torch.Tensor,
-    keys: torch.Tensor,
-    scale: float | None = None,
-    key_valid: torch.Tensor | None = None,
-    weights: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Fused received attention [Hkv, T] of `kvstore.kernels.triton_received` (needs triton; see its docstring)."""
-    from kvstore.kernels.triton_received import triton_received as kernel
-
-    return kernel(queries, keys, scale, key_valid, weights)
-
-
-def triton_decode_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    scale: float | None = None,
-    key_valid: torch.Tensor | None = None,
-    lengths: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fused decode attention (out [B, 1, Hq, D], mass [B, Hkv, T]) of `kvstore.kernels.triton_decode` (needs triton;
-    see its docstring)."""
-    from kvstore.kernels.triton_decode import triton_decode_attention as kernel
-
-    return kernel(query, key, value, scale, key_valid, lengths)
-
-
-def _triton_or_none(kernel, keys: torch.Tensor, *args):
-    """kernel(..., keys, ...) when the Triton path runs for `keys`' device; None when it does not or fails (the
-    caller takes its torch path). `args` are the kernel's arguments, `keys` among them."""
+def _run(module: str, kernel: str, keys: torch.Tensor, *args):
+    """kernel(*args) of `kvstore.attention.<module>` (imported here, on first use) when the Triton path runs for
+    `keys`' device; None when it does not or fails (the caller takes its torch path). `args` hold `keys`."""
     if not use_triton(keys.device):
         return None
     try:
-        return kernel(*args)
+        return getattr(importlib.import_module(f"kvstore.attention.{module}"), kernel)(*args)
     except ValueError:
         raise  # bad shapes: the caller's bug, the same on either path
     except Exception as exc:  # a triton that cannot compile or launch here: keep the cache working
@@ -114,24 +78,23 @@ def _triton_or_none(kernel, keys: torch.Tensor, *args):
     return None
 
 
-def window_block_scores_auto(
+def fused_window_block_scores(
     q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: float | None = None
-) -> torch.Tensor:
-    """S-hat [W, N_k] of window queries [Hq, W, D] over held keys [Hkv, T, D]: Triton when `use_triton`, else torch."""
-    out = _triton_or_none(triton_window_block_scores, keys, q_win, keys, block, scale)
-    return out if out is not None else window_block_scores(q_win, keys, block, scale)
+) -> torch.Tensor | None:
+    """S-hat [W, N_k] of window queries [Hq, W, D] over held keys [Hkv, T, D]
+    (`kvstore.attention.scoring.window_block_scores`), when the Triton path runs; None: take the torch path."""
+    return _run("triton_scores", "triton_window_block_scores", keys, q_win, keys, block, scale, False)
 
 
-def kv_head_block_scores_auto(
+def fused_kv_head_block_scores(
     q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: float | None = None
-) -> torch.Tensor:
-    """S-hat per kv head [Hkv, W, N_k] (`kvstore.cache.scoring.kv_head_block_scores`): Triton when `use_triton`, else
-    torch (whose [Hq, W, T] fp32 probabilities the kernel never writes)."""
-    out = _triton_or_none(triton_window_block_scores, keys, q_win, keys, block, scale, True)
-    return out if out is not None else kv_head_block_scores(q_win, keys, block, scale)
+) -> torch.Tensor | None:
+    """S-hat per kv head [Hkv, W, N_k] (`kvstore.attention.scoring.kv_head_block_scores`, whose [Hq, W, T] fp32
+    probabilities the kernel never writes), when the Triton path runs; None: take the torch path."""
+    return _run("triton_scores", "triton_window_block_scores", keys, q_win, keys, block, scale, True)
 
 
-def received_triton(
+def fused_received_attention(
     queries: torch.Tensor,
     keys: torch.Tensor,
     scale: float | None,
@@ -139,15 +102,15 @@ def received_triton(
     weights: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
     """The attention each held key receives from `queries`, summed over them and averaged over each kv head's query
-    heads, [Hkv, T] (`kvstore.kernels.triton_received`), when the Triton path runs; None: take the torch path (also
+    heads, [Hkv, T] (`kvstore.attention.triton_received`), when the Triton path runs; None: take the torch path (also
     for queries of another dtype than the keys, which the torch path upcasts together, and for fewer than
     MIN_FUSED_ROWS queries: a decoded token)."""
     if queries.dtype != keys.dtype or queries.shape[-2] < MIN_FUSED_ROWS:
         return None
-    return _triton_or_none(triton_received_attention, keys, queries, keys, scale, key_valid, weights)
+    return _run("triton_received", "triton_received_attention", keys, queries, keys, scale, key_valid, weights)
 
 
-def decode_attention_triton(
+def fused_decode_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
@@ -156,12 +119,12 @@ def decode_attention_triton(
     lengths: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Attention output [B, 1, Hq, D] of one decoded query per sequence (query [B, Hq, 1, D], key/value
-    [B, Hkv, T, D]) and the mass each held key receives [B, Hkv, T] fp32, fused (`kvstore.kernels.triton_decode`),
-    when the Triton path runs; None: take the torch path (`kvstore.cache.decode_attention.decode_attention_with_mass`),
+    [B, Hkv, T, D]) and the mass each held key receives [B, Hkv, T] fp32, fused (`kvstore.attention.triton_decode`),
+    when the Triton path runs; None: take the torch path (`kvstore.attention.decode.decode_attention_with_mass`),
     also for more than one query or mixed dtypes."""
     if query.dim() != 4 or query.shape[-2] != 1 or not (query.dtype == key.dtype == value.dtype):
         return None
-    got = _triton_or_none(triton_decode_attention, key, query, key, value, scale, key_valid, lengths)
+    got = _run("triton_decode", "triton_decode_attention", key, query, key, value, scale, key_valid, lengths)
     if got is None or (query.device, query.dtype) in _verified:
         return got
     return _checked(got, query, key, value, scale, key_valid, lengths)
@@ -172,8 +135,6 @@ def _checked(got: tuple[torch.Tensor, torch.Tensor], query, key, value, scale, k
     on the same inputs; else None, and every later call of this process takes the torch paths, with one warning.
     The kernel is tested under triton's interpreter; this guards a GPU's compiled code, which replaces the model's
     own attention in decode."""
-    from kvstore.cache.decode_attention import decode_attention_with_mass
-
     out, mass = decode_attention_with_mass(query, key, value, scale, key_valid, lengths)
     tol = (1e-3, 1e-4) if query.dtype == torch.float32 else (1e-1, 1e-2)  # bf16: the torch path rounds its logits
     out_err = float((got[0].float() - out.float()).abs().max())

@@ -1,7 +1,7 @@
 """Fused Triton kernel of one decode step's attention: for ONE decoded query per sequence, the attention output and
 the attention mass each held key receives (what H2O and the default memory accumulate), in one pass over the keys.
 
-The torch reference is `kvstore.cache.decode_attention.decode_attention_with_mass` (out as `decode_attention`'s; mass
+The torch reference is `kvstore.attention.decode.decode_attention_with_mass` (out as `decode_attention`'s; mass
 as `per_kv_head(attention_received(...))` of the one query: each query head's softmax probability, averaged over the
 query heads of each kv head). Split-K ("flash-decoding"), two launches:
 1. `_split_kernel`: one program per (sequence x kv head, split of the keys). It loads the kv head's G query heads once

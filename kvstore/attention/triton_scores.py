@@ -1,7 +1,7 @@
 """Fused Triton kernel for the window block scores of Nexus scoring (docs/algorithm.md, "Scoring", steps 1-3).
 
 Based on "Nexus Sampling" (seeds/nexus-sampling-paper.txt, section 2.2): S-hat = rownorm(BlockSum_b(head-mean(
-softmax(Q K^T / sqrt(D))))). The torch reference is `kvstore.cache.scoring.window_block_scores`; this module needs
+softmax(Q K^T / sqrt(D))))). The torch reference is `kvstore.attention.scoring.window_block_scores`; this module needs
 triton.
 
 Two passes over the held keys, flash-attention style, never writing the [Hq, W, T] probabilities to memory:
@@ -242,7 +242,7 @@ def triton_window_block_scores(
     q_win: torch.Tensor, keys: torch.Tensor, block: int, scale: float | None = None, per_kv: bool = False
 ) -> torch.Tensor:
     """S-hat of the window queries over the held keys, fused: same contract as
-    `kvstore.cache.scoring.window_block_scores`.
+    `kvstore.attention.scoring.window_block_scores`.
 
     Parameters
     ----------
@@ -250,7 +250,8 @@ def triton_window_block_scores(
     keys : [Hkv, T, D] held keys, same dtype and device; Hq must be a multiple of Hkv (GQA).
     block : tokens per block b (a power of two); the last block may be partial.
     scale : logit scale, 1 / sqrt(D) by default.
-    per_kv : average each kv head's group of query heads, not all heads (`kvstore.cache.scoring.kv_head_block_scores`).
+    per_kv : average each kv head's group of query heads, not all heads
+        (`kvstore.attention.scoring.kv_head_block_scores`).
 
     Returns
     -------

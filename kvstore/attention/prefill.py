@@ -1,7 +1,7 @@
 """Attention of a multi-token forward on the CPU that also sums the attention each held key receives, in one pass.
 
 H2O and the default memory (`nexus-agent`) accumulate, on every forward, what each held token receives from the
-new queries. Computed apart (kvstore.policies.base.received_sums) those sums cost a second pass over the held keys
+new queries. Computed apart (kvstore.attention.received.received_sums) those sums cost a second pass over the held keys
 as long as attention itself: q k^T, a softmax, a reduction. Here the pass attention makes produces them: per chunk
 of query rows, the fp32 logits q k^T * scale (causally masked: the queries are the last positions), their
 unnormalised exponentials exp(l - row max), the output as exponentials @ values / row sums, and the sums as
@@ -21,7 +21,7 @@ import threading
 
 import torch
 
-from kvstore.cache.decode_attention import plain
+from kvstore.attention.decode import plain
 
 CHUNK_ELEMS = 1 << 22  # fp32 logits alive at once ([Hq, rows, T]: 16 MiB, reused chunk after chunk)
 _buffers = threading.local()
@@ -76,7 +76,7 @@ def attention_with_sums(
     the queries per row). Returns the attention output [1, q, Hq, D] in value's dtype (transformers' layout of an
     attention function's output) and the sums [k, 1, Hkv, T] fp32: row r, the sum over the queries i of
     coefs[r, i] x softmax(q_i k^T * scale), averaged over the query heads of each kv head (what
-    kvstore.policies.base.head_token_sums returns)."""
+    kvstore.attention.received.head_token_sums returns)."""
     _, hq, q, d = query.shape
     hkv, t = key.shape[1], key.shape[2]
     g, k = hq // hkv, coefs.shape[0]

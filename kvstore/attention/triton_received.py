@@ -1,7 +1,7 @@
 """Fused Triton kernel for the attention each held token receives from a run of queries, per kv head: what H2O and
 the default memory (`nexus-agent`) accumulate on every forward, and what SnapKV scores with its window.
 
-The torch reference is `kvstore.policies.base.attention_received` followed by `per_kv_head` (mean over the query
+The torch reference is `kvstore.attention.received.attention_received` followed by `per_kv_head` (mean over the query
 heads of each kv head): it materializes fp32 probabilities [Hq, rows, T] chunk by chunk, which on a GPU costs several
 times a prefill chunk's own forward (docs/benchmarks.md, "On a GPU"). Here two passes over the held keys,
 flash-attention style, never write a probability to memory:
@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kvstore.kernels.triton_scores import INTERPRETED, _logits, _warps
+from kvstore.attention.triton_scores import INTERPRETED, _logits, _warps
 
 ROWS = 64  # query rows per tl.dot
 TILE = 64  # keys per tl.dot
@@ -138,7 +138,7 @@ def _column_kernel(
     tl.store(out_ptr + kv * T + t, acc * inv_group, mask=t < T)
 
 
-def triton_received(
+def triton_received_attention(
     queries: torch.Tensor,
     keys: torch.Tensor,
     scale: float | None = None,
