@@ -62,7 +62,7 @@ class CacheConfig:
         """Each field checked once, each refusal a SettingError that names the field (a front end names its flag)."""
         self.budget = check_budget(self.budget)
         if self.engine not in ("static", "eager"):
-            raise SettingError("engine", f"{self.engine!r}: use 'static' or 'eager'")
+            raise SettingError("engine", f"must be 'static' or 'eager', got {self.engine!r}")
         for name in ("block", "chunk_size", "score_chunk", "observe_batch"):
             if getattr(self, name) < 1:
                 raise SettingError(name, f"must be >= 1, got {getattr(self, name)}")
