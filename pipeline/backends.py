@@ -167,7 +167,7 @@ def new_session(cfg: RunConfig):
     """A fresh kvstore Session on the (once per process) loaded model."""
     from kvstore.session.session import Session
 
-    config = session_config(cfg)
+    config = cfg.session_config()
     set_threads(cfg.threads, cfg.workers)
     model, tokenizer = load_once(cfg.memory.model, cfg.memory.device)
     return Session(model, tokenizer, config)
@@ -188,12 +188,6 @@ def set_threads(threads: int | None, workers: int = 1) -> int:
         threads = 1 if busy else max(1, cores // max(1, workers))
     torch.set_num_threads(threads)
     return threads
-
-
-def session_config(cfg: RunConfig):
-    from kvstore.session.config import SessionConfig
-
-    return SessionConfig.of(cfg.memory)
 
 
 def load_once(name: str, device: str | None = None) -> tuple[Any, Any]:
@@ -295,7 +289,7 @@ def check_protected_opening(cfg: RunConfig, issues: list[str]) -> None:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(source, local_files_only=local))
     for issue in issues:
-        Session(model, tokenizer, session_config(cfg)).append(initial_messages(issue))
+        Session(model, tokenizer, cfg.session_config()).append(initial_messages(issue))
 
 
 def check_tools_template(cfg: RunConfig) -> None:

@@ -7,16 +7,13 @@ ScoreContext's observation fields."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from kvstore.attention.received import head_token_sums
 from kvstore.policies.selection import select
-from kvstore.policies.settings import take_settings
-
-if TYPE_CHECKING:
-    from kvstore.cache.config import CacheConfig
+from kvstore.policies.settings import SharedSettings, take_settings
 
 
 @dataclass(kw_only=True)
@@ -60,7 +57,7 @@ class Policy:
     reads_own = False  # True: the score reads which held tokens the agent's replies wrote (ScoreContext.own)
     settings_type: type = NoSettings  # the policy's own settings: a dataclass in its file, defaults from its paper
 
-    def __init__(self, config: CacheConfig, settings: Any = None) -> None:
+    def __init__(self, config: SharedSettings, settings: Any = None) -> None:
         self.config = config
         self.settings = config.settings if settings is None else settings
         # recent queries the layer keeps for `score` (ScoreContext.queries): the policy's observation window; a
