@@ -13,7 +13,7 @@ from rich.console import Console
 
 from cli.chat_loop import Chat
 from cli.options import raw_options
-from pipeline.chat.settings import MAX_NEW_TOKENS, MAX_STEPS
+from pipeline.config import CHAT_MAX_NEW_TOKENS, CHAT_MAX_STEPS
 
 
 @raw_options(
@@ -35,8 +35,10 @@ def chat_cmd(
     message: str = typer.Option(
         None, "--message", help="Run this one request unattended and exit: 0 when the agent finished, else 1."
     ),
-    max_steps: int = typer.Option(MAX_STEPS, "--max-steps", min=1, help="Most agent steps per request."),
-    max_new_tokens: int = typer.Option(MAX_NEW_TOKENS, "--max-new-tokens", min=1, help="Most tokens in one reply."),
+    max_steps: int = typer.Option(CHAT_MAX_STEPS, "--max-steps", min=1, help="Most agent steps per request."),
+    max_new_tokens: int = typer.Option(
+        CHAT_MAX_NEW_TOKENS, "--max-new-tokens", min=1, help="Most tokens in one reply."
+    ),
     temperature: float = typer.Option(1.0, "--temperature", min=0.0, help="Sampling temperature (0 = greedy)."),
     seed: int = typer.Option(0, "--seed", help="Seed of sampling and of the cache (new sessions)."),
     **given: Any,

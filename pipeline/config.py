@@ -195,6 +195,7 @@ def chat_config(
     max_new_tokens: int = CHAT_MAX_NEW_TOKENS,
     temperature: float = 1.0,
     resume: bool = False,
+    call_format: str = AUTO,
     **memory: Any,
 ) -> RunConfig:
     """chat's settings as one RunConfig, built once from its options (`memory`: the MemorySettings fields chat
@@ -204,11 +205,11 @@ def chat_config(
     given = {name: value for name, value in memory.items() if value is not None}
     if resume and given.get("profile") == AUTO_PROFILE:
         del given["profile"]
-    learn = learn and str(memory.get("profile", NO_PROFILE)) in (AUTO_PROFILE, NO_PROFILE)
+    learn = learn and str(memory.get("profile") or NO_PROFILE) in (AUTO_PROFILE, NO_PROFILE)
     learn = learn and (server is not None or given.get("policy", DEFAULT_POLICY) == DEFAULT_POLICY)
     return RunConfig(
         memory=run_memory(**given, seed=seed), server=server, learn=learn, constrain=constrain,
-        max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature,
+        max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature, call_format=call_format,
     )  # fmt: skip
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from pipeline.chat import state as cs
 from pipeline.chat.runner import ChatRunner
 from pipeline.chat.settings import ChatSettings
-from pipeline.errors import RunError
+from pipeline.errors import RunError, RunSettingError
 
 
 @contextmanager
@@ -73,69 +73,67 @@ def session_name(settings: ChatSettings) -> tuple[str, str]:
 
 
 def open_conversation(settings: ChatSettings, folder: Path):
-    """(ChatState, conversation, learn) of a new or resumed session; `learn`: leaving it may learn a profile."""
-    from pipeline.profiles.store import AUTO_PROFILE, CLIENT, LOCAL, NO_PROFILE, resolve_profile
+    """(ChatState, conversation, learn) of a new or resumed session; `learn`: leaving it may learn a profile.
 
-    given, server = settings.given(), settings.server
-    learn = settings.learn and given["profile"] in (AUTO_PROFILE, NO_PROFILE, None)  # fills the store auto reads
-    if settings.resume and given["profile"] == AUTO_PROFILE:  # a resumed session keeps the profile it started with
-        given["profile"] = None
-    else:
-        profile = resolve_profile(given["profile"], CLIENT if server is not None else LOCAL)
-        given["profile"] = None if profile is None else str(profile)
-    if server is not None or (settings.resume and cs.ChatState.load(folder).server):
+    The settings are built once (`settings.run_config()`: each one checked there, its error naming it); a new local
+    session opens from that config, a resumed one from its saved config, refusing given settings that differ."""
+    cfg = settings.run_config()
+    given = settings.given()
+    if settings.server is not None or (settings.resume and cs.ChatState.load(folder).server):
         from pipeline.chat.served import open_served
 
-        state, conversation = open_served(folder, settings.repo, server, settings.resume, settings.seed, given, learn,
-                                          settings.api_key, settings.call_format)  # fmt: skip
-        return state, conversation, learn
+        given["profile"] = None if cfg.memory.profile is None else str(cfg.memory.profile)
+        state, conversation = open_served(folder, settings.repo, settings.server, settings.resume, settings.seed,
+                                          given, cfg.learn, settings.api_key, settings.call_format)  # fmt: skip
+        return state, conversation, cfg.learn
     if settings.call_format == "tools":
         raise RunError("chat without --server speaks DeepSWE's XML: --call-format tools needs --server")
-    from kvstore.defaults import parse_budget
     from pipeline.backends import set_threads
 
-    given["budget"] = None if given["budget"] is None else parse_budget(given["budget"])
-    if given["budget"] is None:
-        del given["budget"]
     set_threads(None)
     if settings.resume:
-        state, conversation = _resume(folder, settings.repo, given)
+        state, conversation = _resume(folder, settings.repo, cfg, [k for k, v in given.items() if v is not None])
     else:
-        state, conversation = _start(folder, settings.repo, given, settings.seed, learn)
+        state, conversation = _start(folder, settings.repo, cfg)
     if settings.constrain is not None:  # else the model's default (agent.call_grammar.constrained_by_default)
         conversation.model.constrain = settings.constrain
-    return state, conversation, learn
+    return state, conversation, cfg.learn
 
 
-def _start(folder: Path, repo: Path | None, given: dict[str, Any], seed: int, learn: bool):
-    from kvstore.defaults import DEFAULT_POLICY
-    from kvstore.session.session import Session, SessionConfig
+def _start(folder: Path, repo: Path | None, cfg):
+    from kvstore.session.session import Session
     from pipeline.chat.local import LocalConversation
 
     repo = cs.new_chat_repo(folder, repo)
-    config = SessionConfig(**{k: v for k, v in given.items() if v is not None or k == "budget"}, seed=seed)
+    config = cfg.session_config()
     session = Session.open(config)
     folder.mkdir(parents=True, exist_ok=True)
-    state = cs.ChatState(repo=str(repo), config=config.to_dict(), learn=learn and config.policy == DEFAULT_POLICY)
+    state = cs.ChatState(repo=str(repo), config=config.to_dict(), learn=cfg.learn)
     state.save(folder)
     return state, LocalConversation(folder, session, state.config)
 
 
-def _resume(folder: Path, repo: Path | None, given: dict[str, Any]):
+def _resume(folder: Path, repo: Path | None, cfg, given: list[str]):
+    """A saved local session as it was saved; `given`: the memory settings the user gave, which must match."""
+    from dataclasses import replace
+
     from kvstore.session.session import Session, SessionConfig
     from pipeline.chat.local import LocalConversation
+    from pipeline.config import memory_conflicts
 
     state = cs.ChatState.load(folder)
     state.check_resumable(folder, repo)
     if state.server:
         raise RunError(f"session {folder.name!r} runs its model in a server; resume it with --server URL")
     saved = SessionConfig.from_dict(state.config)
-    differ = [f"--{k} {v} (saved: {getattr(saved, k)})" for k, v in given.items() if k != "device" and v is not None
-              and v != getattr(saved, k)]  # fmt: skip
-    if differ:
-        raise RunError(f"session {folder.name!r} was started with other settings: {', '.join(differ)}")
-    if given.get("device"):
-        saved.device = given["device"]
+    differ = memory_conflicts(cfg.memory, saved, given)
+    if differ:  # named by the first setting (the CLI says its flag), the others listed by name
+        (name, (new, old)), *rest = differ.items()
+        more = "".join(f"; {k} {n} (saved: {o})" for k, (n, o) in rest)
+        raise RunSettingError(name, f"{new} (saved: {old}): session {folder.name!r} was started with other "
+                                    f"settings, which a resume keeps{more}")  # fmt: skip
+    if "device" in given:
+        saved = replace(saved, device=cfg.memory.device)
     path = folder / cs.SESSION_FILE
     session = Session.load(path, config=saved) if path.exists() else Session.open(saved)
     return state, LocalConversation(folder, session, state.config)
