@@ -24,7 +24,7 @@ from kvstore.models.registry import (
     pick_dtype,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_dtype_and_attention_choice() -> None:

@@ -149,7 +149,7 @@ def test_dispatch_falls_back_to_torch_when_the_kernel_cannot_launch():
     if torch.cuda.is_available():
         pytest.skip("the kernel launches on this machine")
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NEXUS_FORCE_TRITON")}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[3])
     proc = subprocess.run([sys.executable, "-c", FALLBACK], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
@@ -234,6 +234,6 @@ def test_kernels_compile_for_h200_without_a_gpu():
     from triton.backends.compiler import GPUTarget  # noqa: F401  (the API the check uses)
 
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NEXUS_FORCE_TRITON")}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[3])
     proc = subprocess.run([sys.executable, "-c", AOT], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -2,7 +2,7 @@
 flush_observations): the same per-token state, the same kept tokens and the same saved state as observing every
 decoded token alone, in fewer calls. This is the path where the decode attention does not give the statistics itself
 (the eager engine here; on a GPU without triton): the static engine's CPU decode step observes what its own pass
-computed, every token (tests/kvstore/test_prefill_attention.py)."""
+computed, every token (tests/kvstore/attention/test_prefill_attention.py)."""
 
 from __future__ import annotations
 

@@ -132,7 +132,7 @@ while True:
 @pytest.mark.slow
 def test_a_crash_mid_save_never_leaves_a_file_that_fails_to_load(tmp_path: Path) -> None:
     path = tmp_path / "s.session"
-    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE.parents[1])])}  # tests/, repo
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), str(HERE.parents[2])])}  # tests/, repo
     proc = subprocess.Popen([sys.executable, "-c", SAVE_FOREVER, str(path)], env=env, stdout=subprocess.PIPE)
     try:
         for _ in range(3):  # let it complete a few saves, then kill it somewhere in the next one
