@@ -36,7 +36,8 @@ def test_items_are_deterministic_real_text_with_needles(smol) -> None:
         context = a.turns[0][0]["content"]
         n = len(tok(context, add_special_tokens=False)["input_ids"])
         assert 300 < n < 600, n
-        assert ("def " in context or "import " in context) and "\n# " in context  # stdlib source + planted comments
+        assert "def " in context or "import " in context
+        assert "\n# " in context  # stdlib source + planted comments
         for answer in a.questions[-1].answers:
             assert answer in context  # every expected answer is in the context, never in the question
             assert answer not in a.questions[-1].text
@@ -47,7 +48,8 @@ def test_two_hop_bridge_needle_does_not_name_the_person(smol) -> None:
     _, tok = smol
     item = make_item("two_hop", 0, 0, tok, 400)
     first, then = item.questions
-    assert first.answers == [] and then.answers  # only the second hop is scored
+    assert first.answers == []
+    assert then.answers  # only the second hop is scored
     person = first.prefix.split()[0]
     code_line = next(line for line in item.turns[0][0]["content"].splitlines() if then.answers[0] in line)
     assert person not in code_line  # reaching the code needs the drawer, i.e. the other needle
@@ -72,7 +74,8 @@ def test_multi_turn_is_a_conversation_of_tool_turns(smol) -> None:
     _, tok = smol
     item = make_item("multi_turn", 0, 0, tok, 800)
     roles = [m["role"] for batch in item.turns for m in batch]
-    assert roles[:3] == ["system", "user", "assistant"] and roles.count("tool") >= 3
+    assert roles[:3] == ["system", "user", "assistant"]
+    assert roles.count("tool") >= 3
     facts = item.turns[1][0]["content"]
     assert all(q.answers[0] in facts for q in item.questions)
 
@@ -86,8 +89,10 @@ def test_score_is_whole_word_and_partial_for_several_answers() -> None:
 def test_run_matrix_and_budgets() -> None:
     cfg = QualityConfig(policies=("full", "nexus", "snapkv"), densities=(0.2, 0.5), seeds=3)
     specs = cfg.specs()  # both modes: question-unaware and query-aware
-    assert sum(s.policy == "full" for s in specs) == 2 and sum(s.query_aware for s in specs) == len(specs) // 2
-    assert sum(s.policy == "nexus" for s in specs) == 12 and sum(s.policy == "snapkv" for s in specs) == 4
+    assert sum(s.policy == "full" for s in specs) == 2
+    assert sum(s.query_aware for s in specs) == len(specs) // 2
+    assert sum(s.policy == "nexus" for s in specs) == 12
+    assert sum(s.policy == "snapkv" for s in specs) == 4
     assert cfg.labels() == ["full", "full+q", "nexus", "nexus+q", "snapkv", "snapkv+q"]
     stochastic = sum(is_stochastic(p) for p in POLICIES)
     assert len(QualityConfig(modes=("unaware",)).specs()) == 1 + 2 * (len(POLICIES) - 1 - stochastic + 3 * stochastic)
@@ -111,14 +116,16 @@ def test_quick_run_writes_table_json_and_plot(tmp_path: Path, smol) -> None:
     args = ["bench", "quality", "--quick", "--tasks", tasks, "--json", str(out), "--plot", str(png)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "Accuracy at density 50%" in result.output and "Evidence tokens still held" in result.output
+    assert "Accuracy at density 50%" in result.output
+    assert "Evidence tokens still held" in result.output
     data = json.loads(out.read_text())
     rows = data["rows"]
     # unaware: 2 tasks x (full + nexus x 2 seeds + snapkv); query-aware: the context task only
     assert len(rows) == 2 * (1 + 2 + 1) + (1 + 2 + 1)
     assert {r["policy"] for r in rows} == {"full", "nexus", "snapkv", "full+q", "nexus+q", "snapkv+q"}
     assert {r["task"] for r in rows if r["mode"] == "aware"} == {"single_needle"}
-    assert all(0.0 <= r["score"] <= 1.0 and r["replies"] for r in rows)
+    assert all(0.0 <= r["score"] <= 1.0 for r in rows)
+    assert all(r["replies"] for r in rows)
     for r in rows:
         if r["policy"] in ("full", "full+q"):
             assert r["held_tokens"] == r["context_tokens"]  # nothing evicted

@@ -54,7 +54,8 @@ def test_a_run_folders_trajectory_is_named_after_its_folder(tmp_path: Path) -> N
         (tmp_path / run).mkdir()
         (tmp_path / run / "trajectory.jsonl").write_bytes(gold.read_bytes())
     names = [load_conversation(tmp_path / run / "trajectory.jsonl").name for run in ("run-a", "run-b")]
-    assert names == ["run-a", "run-b"] and load_conversation(gold).name == "nexus-demo__pagekit-1.gold"
+    assert names == ["run-a", "run-b"]
+    assert load_conversation(gold).name == "nexus-demo__pagekit-1.gold"
 
 
 def test_other_shapes_of_a_trace_convert_or_are_one_error(tmp_path: Path) -> None:
@@ -67,7 +68,8 @@ def test_other_shapes_of_a_trace_convert_or_are_one_error(tmp_path: Path) -> Non
     path = tmp_path / "odd.traj.json"
     path.write_text(json.dumps({"messages": [parts, odd_calls]}))
     user, reply = load_conversation(path).messages[1:]
-    assert user["content"] == "fix it" and "<parameter=cmd>pwd</parameter>" in reply["content"]
+    assert user["content"] == "fix it"
+    assert "<parameter=cmd>pwd</parameter>" in reply["content"]
     assert "<parameter=cmd>ls -l</parameter>" in reply["content"]
 
     bad = {
@@ -145,24 +147,31 @@ def test_bench_replay_compares_each_memory_with_the_full_cache(tmp_path: Path) -
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     (conv,) = data["conversations"]
-    assert conv["tokens"] <= 2600 and conv["replies"] >= 2 and conv["scored_tokens"] > 0
+    assert conv["tokens"] <= 2600
+    assert conv["replies"] >= 2
+    assert conv["scored_tokens"] > 0
     runs = {(r["spec"], r["budget"]): r for r in data["runs"]}
     for (spec, _budget), r in runs.items():
         assert sum(t["tokens"] for t in r["turns"]) == conv["scored_tokens"]  # every reply token scored, once
         if spec.startswith("full"):  # the reference's computation (re-prefilled each turn or not): the same
-            assert all(t["kl"] < 1e-4 and t["top1"] == t["tokens"] for t in r["turns"])
+            assert all(t["kl"] < 1e-4 for t in r["turns"])
+            assert all(t["top1"] == t["tokens"] for t in r["turns"])
         else:  # the budget is honoured before every reply (budget + one block between forwards)
             assert all(t["held"] <= r["budget_tokens"] + 32 for t in r["turns"])
     assert sum(t["kl"] for t in runs[("streaming", 0.5)]["turns"]) > 0
     # 160 tokens cannot hold the protected system prompt: that run fails with the reason, the others go on
     (failed,) = data["failed"]
-    assert failed["spec"] == "nexus@selector=topk,protect=system" and "protect" in failed["error"]
+    assert failed["spec"] == "nexus@selector=topk,protect=system"
+    assert "protect" in failed["error"]
     specs = {"full", "full@protocol=re-prefill", "streaming", "nexus@selector=topk,protect=system"}
     assert {row["spec"] for row in data["summary"]} == specs
-    assert png.stat().st_size > 10_000 and "mean KL" in txt.read_text()
+    assert png.stat().st_size > 10_000
+    assert "mean KL" in txt.read_text()
     assert "bench replay: model in float32," in txt.read_text()  # the dtype moves top-1: the table names it
     machine = data["config"]["machine"]  # bf16 figures are reproducible only on the CPU kind they name
-    assert machine["torch"] == torch.__version__ and machine["device"] and machine["threads"] >= 1
+    assert machine["torch"] == torch.__version__
+    assert machine["device"]
+    assert machine["threads"] >= 1
     assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
 
 
@@ -178,7 +187,8 @@ def test_calibrate_writes_a_profile_that_bench_replay_uses(tmp_path: Path) -> No
     args = ["calibrate", str(runs), "--model", str(model), "--dtype", "fp32", "--max-tokens", "2600"]
     args += ["-o", str(profile)]
     result = CliRunner().invoke(app, [*args, "--limit", "0"])
-    assert result.exit_code != 0 and "give at least 1" in result.output
+    assert result.exit_code != 0
+    assert "give at least 1" in result.output
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "template tokens from 2 conversations" in result.output.replace("\n", " ")
@@ -189,9 +199,11 @@ def test_calibrate_writes_a_profile_that_bench_replay_uses(tmp_path: Path) -> No
     result = CliRunner().invoke(app, args, env=os.environ | {"NEXUS_SHARED_DATA": str(tmp_path)})
     assert result.exit_code == 0, result.output
     (run,) = json.loads(out.read_text())["runs"]
-    assert run["spec"] == "nexus-agent+profile" and run["profile_status"].startswith("matched")
+    assert run["spec"] == "nexus-agent+profile"
+    assert run["profile_status"].startswith("matched")
     missing = CliRunner().invoke(app, [*args[:-4], "--profile", str(tmp_path / "no.pt")])
-    assert missing.exit_code != 0 and "does not exist" in str(missing.exception)  # one line under `main`
+    assert missing.exit_code != 0
+    assert "does not exist" in str(missing.exception)  # one line under `main`
 
 
 def _default_memory_replay(tmp_path: Path, names: list[str]) -> tuple[list[str], Path]:
@@ -212,13 +224,17 @@ def test_cross_fit_replays_each_fold_with_a_profile_calibrated_outside_it(tmp_pa
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     first, second = data["config"]["cross_fit"]["profiles"]
-    assert [first["fold"], second["fold"]] == [1, 2] and data["config"]["specs"] == ["nexus-agent+profile"]
+    assert [first["fold"], second["fold"]] == [1, 2]
+    assert data["config"]["specs"] == ["nexus-agent+profile"]
     stems = [f"nexus-demo__{n}.gold" for n in names]
-    assert first["conversations"] == stems[:2] and first["sources"] == stems[2:]  # calibrated outside the fold
-    assert second["conversations"] == stems[2:] and second["sources"] == stems[:2]
+    assert first["conversations"] == stems[:2]
+    assert first["sources"] == stems[2:]  # calibrated outside the fold
+    assert second["conversations"] == stems[2:]
+    assert second["sources"] == stems[:2]
     runs = {r["conversation"]: r for r in data["runs"]}
     assert [runs[s]["profile"] for s in stems] == ["fold1.pt", "fold1.pt", "fold2.pt", "fold2.pt"]
-    assert all(r["spec"] == "nexus-agent+profile" and r["profile_status"].startswith("matched") for r in runs.values())
+    assert all(r["spec"] == "nexus-agent+profile" for r in runs.values())
+    assert all(r["profile_status"].startswith("matched") for r in runs.values())
     for bad, message in (
         (["--cross-fit", "1"], "at least 2 folds"),
         (["--cross-fit", "3"], "at most half"),
@@ -226,7 +242,8 @@ def test_cross_fit_replays_each_fold_with_a_profile_calibrated_outside_it(tmp_pa
         (["--cross-fit", "2", "--profile", str(out)], "give one of --profile, --cross-fit and --learn"),
     ):
         result = CliRunner().invoke(app, [*args, *bad])
-        assert result.exit_code != 0 and message in str(result.exception) + result.output, bad
+        assert result.exit_code != 0, bad
+        assert message in str(result.exception) + result.output, bad
 
 
 @pytest.mark.slow  # one calibration of two conversations and six evicting replays of the tiny model
@@ -240,13 +257,16 @@ def test_learn_replays_the_first_conversations_bare_and_the_rest_with_their_prof
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     stems = [f"nexus-demo__{n}.gold" for n in names]
-    assert data["config"]["learn"]["sources"] == stems[:2] and data["config"]["specs"] == ["nexus-agent+learned", "h2o"]
+    assert data["config"]["learn"]["sources"] == stems[:2]
+    assert data["config"]["specs"] == ["nexus-agent+learned", "h2o"]
     assert sorted(r["spec"] for r in data["runs"]) == ["h2o"] * 3 + ["nexus-agent+learned"] * 3
     assert [(t["default"], t["best_baseline"]) for t in data["targets"]] == [("nexus-agent+learned", "h2o")]
     runs = {r["conversation"]: r for r in data["runs"] if r["spec"] == "nexus-agent+learned"}
     assert len(runs) == 3
-    assert "profile" not in runs[stems[0]] and "profile" not in runs[stems[1]]  # learned from, so run bare
-    assert runs[stems[2]]["profile"] == "learned.pt" and runs[stems[2]]["profile_status"].startswith("matched")
+    assert "profile" not in runs[stems[0]]
+    assert "profile" not in runs[stems[1]]  # learned from, so run bare
+    assert runs[stems[2]]["profile"] == "learned.pt"
+    assert runs[stems[2]]["profile_status"].startswith("matched")
     unmarked = tmp_path / "unmarked.jsonl"  # the gold run without the tags around its issue
     text = (GOLD_DIR / "nexus-demo__csvkit-lite-1.gold.jsonl").read_text()
     unmarked.write_text(text.replace("<github_issue>", "").replace("</github_issue>", ""))
@@ -257,7 +277,8 @@ def test_learn_replays_the_first_conversations_bare_and_the_rest_with_their_prof
     ):
         given = [*args[:2], str(unmarked), *args[3:]] if bad == ["--learn", "1"] else args
         result = CliRunner().invoke(app, [*given, *bad])
-        assert result.exit_code != 0 and message in str(result.exception) + result.output, bad
+        assert result.exit_code != 0, bad
+        assert message in str(result.exception) + result.output, bad
 
 
 @pytest.mark.slow  # one calibration of one conversation and two evicting replays of the tiny model
@@ -281,5 +302,6 @@ def test_learn_one_calibrates_the_first_conversation_with_its_statement_marked(t
     assert data["config"]["learn"]["sources"] == ["demo__demo-0"]
     assert data["config"]["learn"]["profile"].endswith("from 1 conversation")
     runs = {r["conversation"]: r for r in data["runs"]}
-    assert "profile" not in runs["demo__demo-0"] and runs["demo__demo-1"]["profile"] == "learned.pt"
+    assert "profile" not in runs["demo__demo-0"]
+    assert runs["demo__demo-1"]["profile"] == "learned.pt"
     assert runs["demo__demo-1"]["profile_status"].startswith("matched")

@@ -20,7 +20,8 @@ def test_quick_run_measures_side_by_side(tmp_path: Path) -> None:
     finally:
         torch.set_num_threads(threads)
     assert result.exit_code == 0, result.output
-    assert "Decode speed" in result.output and "Prefill memory" in result.output
+    assert "Decode speed" in result.output
+    assert "Prefill memory" in result.output
     data = json.loads(out.read_text())
     assert [(r["policy"], r["context"]) for r in data["decode"]] == [
         ("full", 512),
@@ -29,7 +30,8 @@ def test_quick_run_measures_side_by_side(tmp_path: Path) -> None:
         ("nexus", 1024),
     ]
     for r in data["decode"]:
-        assert r["decode_tok_s"] > 0 and r["step_ms_median"] > 0
+        assert r["decode_tok_s"] > 0
+        assert r["step_ms_median"] > 0
         if r["policy"] == "nexus":  # 20% of the prompt + at most a block of slack + the decoded tail
             assert r["held_tokens_per_layer"] <= 0.2 * r["context"] + 32 + 40 + 32
     for pair in data["ratios"]:

@@ -19,23 +19,27 @@ def test_bench_turns_quick(tmp_path: Path) -> None:
     args += ["--reply-tokens", "30", "--budget", "128", "--dtype", "fp32", "--json", str(out)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "latency" in result.output and "same tokens in all runs: yes" in result.output
+    assert "latency" in result.output
+    assert "same tokens in all runs: yes" in result.output
     data = json.loads(out.read_text())
     te, rp, full = (data["runs"][r] for r in ("true-eviction", "re-prefill", "full"))
-    assert data["same_tokens"] and len(te) == len(rp) == len(full) == 4
+    assert data["same_tokens"]
+    assert len(te) == len(rp) == len(full) == 4
     history = [t["history_tokens"] for t in full]
     assert [t["prefill_tokens"] for t in rp] == history  # re-prefill runs the whole history every turn
     assert sum(t["prefill_tokens"] for t in te) == history[-1]  # true eviction runs each token once
     assert data["totals"]["total_prefill_token_ratio"] == sum(history) / history[-1]
     assert all(t["held_tokens"] <= 128 + 32 for t in te)  # budget + one block
-    assert full[-1]["held_tokens"] == history[-1] and data["totals"]["true_eviction_bytes_vs_full"] < 0.5
+    assert full[-1]["held_tokens"] == history[-1]
+    assert data["totals"]["true_eviction_bytes_vs_full"] < 0.5
 
 
 def test_bench_turns_refuses_a_session_longer_than_the_model(tmp_path: Path) -> None:
     model = save_tiny_chat_model(tmp_path / "model", max_positions=512)
     args = ["bench", "turns", "--model", str(model), "--turns", "10", "--prompt-tokens", "300", "--dtype", "fp32"]
     result = CliRunner().invoke(app, args)
-    assert result.exit_code != 0 and "maximum of 512 positions" in str(result.exception)
+    assert result.exit_code != 0
+    assert "maximum of 512 positions" in str(result.exception)
 
 
 @pytest.mark.slow

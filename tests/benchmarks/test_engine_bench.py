@@ -19,7 +19,8 @@ def test_quick_decode_bench_prints_its_tables_and_rows(tmp_path: Path) -> None:
     finally:
         torch.set_num_threads(threads)
     assert result.exit_code == 0, result.output
-    assert "Decode: tokens/s" in result.output and "Ratios of tokens/s" in result.output
+    assert "Decode: tokens/s" in result.output
+    assert "Ratios of tokens/s" in result.output
     assert "load average" in result.output
     data = json.loads(out.read_text())
     rows = data["rows"]
@@ -31,12 +32,18 @@ def test_quick_decode_bench_prints_its_tables_and_rows(tmp_path: Path) -> None:
         for b in (1, 2)
         for e in ("eager", "static")
     }
-    assert data["bandwidth_gb_s"] > 0 and data["weights_mib"] > 0
+    assert data["bandwidth_gb_s"] > 0
+    assert data["weights_mib"] > 0
     for r in rows:
-        assert r["tok_s"] > 0 and r["ms_step"] > 0 and r["bound_ms"] > 0 and r["of_bound"] > 0
+        assert r["tok_s"] > 0
+        assert r["ms_step"] > 0
+        assert r["bound_ms"] > 0
+        assert r["of_bound"] > 0
         if r["engine"] == "eager":
-            assert r["x_eager"] == 1.0 and r["agree"] == 1.0
-        assert len(r["greedy"]) == 40 and 0 <= r["agree"] <= 1  # --quick decodes 40 tokens
+            assert r["x_eager"] == 1.0
+            assert r["agree"] == 1.0
+        assert len(r["greedy"]) == 40
+        assert 0 <= r["agree"] <= 1  # --quick decodes 40 tokens
         if r["policy"] == "full":  # the full cache holds the prompt and the decoded tokens of every row
             assert r["kv_mib"] * 2**20 >= r["batch"] * r["context"] * 4 * 2 * 2 * 32 * 4
     evicting = [r for r in rows if r["policy"] != "full"]

@@ -34,7 +34,8 @@ def test_quick_run(tmp_path):
         cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "decode after a 1024-token prefill" in proc.stdout and "fused Triton kernel vs torch" in proc.stdout
+    assert "decode after a 1024-token prefill" in proc.stdout
+    assert "fused Triton kernel vs torch" in proc.stdout
     result = json.loads(out.read_text())
     assert result["env"]["attn_implementation"] == "sdpa"
     runs = {r["policy"]: r for r in result["runs"]}
@@ -45,7 +46,8 @@ def test_quick_run(tmp_path):
     assert all(m["tokens_held_layer0"] <= 8 * 32 for m in nexus)
     assert all(n["cache_mib"] < d["cache_mib"] / 3 for n, d in zip(nexus, dense, strict=True))
     assert runs["nexus"]["eviction_steps"] > 0
-    assert all(m["tok_s"] > 0 and m["ms_step_p50_tail"] > 0 for m in dense + nexus)
+    assert all(m["tok_s"] > 0 for m in dense + nexus)
+    assert all(m["ms_step_p50_tail"] > 0 for m in dense + nexus)
     assert [r["T"] for r in result["kernel"]] == [256, 1024]
     if HAS_TRITON:
         assert result["env"]["scoring_path"] == "triton"
@@ -80,4 +82,5 @@ def test_no_gpu_is_one_clear_error():
         cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 2
-    assert "no CUDA GPU" in proc.stderr and "Traceback" not in proc.stderr
+    assert "no CUDA GPU" in proc.stderr
+    assert "Traceback" not in proc.stderr

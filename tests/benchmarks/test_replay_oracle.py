@@ -41,7 +41,8 @@ def _recorded(chunk_size: int):
 @pytest.mark.slow  # three replays of the tiny model and one eager forward: ~20 s
 def test_the_record_is_each_replys_attention_on_the_full_cache_however_the_reply_is_chunked() -> None:
     record, tokens = _recorded(chunk_size=512)
-    assert len(record.ends) >= 2 and list(record.ends.values()) == sorted(record.ends.values())
+    assert len(record.ends) >= 2
+    assert list(record.ends.values()) == sorted(record.ends.values())
     # the same weights with eager attention, which returns its probabilities: one forward over the whole conversation
     vocab = len(qwen_tokenizer())
     eager = tiny_model(impl="eager", seed=0, vocab_size=vocab, max_positions=4096, tie_word_embeddings=False)
@@ -53,9 +54,11 @@ def test_the_record_is_each_replys_attention_on_the_full_cache_however_the_reply
         for layer, att in enumerate(attentions):
             got = record.tables[turn][layer]  # [Hkv, end]
             want = att[0, :, start:end, :end].sum(1).view(2, 2, end).mean(1)  # summed over its queries, per kv head
-            assert got.shape == (2, end) and torch.allclose(got, want, atol=1e-4), (turn, layer)
+            assert got.shape == (2, end), (turn, layer)
+            assert torch.allclose(got, want, atol=1e-4), (turn, layer)
     chunked, _ = _recorded(chunk_size=64)  # a reply over several forwards sums its queries' attention
-    assert chunked.starts == record.starts and chunked.ends == record.ends
+    assert chunked.starts == record.starts
+    assert chunked.ends == record.ends
     for turn in record.ends:
         for a, b in zip(record.tables[turn], chunked.tables[turn], strict=True):
             assert torch.allclose(a, b, atol=1e-4)
@@ -87,8 +90,10 @@ def test_the_oracles_score_held_tokens_by_the_replies_still_to_come() -> None:
     assert score("future", 12) == reply2
     assert score("next", 20) == score("future", 20) == positions.float().tolist()  # past the last: the most recent
     policy = OraclePolicy(CacheConfig(policy="h2o", budget=4), record)
-    assert policy.sink_tokens() == 0 and policy.recent_tokens(4) == 0  # nothing forced: the ranking alone decides
-    assert parse_horizons("future, next,future") == ("future", "next") and parse_horizons(None) == ()
+    assert policy.sink_tokens() == 0
+    assert policy.recent_tokens(4) == 0  # nothing forced: the ranking alone decides
+    assert parse_horizons("future, next,future") == ("future", "next")
+    assert parse_horizons(None) == ()
     with pytest.raises(ValueError, match="unknown horizon 'last'"):
         parse_horizons("next,last")
 
@@ -102,7 +107,8 @@ def test_bench_replay_runs_the_oracle_under_each_budget() -> None:
     runs = {(r["spec"], r["budget"]): r["turns"] for r in result["runs"]}
     assert set(runs) == {(label, b) for label in HORIZONS.values() for b in (1.0, 150)}
     for label in HORIZONS.values():
-        assert all(t["kl"] < 1e-4 and t["top1"] == t["tokens"] for t in runs[(label, 1.0)])
+        assert all(t["kl"] < 1e-4 for t in runs[(label, 1.0)])
+        assert all(t["top1"] == t["tokens"] for t in runs[(label, 1.0)])
         assert sum(t["kl"] for t in runs[(label, 150)]) > 1e-3
         assert all(t["held"] <= 150 for t in runs[(label, 150)])  # a true evicting cache at the budget
     first = [runs[(label, 150)][0]["kl"] for label in HORIZONS.values()]
@@ -113,7 +119,8 @@ def test_bench_replay_runs_the_oracle_under_each_budget() -> None:
 def test_specs_may_be_empty_only_beside_the_bound_or_the_oracle(tmp_path) -> None:
     env = os.environ | {"NEXUS_SHARED_DATA": str(tmp_path)}
     result = CliRunner().invoke(app, ["bench", "replay", str(TRAJECTORY), "--specs", ""], env=env)
-    assert result.exit_code != 0 and "--specs names no memory" in str(result.exception) + result.output
+    assert result.exit_code != 0
+    assert "--specs names no memory" in str(result.exception) + result.output
 
 
 def test_the_oracle_needs_sdpa_attention() -> None:

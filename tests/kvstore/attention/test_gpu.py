@@ -45,7 +45,8 @@ def test_kernel_matches_reference(dtype, hq, hkv, w, d, t, block):
     q, k = _inputs(hq, hkv, w, d, t, dtype)
     got = triton_window_block_scores(q, k, block)
     ref = window_block_scores(q, k, block)
-    assert got.shape == ref.shape and got.is_cuda
+    assert got.shape == ref.shape
+    assert got.is_cuda
     torch.testing.assert_close(got, ref, atol=2e-5 if dtype == torch.float32 else 1e-4, rtol=1e-3)
 
 

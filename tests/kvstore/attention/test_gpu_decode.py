@@ -41,7 +41,9 @@ def test_kernel_matches_reference(dtype, b, hq, hkv, d, t):
     for kv_mask, lens in ((None, None), (valid, lengths)):
         out, mass = triton_decode_attention(q, k, v, None, kv_mask, lens)
         ref_out, ref_mass = decode_attention_with_mass(q.float(), k.float(), v.float(), None, kv_mask, lens)
-        assert out.is_cuda and out.dtype == dtype and mass.dtype == torch.float32
+        assert out.is_cuda
+        assert out.dtype == dtype
+        assert mass.dtype == torch.float32
         tol = dict(atol=3e-2, rtol=1e-2) if dtype == torch.bfloat16 else dict(atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(out.float(), ref_out, **tol)
         torch.testing.assert_close(mass, ref_mass, atol=1e-5, rtol=1e-3)

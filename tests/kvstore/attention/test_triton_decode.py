@@ -40,8 +40,10 @@ def _inputs(b, hq, hkv, d, t, dtype=torch.float32, seed=0):
 
 def _close(got, ref, atol, rtol=0.0):
     (out, mass), (ref_out, ref_mass) = got, ref
-    assert out.shape == ref_out.shape and out.dtype == ref_out.dtype
-    assert mass.shape == ref_mass.shape and mass.dtype == torch.float32
+    assert out.shape == ref_out.shape
+    assert out.dtype == ref_out.dtype
+    assert mass.shape == ref_mass.shape
+    assert mass.dtype == torch.float32
     torch.testing.assert_close(out.float(), ref_out.float(), atol=atol[0], rtol=rtol)
     torch.testing.assert_close(mass, ref_mass, atol=atol[1], rtol=rtol)
 
@@ -106,7 +108,8 @@ def test_key_validity_lengths_and_strides(td):
     k_buf[1, :, 101:] = v_buf[1, :, 101:] = float("nan")
     got = td.triton_decode_attention(q, k, v, 0.2, valid, lengths, num_splits=2)
     _close(got, ref, atol=(2e-6, 1e-6), rtol=1e-5)
-    assert float(got[1][~valid].abs().max()) == 0.0 and float(got[1][1, :, 101:].abs().max()) == 0.0
+    assert float(got[1][~valid].abs().max()) == 0.0
+    assert float(got[1][1, :, 101:].abs().max()) == 0.0
     assert float(got[0][1, 0, :3].abs().max()) == 0.0  # kv head 0 of sequence 1 (query heads 0-2) holds nothing
     torch.testing.assert_close(got[1].sum(-1), torch.tensor([[1.0, 1.0], [0.0, 1.0]]), atol=1e-5, rtol=0)
 
@@ -131,7 +134,8 @@ def test_dispatch(td, monkeypatch):
     assert dispatch.fused_decode_attention(q, k, v) is None
     monkeypatch.setenv("NEXUS_FORCE_TRITON", "1")
     got = dispatch.fused_decode_attention(q, k, v, 0.1)
-    assert got is not None and dispatch.triton_error() is None
+    assert got is not None
+    assert dispatch.triton_error() is None
     _close(got, decode_attention_with_mass(q, k, v, 0.1), atol=(2e-6, 1e-6), rtol=1e-5)
     assert dispatch.fused_decode_attention(q.expand(2, 4, 3, 64), k, v) is None
     assert dispatch.fused_decode_attention(q.double(), k, v) is None
@@ -154,4 +158,5 @@ def test_a_kernel_that_disagrees_on_its_first_call_is_given_up(td, monkeypatch):
     assert dispatch.fused_decode_attention(q, k, v) is None  # no second try: the torch paths from now on
     monkeypatch.setattr(dispatch, "_failure", [])
     monkeypatch.setattr(td, "triton_decode_attention", real)
-    assert dispatch.fused_decode_attention(q, k, v) is not None and dispatch._verified  # a kernel that agrees
+    assert dispatch.fused_decode_attention(q, k, v) is not None
+    assert dispatch._verified  # a kernel that agrees

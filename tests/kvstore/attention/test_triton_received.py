@@ -52,7 +52,8 @@ CASES = [  # hq, hkv, rows, d, t
 def test_matches_reference_fp32(tr, hq, hkv, rows, d, t):
     q, k = _inputs(hq, hkv, rows, d, t)
     got = tr.triton_received_attention(q, k)
-    assert got.shape == (hkv, t) and got.dtype == torch.float32
+    assert got.shape == (hkv, t)
+    assert got.dtype == torch.float32
     torch.testing.assert_close(got, reference(q, k), atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(got.sum(-1), torch.full((hkv,), float(rows)), atol=1e-3, rtol=0)  # rows sum to 1
 

@@ -53,9 +53,11 @@ def test_held_counts_per_layer_and_head_and_density_rounding():
     st = cache.stats()
     assert st["budget_tokens"] == round(0.25 * 1001) == 250
     per_head = st["tokens_held_per_head"]
-    assert len(per_head) == 2 and all(len(h) == model.config.num_key_value_heads for h in per_head)
+    assert len(per_head) == 2
+    assert all(len(h) == model.config.num_key_value_heads for h in per_head)
     assert [sum(h) / len(h) for h in per_head] == st["tokens_held_per_layer"] == [250.0, 250.0]
-    assert "prefill" in st["evicts_when"] and "decode tokens accumulate" in st["evicts_when"]
+    assert "prefill" in st["evicts_when"]
+    assert "decode tokens accumulate" in st["evicts_when"]
 
 
 def test_tail_block_counts_by_its_real_size():
@@ -76,7 +78,8 @@ def test_decode_evicts_once_past_the_slack_and_back_to_the_budget():
     for i in range(80):
         kvstore.forward(model, cache, random_ids(1, seed=i))
         sizes.append(cache.layers[0].held())
-    assert max(sizes) == 200 + BLOCK and min(sizes) == 200
+    assert max(sizes) == 200 + BLOCK
+    assert min(sizes) == 200
     exact = kvstore.make_cache(model, "h2o", budget=200, seed=0, decode_slack=0)  # the paper: every step
     kvstore.prefill(model, exact, random_ids(500, seed=2))
     for i in range(10):

@@ -38,7 +38,8 @@ def test_batched_statistics_keep_what_single_ones_keep(policy: str) -> None:
     batched, batched_calls = _decoded(policy, 32, 100)
     layers = len(alone.layers)
     assert alone_calls == [1] * 100 * layers  # one call per layer per decoded token
-    assert len(batched_calls) < 100 * layers / 8 and sum(batched_calls) <= 100 * layers
+    assert len(batched_calls) < 100 * layers / 8
+    assert sum(batched_calls) <= 100 * layers
     batched.flush_observations()
     for a, b in zip(alone.layers, batched.layers, strict=True):
         assert a.stats.eviction_steps == b.stats.eviction_steps > 0  # decode evicted along the way
@@ -54,7 +55,8 @@ def test_pending_queries_wait_for_the_batch_or_the_next_chunk() -> None:
     assert sum(q.shape[-2] for q in cache.layers[0].pending_q) == 8
     model = tiny_chat_model("qwen3", 4096)
     kvstore.prefill(model, cache, torch.randint(0, 1000, (1, 20), generator=torch.Generator().manual_seed(4)))
-    assert calls[layers:] == [28] * layers and cache.layers[0].pending_q == []  # the 8 waiting went with it
+    assert calls[layers:] == [28] * layers
+    assert cache.layers[0].pending_q == []  # the 8 waiting went with it
 
 
 def test_saved_state_includes_the_pending_statistics() -> None:

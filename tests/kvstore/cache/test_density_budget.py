@@ -24,7 +24,8 @@ def test_a_prompt_shorter_than_the_forced_set_is_held_whole(policy: str) -> None
     kvstore.prefill(model, cache, random_ids(20))  # 0.2 x 20 = 4 tokens: fewer than most policies must keep
     assert cache.budget_tokens == max(cache.least_budget(), 4)
     if cache.budget_tokens >= 20:  # the default memory (and most): the prompt is held whole
-        assert cache.stats()["tokens_evicted"] == 0 and cache.stats()["tokens_held_per_layer"] == [20, 20]
+        assert cache.stats()["tokens_evicted"] == 0
+        assert cache.stats()["tokens_held_per_layer"] == [20, 20]
     assert policy != DEFAULT_POLICY or cache.budget_tokens >= 20
     long = kvstore.make_cache(model, policy, budget=0.2)  # a long prompt: d x tokens, as before
     kvstore.prefill(model, long, random_ids(2000))
@@ -54,7 +55,8 @@ def test_a_local_session_fixes_the_density_at_its_first_prompt_and_a_served_one_
     grows = session(density_grows=True)
     following = grow(grows, 3)
     assert [b for _, b in following] == [max(round(0.2 * seen), grows.cache.least_budget()) for seen, _ in following]
-    assert following[-1][1] > following[0][1] and following[-1][1] > following[1][1]
+    assert following[-1][1] > following[0][1]
+    assert following[-1][1] > following[1][1]
     held = grows.cache.stats()["tokens_held_per_layer"]
     assert all(h <= following[-1][1] for h in held)
 
@@ -67,4 +69,5 @@ def test_a_session_saved_before_density_grows_existed_loads_as_fixed(tmp_path) -
     assert CacheConfig.from_saved(options).density_grows is False
     s.save(tmp_path / "s.session")
     back = Session.load(tmp_path / "s.session", tiny_chat_model(), qwen_tokenizer())
-    assert back.cache.budget_tokens == s.cache.budget_tokens and not back.cache.config.density_grows
+    assert back.cache.budget_tokens == s.cache.budget_tokens
+    assert not back.cache.config.density_grows

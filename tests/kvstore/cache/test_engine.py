@@ -90,9 +90,8 @@ def test_full_cache_grows_by_doubling() -> None:
         kvstore.forward(model, cache, torch.tensor([[3]]))
         caps.add(cache.layers[0].store.tensors["keys"].shape[2])
     assert sorted(caps) == [512, 1024]  # chunks of 128 filled 128, then 256, then 512 (300 tokens); decoding 1024
-    assert cache.layers[0].held() == 700 and cache.stats()["bytes_held"] < sum(
-        layer.allocated_bytes() for layer in cache.layers
-    )
+    assert cache.layers[0].held() == 700
+    assert cache.stats()["bytes_held"] < sum(layer.allocated_bytes() for layer in cache.layers)
 
 
 @pytest.mark.parametrize("policy", ["nexus-agent", "ada-snapkv"])
@@ -211,7 +210,8 @@ def test_decode_attention_matches_sdpa_on_buffer_views(dtype: torch.dtype, atol:
     query = torch.randn(2, 9, 1, 64, generator=g).to(dtype)
     buffers = torch.randn(2, 2, 3, 1100, 64, generator=g).to(dtype)  # keys/values buffers, 1000 of 1100 held
     key, value = buffers[0, :, :, :1000], buffers[1, :, :, :1000]
-    assert applies(query, None) and not applies(torch.zeros(1, 9, 2, 64), None)
+    assert applies(query, None)
+    assert not applies(torch.zeros(1, 9, 2, 64), None)
     got, _ = decode_attention(module, query, key, value, None, scaling=0.125)
     ref, _ = sdpa_attention_forward(module, query, key, value, None, scaling=0.125)
     assert got.shape == ref.shape == (2, 1, 9, 64)

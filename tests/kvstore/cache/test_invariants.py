@@ -62,7 +62,8 @@ def test_survival_record_names_evicted_blocks():
     kvstore.prefill(model, cache, random_ids(1200, seed=6), chunk_size=256)
     events = cache.evictions(0)
     held = set(cache.layers[0].positions[0, 0].tolist())
-    assert events.shape[1] == 2 and len(events) > 0
+    assert events.shape[1] == 2
+    assert len(events) > 0
     starts = events[:, 1]
     assert torch.all(starts % BLOCK == 0)  # whole blocks leave (Nexus: the sink is one block, so blocks align)
     assert not (set(starts.tolist()) & held)  # an evicted block is gone for good

@@ -67,7 +67,8 @@ def _both(ops) -> tuple[BufferStore, ConcatStore]:
 
 
 def _same(static: BufferStore, eager: ConcatStore) -> None:
-    assert len(static) == len(eager) and static.names() == eager.names()
+    assert len(static) == len(eager)
+    assert static.names() == eager.names()
     for name in eager.names():
         assert torch.equal(static.get(name), eager.get(name)), name
 

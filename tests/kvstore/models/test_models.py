@@ -42,10 +42,14 @@ def test_loads_a_local_model_directory(tmp_path: Path) -> None:
     model.save_pretrained(tmp_path)
     qwen_tokenizer().save_pretrained(tmp_path)
     loaded, tokenizer, info = load_model(str(tmp_path), device="cpu", dtype="fp32")
-    assert info.source == str(tmp_path) and info.device == "cpu" and info.dtype == "float32"
-    assert info.max_positions == 4096 and info.attn_implementation == "sdpa"
+    assert info.source == str(tmp_path)
+    assert info.device == "cpu"
+    assert info.dtype == "float32"
+    assert info.max_positions == 4096
+    assert info.attn_implementation == "sdpa"
     assert info.config_hash == config_hash(model.config)  # identity survives save/load
-    assert not loaded.training and tokenizer.chat_template
+    assert not loaded.training
+    assert tokenizer.chat_template
     ids = torch.tensor([tokenizer("def add(a, b):")["input_ids"]])
     with torch.inference_mode():
         assert torch.equal(loaded(ids).logits, model(ids).logits)
@@ -95,7 +99,8 @@ def test_default_model_converts_once_even_with_two_processes(tmp_path: Path, mon
     t = time.perf_counter()
     model, tokenizer, info = load_model(DEFAULT_MODEL)
     assert time.perf_counter() - t < 10  # converted: no dequantization on later loads (~1 s unloaded)
-    assert info.max_positions == 8192 and info.dtype == ("bfloat16" if cpu_supports_bf16() else "float32")
+    assert info.max_positions == 8192
+    assert info.dtype == ("bfloat16" if cpu_supports_bf16() else "float32")
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True, tokenize=False
     )

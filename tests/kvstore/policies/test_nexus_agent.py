@@ -37,7 +37,8 @@ def test_both_parts_decide_what_is_kept_per_kv_head() -> None:
     _, attention_only = _prefilled("nexus-agent", opening_nexus=True, acc_weight=1e9)
     _, nexus_only = _prefilled("nexus-agent", opening_nexus=True, acc_weight=0.0)
     layer = ours.layers[1]
-    assert layer.state["nexus_steps"].max() >= 2 and all(x.held() <= 192 for x in ours.layers)
+    assert layer.state["nexus_steps"].max() >= 2
+    assert all(x.held() <= 192 for x in ours.layers)
     pos = layer.positions[0]  # [Hkv, T]: each kv head keeps its own tokens
     assert any(not torch.equal(pos[0], pos[h]) for h in range(1, pos.shape[0]))
     for other in (attention_only, nexus_only):
@@ -130,7 +131,8 @@ def test_only_the_agents_own_replies_count_as_reply_attention() -> None:
     s = _session()
     s.append([{"role": "system", "content": words(80)}, {"role": "user", "content": words(120, "u")}])
     s.prefill()
-    assert s.cache.signals.reply_from is None and _reply_seen(s).max() == 0  # the opening's queries are not the agent's
+    assert s.cache.signals.reply_from is None
+    assert _reply_seen(s).max() == 0  # the opening's queries are not the agent's
     start = s.num_tokens
     reply = s.generate(max_new_tokens=6, temperature=1.0)
     assert s.cache.signals.reply_from is None  # closed with the reply
@@ -138,13 +140,15 @@ def test_only_the_agents_own_replies_count_as_reply_attention() -> None:
     # the generation prompt and every generated token ran as reply queries, except the last token (never run)
     ran = s.prefilled - start
     assert ran == len(s.renderer.generation_prompt_ids) + len(reply.token_ids) - 1
-    assert int(seen[0]) == ran and int(seen[-1]) == 1  # causal: the newest held token saw only its own query
+    assert int(seen[0]) == ran
+    assert int(seen[-1]) == 1  # causal: the newest held token saw only its own query
     assert s.cache.layers[0].state["reply_acc"][0, 0, :start].sum() > 0
     s.append([{"role": "user", "content": words(60, "t")}])  # a tool's output: not the agent's queries
     s.prefill()
     assert int(_reply_seen(s)[0]) == ran
     s.teacher_force([{"role": "assistant", "content": words(20, "a")}])  # a recorded reply counts like a generated one
-    assert int(_reply_seen(s)[0]) > ran and s.cache.signals.reply_from is None
+    assert int(_reply_seen(s)[0]) > ran
+    assert s.cache.signals.reply_from is None
     assert _reply_seen(s)[-4:].tolist() == [4.0, 3.0, 2.0, 1.0]  # causal: the newest tokens saw fewer reply queries
 
 
@@ -227,7 +231,8 @@ def test_a_re_prefill_counts_every_earlier_reply_as_the_agents_own() -> None:
         caches[protocol] = s.cache
     ours, theirs = caches["re-prefill"], caches["true-eviction"]
     replies = ours.signals.replies
-    assert replies == theirs.signals.replies and len(replies) == 3  # generated, teacher-forced, given as history
+    assert replies == theirs.signals.replies
+    assert len(replies) == 3  # generated, teacher-forced, given as history
     for a, b in zip(ours.layers, theirs.layers, strict=True):
         assert a.held() == b.held() == s.num_tokens  # nothing evicted: the same tokens in both
         torch.testing.assert_close(a.state["reply_seen"], b.state["reply_seen"])
@@ -248,7 +253,8 @@ def test_own_weight_ranks_up_the_tokens_the_agents_replies_wrote() -> None:
     s.prefill()
     start, layer = s.num_tokens, s.cache.layers[0]
     s.cache.signals.reply_from = start - 10  # a reply running now (as Session.begin_reply marks it) counts as it runs
-    assert layer.score_context().own[0, 0, start - 10 :].all() and not layer.score_context().own[0, 0, :-10].any()
+    assert layer.score_context().own[0, 0, start - 10 :].all()
+    assert not layer.score_context().own[0, 0, :-10].any()
     s.cache.signals.reply_from = None
     s.generate(max_new_tokens=6)
     s.append([{"role": "user", "content": words(30, "t")}])
@@ -257,7 +263,8 @@ def test_own_weight_ranks_up_the_tokens_the_agents_replies_wrote() -> None:
     s.append([{"role": "user", "content": words(40, "w")}])
     s.prefill()
     own = layer.score_context().own[0, 0]
-    assert s.cache.signals.replies[0][0] == start and int(own.sum()) == sum(b - a for a, b in s.cache.signals.replies)
+    assert s.cache.signals.replies[0][0] == start
+    assert int(own.sum()) == sum(b - a for a, b in s.cache.signals.replies)
     for a, b in s.cache.signals.replies:
         assert own[a:b].all()
     kept = {}

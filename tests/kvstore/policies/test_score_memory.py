@@ -33,7 +33,8 @@ def test_the_first_step_scores_like_the_paper_and_later_steps_remember(memory: s
     _, remembering = _prefilled(score_memory=memory)
     layer = remembering.layers[1]
     steps = layer.state["nexus_steps"][0, 0]
-    assert steps.max() >= 2 and bool((steps[-20:] == 1).all())  # old tokens scored in several steps, the newest once
+    assert steps.max() >= 2
+    assert bool((steps[-20:] == 1).all())  # old tokens scored in several steps, the newest once
     assert torch.equal(layer.state["nexus_score"][0, 0], layer.state["nexus_score"][0, 1])  # one score per layer
 
 

@@ -68,7 +68,8 @@ def test_regex_reply_matches() -> None:
     pattern = r"(yes|no), [0-9]{1,3} (apples|pears)\."
     reply = ReplyInProgress(session(50), 40, temperature=1.0, constraint=Constraint.regex(pattern, qwen_tokenizer()))
     result = reply.run()
-    assert result.finish_reason == "stop" and re.fullmatch(pattern, result.text)
+    assert result.finish_reason == "stop"
+    assert re.fullmatch(pattern, result.text)
 
 
 def test_lark_forced_text_costs_its_canonical_tokens() -> None:
@@ -76,7 +77,8 @@ def test_lark_forced_text_costs_its_canonical_tokens() -> None:
     tokenizer = qwen_tokenizer()
     text = "<function=execute_bash>\n"
     reply = ReplyInProgress(session(30), 40, constraint=Constraint.lark(f"start: {json.dumps(text)}", tokenizer)).run()
-    assert reply.text == text and reply.token_ids == tokenizer.encode(text, add_special_tokens=False)
+    assert reply.text == text
+    assert reply.token_ids == tokenizer.encode(text, add_special_tokens=False)
 
 
 @pytest.mark.parametrize(
@@ -93,7 +95,8 @@ def test_lark_forced_text_costs_its_canonical_tokens() -> None:
 def test_invalid_grammar_is_one_clear_error(make, bad: str) -> None:
     with pytest.raises(GrammarError) as info:
         make(bad, qwen_tokenizer())
-    assert isinstance(info.value, KVStoreError) and "\n" not in str(info.value)
+    assert isinstance(info.value, KVStoreError)
+    assert "\n" not in str(info.value)
     assert any(word in str(info.value) for word in ("does not compile", "not valid JSON", "JSON object"))
 
 
@@ -102,11 +105,13 @@ def test_disallowed_token_and_padded_vocabulary(schema_constraint: Constraint) -
     tokenizer = qwen_tokenizer()
     vocab = len(tokenizer)
     allowed = c.allowed(vocab + 64)  # a model whose logits are padded past the tokenizer's vocabulary
-    assert allowed[:vocab].any() and not allowed[vocab:].any()
+    assert allowed[:vocab].any()
+    assert not allowed[vocab:].any()
     with pytest.raises(GrammarError, match="not allowed"):
         c.advance(tokenizer.encode("hello", add_special_tokens=False)[0])  # a JSON object starts with "{"
     fresh = schema_constraint.fresh()  # a fresh constraint starts over, whatever another one consumed
-    assert fresh.advance(tokenizer.encode("{", add_special_tokens=False)[0]) is False and not fresh.done
+    assert fresh.advance(tokenizer.encode("{", add_special_tokens=False)[0]) is False
+    assert not fresh.done
 
 
 def test_batched_constrained_decode_matches_solo(schema_constraint: Constraint) -> None:
@@ -124,5 +129,6 @@ def test_batched_constrained_decode_matches_solo(schema_constraint: Constraint) 
     together = [r.finish() for r in replies]
     for n, got in zip(lengths, together, strict=True):
         alone = ReplyInProgress(session(n), 120, constraint=schema_constraint.fresh()).run()
-        assert got.token_ids == alone.token_ids and got.finish_reason == alone.finish_reason == "stop"
+        assert got.token_ids == alone.token_ids
+        assert got.finish_reason == alone.finish_reason == "stop"
         jsonschema.validate(json.loads(got.text), SCHEMA)

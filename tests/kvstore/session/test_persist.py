@@ -47,8 +47,10 @@ def test_continuing_after_restore_is_exactly_never_stopping(tmp_path: Path, temp
     path = tmp_path / "s.session"
     original = saved_session(path, temperature, protocol=protocol)
     restored = Session.load(path, tiny_chat_model(), qwen_tokenizer())
-    assert restored.tokens == original.tokens and restored.prefilled == original.prefilled
-    assert restored.messages == original.messages and restored.turns == original.turns
+    assert restored.tokens == original.tokens
+    assert restored.prefilled == original.prefilled
+    assert restored.messages == original.messages
+    assert restored.turns == original.turns
     assert restored.cache.stats()["tokens_held_per_layer"] == original.cache.stats()["tokens_held_per_layer"]
     assert play(restored, range(2, 5), temperature) == play(original, range(2, 5), temperature)
     assert restored.tokens == original.tokens
@@ -141,7 +143,8 @@ def test_a_crash_mid_save_never_leaves_a_file_that_fails_to_load(tmp_path: Path)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     restored = Session.load(path, tiny_chat_model(), qwen_tokenizer())
-    assert restored.num_tokens > 1500 and restored.prefilled == restored.num_tokens
+    assert restored.num_tokens > 1500
+    assert restored.prefilled == restored.num_tokens
     left = [p.name for p in tmp_path.iterdir()]
     # a writer killed mid-save may leave its temporary file: ours (.s.session.*.tmp) or the one safetensors' Rust
     # writer opens beside it (.tmpXXXXXX); neither is ever read

@@ -35,7 +35,8 @@ def test_the_protected_opening_survives_every_eviction(policy: str) -> None:
     s = session(policy=policy, protect="system+task")
     agent_turns(s)
     ((start, end),) = s.cache.signals.protected
-    assert start == 0 and end > 100  # the system prompt and the task, rendered
+    assert start == 0
+    assert end > 100  # the system prompt and the task, rendered
     assert s.cache.stats()["tokens_evicted"] > 0  # eviction did happen
     for held in held_positions(s):
         assert set(range(start, end)) <= held
@@ -61,7 +62,8 @@ def test_a_budget_that_cannot_hold_the_opening_is_refused_with_a_clear_message()
     s = session(budget=96, protect="system+task")
     with pytest.raises(KVStoreError, match=r"cannot hold the protected opening.*protect less \(protect 'system' or"):
         s.append([{"role": "system", "content": words(100, "sys")}, {"role": "user", "content": words(60, "t")}])
-    assert s.tokens == [] and s.cache.signals.protected == []  # nothing half-appended
+    assert s.tokens == []
+    assert s.cache.signals.protected == []  # nothing half-appended
 
 
 def test_a_density_budget_never_goes_below_the_protected_opening() -> None:

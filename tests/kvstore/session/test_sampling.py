@@ -32,7 +32,8 @@ def test_sampling_follows_the_tempered_distribution() -> None:
 def test_top_p_keeps_only_the_nucleus() -> None:
     probs = torch.tensor([0.05, 0.5, 0.3, 0.1, 0.05])
     ids, kept = nucleus(probs, 0.75)
-    assert ids.tolist() == [1, 2] and torch.allclose(kept, torch.tensor([0.5, 0.3]))
+    assert ids.tolist() == [1, 2]
+    assert torch.allclose(kept, torch.tensor([0.5, 0.3]))
     freq = draws(probs.log(), 5000, top_p=0.75)
     assert set(freq.nonzero().flatten().tolist()) == {1, 2}
 
@@ -58,5 +59,7 @@ def test_stream_stops_at_a_stop_string_and_streams_whole_characters() -> None:
     stream = TextStream(lambda x: tok.decode(x), stop=["</function>"], on_token=pieces.append)
     stopped_at = next(i for i, t in enumerate(ids) if stream.push(t))
     stream.flush()
-    assert stream.text.endswith("</function>") and stopped_at < len(ids) - 1
-    assert "".join(pieces) == stream.text and all("\ufffd" not in p for p in pieces)
+    assert stream.text.endswith("</function>")
+    assert stopped_at < len(ids) - 1
+    assert "".join(pieces) == stream.text
+    assert all("\ufffd" not in p for p in pieces)

@@ -41,14 +41,17 @@ def test_protocols_prefill_what_they_promise_on_the_same_tokens(protocol: str) -
     else:
         assert [t.prefill_tokens for t in stats] == history  # the whole history, each turn
     assert s.cache.get_seq_length() == s.prefilled == history[-1]
-    assert all(t.held_tokens <= 96 + BLOCK for t in stats) and stats[-1].evicted_tokens > 0
+    assert all(t.held_tokens <= 96 + BLOCK for t in stats)
+    assert stats[-1].evicted_tokens > 0
 
 
 def test_true_eviction_holds_the_budget_while_full_holds_everything() -> None:
     nexus, full = session(**EVICTING), session(policy="full")
     last_nexus, last_full = forced_turns(nexus)[-1], forced_turns(full)[-1]
-    assert last_full.held_tokens == last_full.history_tokens and last_full.evicted_tokens == 0
-    assert last_nexus.held_tokens <= 96 + BLOCK and last_nexus.held_bytes < last_full.held_bytes / 2
+    assert last_full.held_tokens == last_full.history_tokens
+    assert last_full.evicted_tokens == 0
+    assert last_nexus.held_tokens <= 96 + BLOCK
+    assert last_nexus.held_bytes < last_full.held_bytes / 2
 
 
 def test_full_policy_protocols_generate_identical_replies() -> None:
@@ -68,11 +71,14 @@ def test_reply_tokens_stay_raw_and_the_turn_is_closed() -> None:
     s.append([{"role": "user", "content": words(40)}])
     start = s.num_tokens
     reply = s.generate(6)
-    assert isinstance(reply, Reply) and reply.finish_reason == "length" and len(reply.token_ids) == 6
+    assert isinstance(reply, Reply)
+    assert reply.finish_reason == "length"
+    assert len(reply.token_ids) == 6
     prompt, closing = s.renderer.generation_prompt_ids, s.renderer.end_of_turn_ids
     assert s.tokens[start:] == prompt + reply.token_ids + closing
     assert s.messages[-1] == {"role": "assistant", "content": reply.text}
-    assert reply.stats.generated_tokens == 6 and reply.stats.prefill_tokens == start + len(prompt)
+    assert reply.stats.generated_tokens == 6
+    assert reply.stats.prefill_tokens == start + len(prompt)
     assert s.prefilled == s.num_tokens - len(closing) - 1  # the last reply token and the closing wait for the next turn
 
 
@@ -90,9 +96,12 @@ def test_stop_strings_and_eos_end_the_reply() -> None:
         reply = s.generate(8, **kwargs)
         assert reply.finish_reason == finish
         if finish == "stop":
-            assert reply.token_ids == probe[: len(reply.token_ids)] and stop in reply.text and len(reply.token_ids) <= 4
+            assert reply.token_ids == probe[: len(reply.token_ids)]
+            assert stop in reply.text
+            assert len(reply.token_ids) <= 4
         else:
-            assert reply.token_ids == probe[: k + 1] and reply.text == s.renderer.decode(probe[:k])
+            assert reply.token_ids == probe[: k + 1]
+            assert reply.text == s.renderer.decode(probe[:k])
 
 
 def test_streamed_text_is_the_reply_text() -> None:
@@ -100,7 +109,8 @@ def test_streamed_text_is_the_reply_text() -> None:
     s.append([{"role": "user", "content": words(40)}])
     pieces: list[str] = []
     reply = s.generate(12, temperature=1.0, on_token=pieces.append)
-    assert "".join(pieces) == reply.text and pieces
+    assert "".join(pieces) == reply.text
+    assert pieces
 
 
 def test_seeded_sampling_is_reproducible() -> None:
@@ -121,7 +131,8 @@ def test_context_limit_counts_positions_not_held_tokens() -> None:
         s.append([{"role": "tool", "content": words(200)}])
     assert s.tokens == before  # a refused append changes nothing
     reply = s.generate(1000)  # capped at the room left, although the cache holds far fewer tokens
-    assert reply.finish_reason == "length" and s.num_tokens == 256
+    assert reply.finish_reason == "length"
+    assert s.num_tokens == 256
     with pytest.raises(KVStoreError, match="no room left"):
         s.generate(10)
 
@@ -130,12 +141,17 @@ def test_turn_stats_as_data_and_one_line() -> None:
     s = session(**EVICTING)
     s.append([{"role": "user", "content": words(100)}])
     stats = s.generate(4).stats
-    assert s.turns == [stats] and stats.turn == 1
+    assert s.turns == [stats]
+    assert stats.turn == 1
     data = stats.to_dict()
     assert {"prefill_tokens", "generated_tokens", "evicted_tokens", "held_tokens", "held_bytes"} <= set(data)
     assert {"prefill_s", "decode_s", "evict_s", "tokens_per_s"} <= set(data)
-    assert stats.prefill_s > 0 and stats.decode_s > 0 and stats.tokens_per_s > 0 and 0 <= stats.evict_s
-    assert "\n" not in stats.summary() and "turn 1" in stats.summary()
+    assert stats.prefill_s > 0
+    assert stats.decode_s > 0
+    assert stats.tokens_per_s > 0
+    assert 0 <= stats.evict_s
+    assert "\n" not in stats.summary()
+    assert "turn 1" in stats.summary()
 
 
 @pytest.mark.parametrize(
@@ -174,7 +190,8 @@ def test_an_interrupted_reply_leaves_a_usable_session() -> None:
     with pytest.raises(KeyboardInterrupt):
         s.generate(20, on_token=interrupt)
     assert s.tokens[-len(s.renderer.end_of_turn_ids) :] == s.renderer.end_of_turn_ids  # the turn was closed
-    assert s.messages[-1]["role"] == "assistant" and s.prefilled == 0  # the cache starts over from the history
+    assert s.messages[-1]["role"] == "assistant"
+    assert s.prefilled == 0  # the cache starts over from the history
     s.append([{"role": "user", "content": "again"}])
     reply = s.generate(4)
     assert reply.stats.prefill_tokens == reply.stats.history_tokens - 4  # the whole history, once
@@ -201,9 +218,11 @@ def test_prefill_steps_yield_between_chunks_and_leave_what_prefill_leaves() -> N
         pauses += 1
         assert stepped.prefilled == 0  # mid-prefill: the history's mark moves once it is over
     assert pauses == -(-len(stepped.tokens) // 64) - 1  # one pause between each two chunks
-    assert stats.prefill_tokens == len(stepped.tokens) and stepped.turns[-1] is stats
+    assert stats.prefill_tokens == len(stepped.tokens)
+    assert stepped.turns[-1] is stats
     for a, b in zip(whole.cache.layers, stepped.cache.layers, strict=True):
-        assert torch.equal(a.positions, b.positions) and torch.equal(a.keys, b.keys)
+        assert torch.equal(a.positions, b.positions)
+        assert torch.equal(a.keys, b.keys)
     assert torch.equal(whole.logits, stepped.logits)
 
     # left unfinished (a server's calibration cut short), the cache starts over from the history
@@ -212,7 +231,9 @@ def test_prefill_steps_yield_between_chunks_and_leave_what_prefill_leaves() -> N
     steps = left.prefill_steps()
     next(steps)
     steps.close()
-    assert left.prefilled == 0 and left.cache.get_seq_length() == 0 and not left.turns
+    assert left.prefilled == 0
+    assert left.cache.get_seq_length() == 0
+    assert not left.turns
     left.prefill()
     assert left.cache.get_seq_length() == left.prefilled == len(left.tokens)
 
@@ -238,5 +259,7 @@ def test_teacher_force_steps_yield_between_chunks_and_return_what_teacher_force_
         pauses += 1
         assert stepped.cache.signals.reply_from is not None  # mid-reply: its queries count as the agent's
     assert pauses == -(-len(ids) // 64) - 1 >= 1  # one pause between each two chunks of the reply
-    assert stepped_ids == ids and torch.equal(stepped_logits, logits)
-    assert stepped.cache.signals.reply_from is None and stepped.cache.signals.replies == whole.cache.signals.replies
+    assert stepped_ids == ids
+    assert torch.equal(stepped_logits, logits)
+    assert stepped.cache.signals.reply_from is None
+    assert stepped.cache.signals.replies == whole.cache.signals.replies
