@@ -39,7 +39,7 @@ def test_unknown_command_is_an_error(tools: str) -> None:
 
 
 def test_marker_matches_the_tool_source() -> None:
-    source = (Path(__file__).parents[2] / "swe_env" / "tools" / "finish.py").read_text()
+    source = (Path(__file__).parents[3] / "swe_env" / "tools" / "finish.py").read_text()
     assert f'MARKER = "{SUBMIT_MARKER}"' in source
 
 

@@ -74,7 +74,7 @@ def forgotten_sandbox_output(backend: str) -> str:
         f"sb = open_sandbox(get_task('nexus-demo__semver-lite-1'), {backend!r}, SandboxConfig(install_tools=False))\n"
         "print(sb.container.id if hasattr(sb, 'container') else sb.repo.parent)\n"
     )
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()

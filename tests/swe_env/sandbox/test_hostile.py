@@ -543,7 +543,7 @@ def test_a_sandbox_killed_with_sigkill_leaves_mounts_the_next_sweep_removes(requ
         pytest.skip("the sized filesystem is made under root")
     from swe_env.sandbox.owners import sweep
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     proc = subprocess.Popen(
         [sys.executable, "-c", KILLED_OWNER, TASK_ID], cwd=root, stdout=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(root)},
