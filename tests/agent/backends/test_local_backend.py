@@ -39,7 +39,8 @@ def test_tiny_qwen3_drives_three_turns(protocol: str, tokenizer, sandbox: DirSan
         res = Agent(model, SandboxEnvironment(sandbox), cfg, writer, "calc").run(initial_messages("x", sandbox.workdir))
     assert (res.exit_reason, res.steps) == ("abs_step_limit", 3)
     stats = [r["stats"] for r in res.step_records]
-    assert [s["turn"] for s in stats] == [1, 2, 3] and all(0 < s["generated_tokens"] <= 12 for s in stats)
+    assert [s["turn"] for s in stats] == [1, 2, 3]
+    assert all(0 < s["generated_tokens"] <= 12 for s in stats)
     assert all(s["held_tokens"] <= 256 + 64 for s in stats)  # the budget holds (plus the policy's open block)
     assert sum(s["evicted_tokens"] for s in stats) > 0  # the system prompt alone is far over budget
     if protocol == "re-prefill":
@@ -47,7 +48,8 @@ def test_tiny_qwen3_drives_three_turns(protocol: str, tokenizer, sandbox: DirSan
     else:
         assert stats[1]["prefill_tokens"] < stats[0]["prefill_tokens"]  # only the new observation
     assert res.step_records[-1]["context_tokens"] == model.session.num_tokens
-    assert "".join(pieces).strip() and load_trajectory(tmp_path / "t.jsonl").exit_reason == "abs_step_limit"
+    assert "".join(pieces).strip()
+    assert load_trajectory(tmp_path / "t.jsonl").exit_reason == "abs_step_limit"
     assert [m["content"] for m in model.session.messages if m["role"] == "assistant"] == [
         r["reply"] for r in res.step_records
     ]
@@ -60,7 +62,8 @@ def test_model_positions_end_the_episode_with_token_limit(tokenizer, sandbox: Di
     session = Session(tiny_chat_model(max_positions=first + 200), tokenizer, config)
     cfg = AgentConfig(max_steps_absolute=50, max_new_tokens=40)
     res = Agent(LocalModel(session), SandboxEnvironment(sandbox), cfg).run(initial_messages("x", sandbox.workdir))
-    assert res.exit_reason == "token_limit" and 1 <= res.steps < 50
+    assert res.exit_reason == "token_limit"
+    assert 1 <= res.steps < 50
     assert session.num_tokens <= first + 200
 
 
@@ -102,6 +105,7 @@ def test_tiny_qwen3_gets_the_tools_through_its_chat_template(tokenizer, sandbox:
     recorded = load_conversation(tmp_path / "t.jsonl").messages  # what a calibration replays (memory profiles)
     assert renderer.messages_text(recorded, first=True) == text  # the tools and tool results as the session had them
     assert all(text.count(f'"name": "{name}"') == 1 for name in TOOLS)  # the specs, once: in the opening
-    assert all(r["call"] is None and "did not call a tool" in r["observation"] for r in res.step_records)
+    assert all(r["call"] is None for r in res.step_records)
+    assert all("did not call a tool" in r["observation"] for r in res.step_records)
     model.session.append([{"role": "tool", "content": "OBSERVED"}])
     assert "<tool_response>\nOBSERVED\n</tool_response>" in model.session.renderer.decode(model.session.tokens)

@@ -71,14 +71,20 @@ def test_history_stop_and_usage(server: Server, monkeypatch: pytest.MonkeyPatch)
     model = model_for(server, api_key_env="NEXUS_TEST_KEY", seed=3)
     first = [{"role": "system", "content": "sys"}, {"role": "user", "content": "issue"}]
     r1 = model.reply(first, Sampling(max_new_tokens=64, temperature=0.5, top_p=0.9))
-    assert r1.text == call_cut + "</function>" and r1.context_tokens == 120 and r1.finish_reason == "stop"
+    assert r1.text == call_cut + "</function>"
+    assert r1.context_tokens == 120
+    assert r1.finish_reason == "stop"
     assert r1.stats == {"prompt_tokens": 110, "completion_tokens": 10, "total_tokens": 120}
     r2 = model.reply([{"role": "user", "content": "obs"}], Sampling())
-    assert r2.text == "no call here" and r2.context_tokens == 300
+    assert r2.text == "no call here"
+    assert r2.context_tokens == 300
     req1, req2 = server.requests
-    assert req1["path"] == "/v1/chat/completions" and req1["auth"] == "Bearer sk-test"
+    assert req1["path"] == "/v1/chat/completions"
+    assert req1["auth"] == "Bearer sk-test"
     body = req1["body"]
-    assert body["stop"] == ["</function>"] and body["max_tokens"] == 64 and body["seed"] == 3
+    assert body["stop"] == ["</function>"]
+    assert body["max_tokens"] == 64
+    assert body["seed"] == 3
     assert (body["temperature"], body["top_p"], body["model"]) == (0.5, 0.9, "deepswe")
     assert [m["content"] for m in req2["body"]["messages"]] == ["sys", "issue", r1.text, "obs"]
 
@@ -121,13 +127,15 @@ def test_tools_go_out_and_tool_calls_come_back(server: Server, monkeypatch: pyte
     model = model_for(server, api_key="given")
     first = [{"role": "system", "content": "sys", "tools": TOOLS}, {"role": "user", "content": "issue"}]
     r1 = model.reply(first, Sampling(stop=()))
-    assert r1.text == "" and r1.tool_calls == [
-        {"id": "call_7", "name": "search", "arguments": '{"search_term": "add"}'}
-    ]
+    assert r1.text == ""
+    assert r1.tool_calls == [{"id": "call_7", "name": "search", "arguments": '{"search_term": "add"}'}]
     model.reply([{"role": "tool", "tool_call_id": "call_7", "content": "found"}], Sampling(stop=()))
     req1, req2 = server.requests
-    assert req1["auth"] == "Bearer given" and req1["body"]["tools"] == TOOLS and "stop" not in req1["body"]
-    assert req2["body"]["tools"] == TOOLS and "tools" not in req2["body"]["messages"][0]  # sent as the request's
+    assert req1["auth"] == "Bearer given"
+    assert req1["body"]["tools"] == TOOLS
+    assert "stop" not in req1["body"]
+    assert req2["body"]["tools"] == TOOLS
+    assert "tools" not in req2["body"]["messages"][0]  # sent as the request's
     assert req1["body"]["tool_choice"] == "required"  # one call each reply: a constraining server forces it
     assert req2["body"]["messages"][2]["tool_calls"][0]["function"]["arguments"] == '{"search_term": "add"}'
     assert req2["body"]["messages"][3] == {"role": "tool", "tool_call_id": "call_7", "content": "found"}
@@ -145,5 +153,7 @@ def test_streamed_tool_calls_are_gathered_from_their_pieces(server: Server) -> N
     seen: list[str] = []
     model = OpenAICompatModel(model_for(server).config, on_token=seen.append)
     reply = model.reply([{"role": "user", "content": "u", "tools": TOOLS}], Sampling(stop=()))
-    assert reply.text == "Let me look." and seen == ["Let me look."] and reply.finish_reason == "tool_calls"
+    assert reply.text == "Let me look."
+    assert seen == ["Let me look."]
+    assert reply.finish_reason == "tool_calls"
     assert reply.tool_calls == [{"id": "c1", "name": "search", "arguments": '{"search_term": "x"}'}]

@@ -19,7 +19,8 @@ def test_replays_in_order_then_runs_out(tmp_path: Path) -> None:
         w.write("step", step=1, reply="reply 1", context_tokens=900)
         w.write("step", step=2, reply="reply 2")  # hand-written data may leave the count out
     model = ReplayModel.from_file(path)
-    assert model.name == "replay:t.jsonl" and model.remaining == 2
+    assert model.name == "replay:t.jsonl"
+    assert model.remaining == 2
     replies = [model.reply([], Sampling()) for _ in range(2)]
     assert [(r.text, r.context_tokens) for r in replies] == [("reply 1", 900), ("reply 2", None)]
     with pytest.raises(AgentError, match=r"all 2 recorded replies in .*t.jsonl were used"):

@@ -23,8 +23,10 @@ def _task(repo: str, version: str, iid: str = "x__y-1") -> Task:
 def test_swebench_recipe_for_a_real_repo_version():
     recipe = recipe_for(_task("pylint-dev/astroid", "2.9"))
     assert recipe.source == SWEBENCH_SOURCE
-    assert recipe.python == "3.9" and recipe.install == "python -m pip install -e ."
-    assert recipe.test_cmd == "pytest -rA" and "pytest" in recipe.packages
+    assert recipe.python == "3.9"
+    assert recipe.install == "python -m pip install -e ."
+    assert recipe.test_cmd == "pytest -rA"
+    assert "pytest" in recipe.packages
 
 
 def test_requirements_file_is_read_from_the_working_copy_and_cleaned(tmp_path):
@@ -45,16 +47,20 @@ def test_conda_pins_become_pip_pins():
 
 def test_builtin_and_unknown_repos_get_the_fallback_recipe(tmp_path):
     builtin = recipe_for(builtin_tasks()[0])
-    assert builtin.source == "built-in" and builtin.python == host_python() and builtin.install == ""
+    assert builtin.source == "built-in"
+    assert builtin.python == host_python()
+    assert builtin.install == ""
     (tmp_path / "pyproject.toml").write_text("[project]\nname='w'\n")
     unknown = recipe_for(_task("acme/widget", "9.9"), tmp_path)
-    assert unknown.source.startswith("fallback") and unknown.install == "python -m pip install -e ."
+    assert unknown.source.startswith("fallback")
+    assert unknown.install == "python -m pip install -e ."
 
 
 def test_env_key_holds_interpreter_and_recipe():
     task = _task("pylint-dev/astroid", "2.9")
     env = plan_env(task, Path("/nonexistent"), PyEnvConfig(cache_dir=Path("/x")))
-    assert env.interpreter.version.startswith("3.9.") and env.key.startswith("pylint-dev__astroid__2.9__0123456789ab")
+    assert env.interpreter.version.startswith("3.9.")
+    assert env.key.startswith("pylint-dev__astroid__2.9__0123456789ab")
     changed = replace(env.recipe, packages=(*env.recipe.packages, "lazy-object-proxy==1.4"))
     assert env_key(task, changed, env.interpreter) != env.key  # a changed recipe never reuses a stale env
     other_python = replace(env.interpreter, executable="/opt/other/python3.9")
@@ -63,29 +69,35 @@ def test_env_key_holds_interpreter_and_recipe():
 
 def test_interpreter_of_the_host_version_is_found():
     interp = find_interpreter(host_python())
-    assert interp.version.startswith(host_python() + ".") and interp.origin in ("pyenv", "uv", "system")
-    assert Path(interp.executable).is_file() and Path(interp.prefix).is_dir()
+    assert interp.version.startswith(host_python() + ".")
+    assert interp.origin in ("pyenv", "uv", "system")
+    assert Path(interp.executable).is_file()
+    assert Path(interp.prefix).is_dir()
 
 
 def test_a_missing_interpreter_is_one_clear_line():
     with pytest.raises(SandboxError) as err:
         find_interpreter("2.5")
-    assert "Python 2.5" in str(err.value) and "\n" not in str(err.value)
+    assert "Python 2.5" in str(err.value)
+    assert "\n" not in str(err.value)
 
 
 def test_build_script_installs_the_repo_and_keeps_it():
     task = _task("pylint-dev/astroid", "2.9")
     env = plan_env(task, Path("/nonexistent"), PyEnvConfig(cache_dir=Path("/x")))
     script = build_script(env, PyEnvConfig())
-    assert "python -m pip install -e ." in script and "uninstall" not in script
-    assert f"{env.interpreter.executable} -m venv {env.path}" in script and "overlay.tar" in script
+    assert "python -m pip install -e ." in script
+    assert "uninstall" not in script
+    assert f"{env.interpreter.executable} -m venv {env.path}" in script
+    assert "overlay.tar" in script
 
 
 def test_unpinned_test_runner_resolves_as_of_the_task_date():
     old = recipe_for(
         Task("p__d-1", "pydicom/pydicom", "0" * 40, "issue", version="2.0", created_at="2020-09-22T03:16:19Z")
     )
-    assert "pytest<8" in old.packages and "pytest" not in old.packages  # pytest 8 dropped nose-style setup()
+    assert "pytest<8" in old.packages
+    assert "pytest" not in old.packages  # pytest 8 dropped nose-style setup()
     new = recipe_for(Task("p__d-2", "pydicom/pydicom", "0" * 40, "issue", version="2.0", created_at="2024-06-01"))
     assert "pytest" in new.packages
 
@@ -97,7 +109,8 @@ def test_build_gets_only_the_index_the_user_chose(monkeypatch):
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("NEXUS_PIP_INDEX_URL", raising=False)
     env = pip_environment(PyEnvConfig().index_url)
-    assert env["PIP_INDEX_URL"] == "https://pypi.org/simple" and "tok" not in " ".join(env.values())
+    assert env["PIP_INDEX_URL"] == "https://pypi.org/simple"
+    assert "tok" not in " ".join(env.values())
     assert env["PIP_CONFIG_FILE"] == os.devnull  # no pip.conf of the host's either
     monkeypatch.setenv("NEXUS_PIP_INDEX_URL", "https://mirror.example:8443/simple")
     monkeypatch.setenv("NEXUS_PIP_INDEX_HOSTS", "files.example")

@@ -95,7 +95,8 @@ def test_the_hosts_own_proxy_carries_the_tunnel(tmp_path: Path, echo_port: int, 
         with IndexProxy(tmp_path / "net", frozenset({("pypi.org", 443)})) as proxy:
             status, conn = _ask(proxy, b"CONNECT pypi.org:443 HTTP/1.1\r\n\r\n")
             conn.sendall(b"hello")
-            assert status.endswith(b"200 Connection established") and conn.recv(100) == b"hello"
+            assert status.endswith(b"200 Connection established")
+            assert conn.recv(100) == b"hello"
             conn.close()
     finally:
         server.close()

@@ -44,7 +44,8 @@ def test_only_testbed_and_tmp_are_writable(sandbox):
     home = Path.home()
     res = sandbox.execute(f"touch /etc/nexus-probe; touch {home}/nexus-probe; touch {sandbox.tools_dir}/x")
     assert res.output.count("Read-only file system") == 3, res.output
-    assert not Path("/etc/nexus-probe").exists() and not (home / "nexus-probe").exists()
+    assert not Path("/etc/nexus-probe").exists()
+    assert not (home / "nexus-probe").exists()
     assert sandbox.execute("touch /testbed/ok /tmp/ok && echo fine").output == "fine\n"
     with pytest.raises(SandboxError, match="writable"):
         sandbox.write_file("/etc/nexus-probe", "x")
@@ -55,7 +56,8 @@ def test_environment_is_cleared(bwrap_installed, monkeypatch):
     monkeypatch.setenv("NEXUS_LEAK_PROBE", "secret")
     with BwrapSandbox(get_task(TASK_ID), BwrapConfig(install_tools=False)) as sb:
         env = sb.execute("env").output
-    assert "NEXUS_LEAK_PROBE" not in env and "LANG=C.UTF-8" in env
+    assert "NEXUS_LEAK_PROBE" not in env
+    assert "LANG=C.UTF-8" in env
 
 
 def test_background_processes_die_with_the_command(sandbox):
@@ -99,7 +101,8 @@ def test_runs_as_the_calling_user(sandbox):
 
 def test_a_forgotten_sandbox_is_removed_at_exit(bwrap_installed):
     root = checks.forgotten_sandbox_output("bwrap")
-    assert root.startswith("/tmp/nexus-bwrap-") and not Path(root).exists()
+    assert root.startswith("/tmp/nexus-bwrap-")
+    assert not Path(root).exists()
 
 
 def test_works_under_a_temp_dir_only_root_can_enter(bwrap_installed, tmp_path, monkeypatch):
@@ -115,7 +118,8 @@ def test_works_under_a_temp_dir_only_root_can_enter(bwrap_installed, tmp_path, m
     try:
         assert sb._root.is_relative_to(private)
         res = sb.execute("echo edit >> README.md && touch /tmp/x && python -m pytest -q 2>&1 | tail -1")
-        assert res.returncode == 0 and "passed" in res.output, res.output
+        assert res.returncode == 0, res.output
+        assert "passed" in res.output, res.output
         assert "README.md" in sb.get_patch()
         stages = [s.stage_dir for s in sb._stages.values() if s.stage_dir is not None]
     finally:

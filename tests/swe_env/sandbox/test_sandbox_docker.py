@@ -49,7 +49,8 @@ def test_limits_and_labels(sandbox, docker_client):
     attrs = docker_client.api.inspect_container(sandbox.container.id)
     host = attrs["HostConfig"]
     assert host["NetworkMode"] == "none"
-    assert host["Memory"] == 8 * 1024**3 and host["PidsLimit"] == 1024
+    assert host["Memory"] == 8 * 1024**3
+    assert host["PidsLimit"] == 1024
     assert attrs["Config"]["Labels"]["nexus-agent"] == "1"
 
 

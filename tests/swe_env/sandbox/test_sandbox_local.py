@@ -16,7 +16,8 @@ TASK_ID = "nexus-demo__semver-lite-1"
 def test_local_sandbox_runs_in_a_private_copy():
     task = get_task(TASK_ID)
     with open_sandbox(task, backend="local") as sb:
-        assert isinstance(sb, LocalSandbox) and sb.workdir.startswith("/tmp/nexus-local-")
+        assert isinstance(sb, LocalSandbox)
+        assert sb.workdir.startswith("/tmp/nexus-local-")
         checks.check_basics(sb)
         checks.check_tools(sb)
         checks.check_timeout_keeps_sandbox(sb)

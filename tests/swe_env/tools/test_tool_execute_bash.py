@@ -37,14 +37,16 @@ def test_output_and_return_code(tools: str, tmp_path: Path) -> None:
     assert out.index("[STDOUT]") < out.index("to-out") < out.index("[STDERR]") < out.index("to-err")
     out, rc = bash_tool(tools, tmp_path, "echo partial; exit 7")
     assert rc == 7
-    assert "partial" in out and "Error executing command" in out
+    assert "partial" in out
+    assert "Error executing command" in out
 
 
 def test_runs_in_the_current_directory(tools: str, tmp_path: Path) -> None:
     (tmp_path / "marker.txt").write_text("here")
     out, rc = bash_tool(tools, tmp_path, "pwd && cat marker.txt")
     assert rc == 0
-    assert str(tmp_path) in out and "here" in out
+    assert str(tmp_path) in out
+    assert "here" in out
 
 
 def test_multiline_and_special_characters_survive(tools: str, tmp_path: Path) -> None:
@@ -56,7 +58,8 @@ def test_multiline_and_special_characters_survive(tools: str, tmp_path: Path) ->
 
 def test_a_leading_dash_is_not_an_option(tools: str, tmp_path: Path) -> None:
     out, rc = bash_tool(tools, tmp_path, "-h")
-    assert rc == 127 and "command not found" in out
+    assert rc == 127
+    assert "command not found" in out
 
 
 @pytest.mark.parametrize(
@@ -108,9 +111,11 @@ READ_ONLY_GIT = {  # command -> what its real output holds
 def test_read_only_git_runs_when_the_chat_allows_it(tools: str, tmp_path: Path, cmd: str) -> None:
     repo = _git_repo(tmp_path / "repo")
     out, rc = bash_tool(tools, repo, cmd.format(repo=repo), NEXUS_GIT_READ_ONLY="1")
-    assert rc == 0 and READ_ONLY_GIT[cmd] in out, out
+    assert rc == 0, out
+    assert READ_ONLY_GIT[cmd] in out, out
     out, rc = bash_tool(tools, repo, cmd.format(repo=repo))  # solve and eval: every git is refused
-    assert rc == 1 and "Bash command 'git' is not allowed (the environment manages the repository" in out
+    assert rc == 1
+    assert "Bash command 'git' is not allowed (the environment manages the repository" in out
 
 
 @pytest.mark.parametrize(
@@ -133,8 +138,10 @@ def test_read_only_git_runs_when_the_chat_allows_it(tools: str, tmp_path: Path, 
 def test_other_git_is_still_refused_in_chat(tools: str, tmp_path: Path, cmd: str) -> None:
     repo = _git_repo(tmp_path / "repo")
     out, rc = bash_tool(tools, repo, f"touch ran; {cmd}", NEXUS_GIT_READ_ONLY="1")
-    assert rc == 1 and "Bash command 'git' is not allowed" in out
-    assert not (repo / "ran").exists() and not (repo / "patch.txt").exists()  # nothing at all was run
+    assert rc == 1
+    assert "Bash command 'git' is not allowed" in out
+    assert not (repo / "ran").exists()
+    assert not (repo / "patch.txt").exists()  # nothing at all was run
     assert (repo / "a.py").read_text() == "x = 2\n"
 
 
@@ -151,14 +158,16 @@ def test_timeout_kills_the_process_group(tools: str, tmp_path: Path) -> None:
     out, rc = bash_tool(tools, tmp_path, "echo started; (sleep 30; touch late) & sleep 30", timeout="1")
     assert time.monotonic() - start < 15
     assert rc == 124
-    assert "timed out after 1 seconds" in out and "started" in out
+    assert "timed out after 1 seconds" in out
+    assert "started" in out
     time.sleep(0.2)
     assert not (tmp_path / "late").exists()
 
 
 def test_stdin_is_closed(tools: str, tmp_path: Path) -> None:
     out, rc = bash_tool(tools, tmp_path, "cat; echo after", timeout="10")
-    assert rc == 0 and "after" in out
+    assert rc == 0
+    assert "after" in out
 
 
 def test_missing_cmd_is_an_error(tools: str, tmp_path: Path) -> None:
@@ -171,7 +180,8 @@ def test_missing_cmd_is_an_error(tools: str, tmp_path: Path) -> None:
 def test_unknown_parameter_is_an_error(tools: str, tmp_path: Path) -> None:
     cmd = command_for("execute_bash", {"cmd": "touch ran", "odd key": "1"}, tools)
     proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, cwd=tmp_path)
-    assert proc.returncode == 1 and proc.stdout.startswith("ERROR: unrecognized arguments")
+    assert proc.returncode == 1
+    assert proc.stdout.startswith("ERROR: unrecognized arguments")
     assert not (tmp_path / "ran").exists()
 
 
@@ -179,7 +189,8 @@ def test_background_children_neither_stall_nor_outlive_the_command(tools: str, t
     start = time.monotonic()
     out, rc = bash_tool(tools, tmp_path, "(sleep 2; touch late) & echo quick", timeout="20")
     assert time.monotonic() - start < 1.8
-    assert rc == 0 and "quick" in out
+    assert rc == 0
+    assert "quick" in out
     time.sleep(2.3)
     assert not (tmp_path / "late").exists()
 
@@ -187,5 +198,7 @@ def test_background_children_neither_stall_nor_outlive_the_command(tools: str, t
 def test_endless_output_keeps_its_start_and_end(tools: str, tmp_path: Path) -> None:
     out, rc = bash_tool(tools, tmp_path, "echo FIRST; head -c 3000000 /dev/zero | tr '\\0' x; echo; echo LAST")
     assert rc == 0
-    assert "FIRST" in out and "LAST" in out and "bytes of output omitted" in out
+    assert "FIRST" in out
+    assert "LAST" in out
+    assert "bytes of output omitted" in out
     assert len(out) < 1_200_000

@@ -55,10 +55,15 @@ def test_view_file_is_numbered(tools: str, tmp_path: Path, src: Path) -> None:
 def test_view_range(tools: str, tmp_path: Path, src: Path) -> None:
     out, rc = edit(tools, tmp_path, command="view", path=str(src), view_range="[2, 3]")
     assert rc == 0
-    assert "     2     a = 1" in out and "     3     b = 2" in out
-    assert "def f" not in out and "c = 3" not in out
+    assert "     2     a = 1" in out
+    assert "     3     b = 2" in out
+    assert "def f" not in out
+    assert "c = 3" not in out
     out, rc = edit(tools, tmp_path, command="view", path=str(src), view_range="8,-1")
-    assert rc == 0 and "     8 x = f()" in out and "     9 y = f()" in out and "return" not in out
+    assert rc == 0
+    assert "     8 x = f()" in out
+    assert "     9 y = f()" in out
+    assert "return" not in out
 
 
 @pytest.mark.parametrize("bad", ["[0, 3]", "[3, 2]", "[3, 10]", "abc", "[1]"])
@@ -97,22 +102,27 @@ def test_long_output_is_capped_with_a_note(tools: str, tmp_path: Path) -> None:
     big.write_text("".join(f"value_{i} = {i}\n" for i in range(3000)))
     out, rc = edit(tools, tmp_path, command="view", path=str(big))
     assert rc == 0
-    assert "<response clipped>" in out and "view_range" in out
+    assert "<response clipped>" in out
+    assert "view_range" in out
     assert len(out) < 11000
     out, _ = edit(tools, tmp_path, command="view", path=str(big), view_range="[2990, -1]")
-    assert "  3000 value_2999 = 2999" in out and "<response clipped>" not in out
+    assert "  3000 value_2999 = 2999" in out
+    assert "<response clipped>" not in out
 
 
 def test_create_and_no_overwrite(tools: str, tmp_path: Path, src: Path) -> None:
     new = tmp_path / "repo" / "new" / "file.py"
     out, rc = edit(tools, tmp_path, command="create", path=str(new), file_text="print('hi')\n")
-    assert rc == 0 and f"File created at {new}" in out
+    assert rc == 0
+    assert f"File created at {new}" in out
     assert new.read_text() == "print('hi')\n"
     out, rc = edit(tools, tmp_path, command="create", path=str(src), file_text="oops")
-    assert rc == 1 and out.startswith("ERROR: File already exists")
+    assert rc == 1
+    assert out.startswith("ERROR: File already exists")
     assert src.read_text() == SOURCE
     out, rc = edit(tools, tmp_path, command="create", path=str(tmp_path / "x.py"))
-    assert rc == 1 and "file_text" in out
+    assert rc == 1
+    assert "file_text" in out
 
 
 def test_str_replace_unique_match(tools: str, tmp_path: Path, src: Path) -> None:
@@ -125,9 +135,12 @@ def test_str_replace_unique_match(tools: str, tmp_path: Path, src: Path) -> None
 
 def test_str_replace_no_match_and_multiple_matches(tools: str, tmp_path: Path, src: Path) -> None:
     out, rc = edit(tools, tmp_path, command="str_replace", path=str(src), old_str="z = 9", new_str="q")
-    assert rc == 1 and "did not appear verbatim" in out
+    assert rc == 1
+    assert "did not appear verbatim" in out
     out, rc = edit(tools, tmp_path, command="str_replace", path=str(src), old_str="= f()", new_str="= g()")
-    assert rc == 1 and "Multiple occurrences" in out and "[8, 9]" in out
+    assert rc == 1
+    assert "Multiple occurrences" in out
+    assert "[8, 9]" in out
     assert src.read_text() == SOURCE
 
 
@@ -149,29 +162,35 @@ def test_insert(tools: str, tmp_path: Path, src: Path) -> None:
     assert rc == 0
     assert src.read_text() == "import os\n" + SOURCE
     out, rc = edit(tools, tmp_path, command="insert", path=str(src), insert_line="10", new_str="z = 1\n")
-    assert rc == 0 and "    11\tz = 1" in out
+    assert rc == 0
+    assert "    11\tz = 1" in out
     assert src.read_text().endswith("y = f()\nz = 1\n")
     out, rc = edit(tools, tmp_path, command="insert", path=str(src), insert_line="99", new_str="q")
-    assert rc == 1 and "Invalid insert_line 99" in out and "[0, 11]" in out
+    assert rc == 1
+    assert "Invalid insert_line 99" in out
+    assert "[0, 11]" in out
 
 
 def test_undo_edit_across_processes(tools: str, tmp_path: Path, src: Path) -> None:
     edit(tools, tmp_path, command="str_replace", path=str(src), old_str="a = 1", new_str="a = 100")
     edit(tools, tmp_path, command="insert", path=str(src), insert_line="0", new_str="# top")
     out, rc = edit(tools, tmp_path, command="undo_edit", path=str(src))
-    assert rc == 0 and "undone successfully" in out
+    assert rc == 0
+    assert "undone successfully" in out
     assert src.read_text() == SOURCE.replace("a = 1", "a = 100")
     edit(tools, tmp_path, command="undo_edit", path=str(src))
     assert src.read_text() == SOURCE
     out, rc = edit(tools, tmp_path, command="undo_edit", path=str(src))
-    assert rc == 1 and out.startswith("ERROR: No edit history")
+    assert rc == 1
+    assert out.startswith("ERROR: No edit history")
 
 
 def test_undo_create_removes_the_file(tools: str, tmp_path: Path) -> None:
     new = tmp_path / "made.txt"
     edit(tools, tmp_path, command="create", path=str(new), file_text="x\n")
     _, rc = edit(tools, tmp_path, command="undo_edit", path=str(new))
-    assert rc == 0 and not new.exists()
+    assert rc == 0
+    assert not new.exists()
 
 
 def test_crlf_and_latin1_files_keep_their_form(tools: str, tmp_path: Path) -> None:
@@ -198,8 +217,10 @@ def test_crlf_and_latin1_files_keep_their_form(tools: str, tmp_path: Path) -> No
 def test_errors_are_one_clear_line(tools: str, tmp_path: Path, params: dict, message: str) -> None:
     out, rc = edit(tools, tmp_path, **params)
     assert rc == 1
-    assert out.startswith("ERROR: ") and message in out
-    assert "Traceback" not in out and "usage:" not in out
+    assert out.startswith("ERROR: ")
+    assert message in out
+    assert "Traceback" not in out
+    assert "usage:" not in out
 
 
 @pytest.mark.skipif(not PY38.exists(), reason="no python 3.8 interpreter on this machine")
@@ -210,9 +231,11 @@ def test_runs_under_python_3_8(tools: str, tmp_path: Path, src: Path) -> None:
     out, rc = edit(tools, tmp_path, str(bin_dir), command="str_replace", path=str(src), old_str="a = 1", new_str="a=2")
     assert rc == 0, out
     out, rc = edit(tools, tmp_path, str(bin_dir), command="view", path=str(src), concise="true")
-    assert rc == 0 and "eliding lines 2-5" in out
+    assert rc == 0
+    assert "eliding lines 2-5" in out
     _, rc = edit(tools, tmp_path, str(bin_dir), command="undo_edit", path=str(src))
-    assert rc == 0 and src.read_text() == SOURCE
+    assert rc == 0
+    assert src.read_text() == SOURCE
 
 
 def test_insert_counts_only_newlines_as_line_ends(tools: str, tmp_path: Path) -> None:
@@ -226,5 +249,7 @@ def test_insert_counts_only_newlines_as_line_ends(tools: str, tmp_path: Path) ->
 def test_an_edit_whose_history_cannot_be_saved_still_happens(tools: str, tmp_path: Path, src: Path) -> None:
     (tmp_path / "state").write_text("a file, so no directory can be made here")
     out, rc = edit(tools, tmp_path, command="str_replace", path=str(src), old_str="a = 1", new_str="a = 5")
-    assert rc == 0 and "has been edited" in out and "undo_edit will not be able to revert" in out
+    assert rc == 0
+    assert "has been edited" in out
+    assert "undo_edit will not be able to revert" in out
     assert "a = 5" in src.read_text()

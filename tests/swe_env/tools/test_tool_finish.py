@@ -29,13 +29,16 @@ def test_submit_prints_the_marker_then_the_result(tools: str) -> None:
 
 def test_submit_without_result(tools: str) -> None:
     out, rc = finish(tools, command="submit")
-    assert rc == 0 and out == SUBMIT_MARKER + "\n"
+    assert rc == 0
+    assert out == SUBMIT_MARKER + "\n"
 
 
 def test_unknown_command_is_an_error(tools: str) -> None:
     out, rc = finish(tools, command="abort")
     assert rc == 1
-    assert out.startswith("ERROR: ") and "submit" in out and SUBMIT_MARKER not in out
+    assert out.startswith("ERROR: ")
+    assert "submit" in out
+    assert SUBMIT_MARKER not in out
 
 
 def test_marker_matches_the_tool_source() -> None:
@@ -46,4 +49,5 @@ def test_marker_matches_the_tool_source() -> None:
 @pytest.mark.parametrize("bad", ["--x", "a b"])
 def test_unknown_parameter_is_an_error(tools: str, bad: str) -> None:
     out, rc = finish(tools, command="submit", **{bad: "1"})
-    assert rc == 1 and out.startswith("ERROR: ")
+    assert rc == 1
+    assert out.startswith("ERROR: ")

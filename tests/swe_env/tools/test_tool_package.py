@@ -82,7 +82,8 @@ def test_each_tool_runs_under_python_3_8(tmp_path: Path, name: str) -> None:
     cmd = command_for(name, params, str(tmp_path / "tools"))
     proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=30)
     assert proc.returncode == code, proc.stdout + proc.stderr
-    assert expected in proc.stdout and "Traceback" not in proc.stderr
+    assert expected in proc.stdout
+    assert "Traceback" not in proc.stderr
 
 
 @pytest.mark.skipif(not PY38.exists(), reason="no python 3.8 interpreter on this machine")
@@ -91,4 +92,5 @@ def test_command_for_can_pin_the_interpreter(tmp_path: Path) -> None:
     cmd = command_for("execute_bash", {"cmd": "echo pinned"}, str(tmp_path / "tools"), python=str(PY38))
     assert cmd.startswith(f"{PY38} ")
     proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, cwd=tmp_path)
-    assert proc.returncode == 0 and "pinned" in proc.stdout
+    assert proc.returncode == 0
+    assert "pinned" in proc.stdout

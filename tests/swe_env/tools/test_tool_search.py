@@ -47,7 +47,8 @@ def test_directory_search_counts_per_file(tools: str, repo: Path) -> None:
 
 def test_default_path_is_the_current_directory(tools: str, repo: Path) -> None:
     out, rc = search(tools, repo / "pkg", search_term="other")
-    assert rc == 0 and "./core.py (1 matches)" in out
+    assert rc == 0
+    assert "./core.py (1 matches)" in out
 
 
 def test_term_is_plain_text_not_a_regex(tools: str, repo: Path) -> None:
@@ -68,7 +69,8 @@ def test_more_than_100_files_gives_a_note(tools: str, tmp_path: Path) -> None:
         (many / f"f{i}.txt").write_text("needle\n")
     out, rc = search(tools, tmp_path, search_term="needle", path=str(many))
     assert rc == 0
-    assert "More than 100 files matched" in out and "narrow your search" in out
+    assert "More than 100 files matched" in out
+    assert "narrow your search" in out
     assert "f1.txt" not in out
     (many / "f0.txt").unlink()
     out, _ = search(tools, tmp_path, search_term="needle", path=str(many))
@@ -80,7 +82,9 @@ def test_long_file_match_lists_are_capped(tools: str, tmp_path: Path) -> None:
     path.write_text("hit\n" * 250)
     out, rc = search(tools, tmp_path, search_term="hit", path=str(path))
     assert rc == 0
-    assert "200:hit" in out and "201:hit" not in out and "50 more matching lines" in out
+    assert "200:hit" in out
+    assert "201:hit" not in out
+    assert "50 more matching lines" in out
 
 
 @pytest.mark.parametrize(
@@ -89,4 +93,7 @@ def test_long_file_match_lists_are_capped(tools: str, tmp_path: Path) -> None:
 )
 def test_errors(tools: str, tmp_path: Path, params: dict, message: str) -> None:
     out, rc = search(tools, tmp_path, **params)
-    assert rc == 1 and out.startswith("ERROR: ") and message in out and "Traceback" not in out
+    assert rc == 1
+    assert out.startswith("ERROR: ")
+    assert message in out
+    assert "Traceback" not in out
