@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from clilib import save_tiny_model  # noqa: E402
-from sessionlib import qwen_tokenizer_dir  # noqa: E402
+from clilib import save_tiny_model
+from sessionlib import qwen_tokenizer_dir
 
 
 @pytest.fixture(scope="session")
