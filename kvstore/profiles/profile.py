@@ -94,7 +94,8 @@ class MemoryProfile:
         few task tokens by chance (two tasks that start with the same word), which a new task need not have. The
         suffix may also differ in a few tokens near its end (SUFFIX_SLACK), such as the step limit an agent states
         after its instructions ("Steps Remaining: 40" where the profile's runs had 5): its text before them matches
-        still. None when less than half of the template tokens match: the opening is another agent's."""
+        still. None when less than half of the template tokens match: the opening is another agent's; for an `exact`
+        profile, when any does not."""
         n = len(opening)
         a = _agree(self.prefix, opening[: len(self.prefix)])
         out = torch.zeros(*self.prefix_weight.shape[:2], n)
@@ -104,9 +105,15 @@ class MemoryProfile:
             o_end, s_end = n - o0, len(self.suffix) - s0
             out[..., o_end - size : o_end] = self.suffix_weight[..., s_end - size : s_end]
             matched += size
-        if 2 * matched < self.template_tokens:
+        if 2 * matched < self.template_tokens or (self.exact and matched < self.template_tokens):
             return None
         return out, matched
+
+    @property
+    def exact(self) -> bool:
+        """Applies only to an opening that carries its whole template (a shipped profile of the built-in agent,
+        pipeline.profiles.builtin: another harness that shares its system prompt only gets none)."""
+        return bool(self.meta.get("exact"))
 
     def digest(self) -> str:
         """A digest of what a session takes from this profile: its template tokens and their weights."""

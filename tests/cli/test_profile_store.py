@@ -39,7 +39,7 @@ def test_a_calibrated_profile_is_used_by_later_sessions_of_the_same_agent(tmp_pa
                 env=env, cwd=tmp_path)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     (stored,) = (tmp_path / "home" / "profiles").glob("*.pt")
-    assert "runs with --memory-profile auto (not the default, none) use it" in " ".join(res.stderr.split())
+    assert "runs with --memory-profile auto (not the default, builtin) use it" in " ".join(res.stderr.split())
 
     args = ["--model", str(tiny_model_dir), "--max-steps", "1", "--max-new-tokens", "4", "--sandbox", "bwrap"]
     auto = ["--memory-profile", "auto", "--out", str(tmp_path / "auto")]
@@ -114,7 +114,7 @@ def test_learning_needs_the_default_memory_and_no_profile_file(tmp_path: Path) -
     from pipeline.config import RunConfig, run_memory
     from pipeline.errors import RunError
 
-    assert not RunConfig().learn and run_memory().profile == "none"  # the defaults: no learning, no store
+    assert not RunConfig().learn and run_memory().profile == "builtin"  # the defaults: no learning, no store
     for memory, replay, message in (
         ({"policy": "snapkv"}, None, "default memory"),
         ({"profile": str(tmp_path)}, None, "no --memory-profile file"),
