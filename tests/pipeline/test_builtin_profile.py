@@ -107,3 +107,12 @@ def test_the_shipped_profile_covers_the_built_in_agents_whole_template() -> None
     profile = MemoryProfile.load(SHIPPED_FILE)
     found = best_fit([("shipped", profile)], opening)
     assert found is not None and found[3] == profile.template_tokens
+
+
+def test_profiles_builtin_says_the_shipped_profile_is_used() -> None:
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    out = " ".join(CliRunner().invoke(app, ["profiles", "--builtin"], env={"COLUMNS": "200"}).output.split())
+    assert f"{SHIPPED_FILE.name}: used by runs of {DEFAULT_MODEL}" in out
