@@ -13,17 +13,22 @@ def calibrate_builtin(files: list[Path], traces: list[Path], model: str, max_tok
     from benchmarks.replay_trace import load_replayed
     from kvstore.errors import KVStoreError
     from kvstore.models.registry import load_model
-    from kvstore.profiles.calibrate import statement_variants
     from pipeline.conversations import calibrate_recorded, task_statement
-    from pipeline.profiles.builtin import SHIPPED, SHIPPED_VERSION, record, shipped_name, template_digest
+    from pipeline.profiles.builtin import (
+        SHIPPED,
+        SHIPPED_VERSION,
+        placeholder_openings,
+        record,
+        shipped_name,
+        template_digest,
+    )
 
     m, tok, _ = load_model(model, dtype=dtype)
     conversations = [load_replayed(f, tok, "agent").conversation for f in files]
     unmarked = [c.name for c in conversations if task_statement(c) is None]
     if unmarked:  # the instance prompt wraps the recorded statement: without one the opening is not the agent's
         raise KVStoreError(f"--builtin: no marked task statement in {', '.join(unmarked)}")
-    # two openings around placeholder statements: the template is the agent's fixed text, never a task's by chance
-    variants = statement_variants(conversations[0].messages, task_statement(conversations[0]))
+    variants = placeholder_openings(conversations[0].messages)
     meta = {"model": model, "exact": True, "builtin": SHIPPED_VERSION, "template_sha256": template_digest()}
     profile = calibrate_recorded(m, tok, conversations, console.print, max_tokens, meta, variants)
     out = SHIPPED / shipped_name(model)

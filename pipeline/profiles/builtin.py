@@ -31,12 +31,19 @@ SHIPPED_VERSION = 1  # the file names carry it: a run's label names the version 
 STATEMENT = "{issue}"  # the placeholder of the task's text in the fixed text whose digest the manifest records
 
 
+STEPS = 5  # the step limit a calibration opening states (the default `solve` run's, pipeline.config.DEFAULT_MAX_STEPS);
+# a run with another limit differs from the template in those few tokens at its very end, which an exact profile
+# allows (kvstore.profiles.profile.SUFFIX_SLACK)
+
+
 def agent_template(workdir: str = "/testbed") -> str:
-    """The built-in agent's fixed text: its system prompt and its instance prompt with the issue left out (the text
-    every `solve` and `eval` session of the XML call format opens with, whatever the task)."""
+    """The built-in agent's fixed text: its system prompt and its first user message with the issue left out (the
+    text every `solve` and `eval` session of the XML call format opens with, whatever the task; the step limit the
+    message ends with, agent.loop's, is written as 1 here: the digest notices a change of that line's wording)."""
+    from agent.observation import with_steps
     from agent.prompts import instance_prompt, system_prompt
 
-    return f"{system_prompt()}\n\n{instance_prompt(STATEMENT, workdir)}"
+    return f"{system_prompt()}\n\n{with_steps(instance_prompt(STATEMENT, workdir), 1)}"
 
 
 def template_digest() -> str:
@@ -44,17 +51,28 @@ def template_digest() -> str:
     return hashlib.sha256(agent_template().encode()).hexdigest()
 
 
-def agent_opening(messages: list[dict], statement: str) -> list[dict]:
-    """`messages` (this project's system prompt first) with the first user message replaced by the built-in agent's
-    instance prompt around `statement`: a recorded conversation as the built-in agent would have opened it."""
+def agent_opening(messages: list[dict], statement: str, steps: int = STEPS) -> list[dict]:
+    """`messages` (this project's system prompt first) with the first user message replaced by the built-in agent's:
+    the instance prompt around `statement` and the step limit agent.loop adds to it. A recorded conversation as the
+    built-in agent would have opened it."""
+    from agent.observation import with_steps
     from agent.prompts import instance_prompt
 
     out, done = [], False
     for m in messages:
         if m["role"] == "user" and not done:
-            m, done = {**m, "content": instance_prompt(statement)}, True
+            m, done = {**m, "content": with_steps(instance_prompt(statement), steps)}, True
         out.append(m)
     return out
+
+
+def placeholder_openings(messages: list[dict]) -> list[list[dict]]:
+    """Two more openings of the agent (system prompt and first user message) around placeholder tasks: a
+    calibration's `variants` (kvstore.profiles.calibrate), so that its template is the agent's fixed text, never a
+    task's words shared by chance."""
+    first = next(i for i, m in enumerate(messages) if m["role"] == "user")
+    tasks = ("(the statement of another task)", "[one more task's text]")
+    return [agent_opening(messages[: first + 1], t) for t in tasks]
 
 
 def read_manifest(folder: Path | None = None) -> dict[str, Any]:

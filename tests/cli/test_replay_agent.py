@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sessionlib import qwen_tokenizer, qwen_tokenizer_dir
 
+from agent.observation import with_steps
 from agent.prompts import instance_prompt, system_prompt
 from benchmarks.replay import parse_spec, spec_label
 from benchmarks.replay_trace import load_replayed
@@ -38,7 +39,8 @@ def test_the_agent_rendering_opens_with_the_projects_system_prompt(agent_message
 
 
 def test_the_agent_rendering_wraps_the_recorded_task_in_the_agents_instance_prompt(agent_messages) -> None:
-    assert agent_messages[1]["content"] == instance_prompt("mean() of an empty list fails")
+    """...and the step limit agent.loop adds to it (the default run's, 5)."""
+    assert agent_messages[1]["content"] == with_steps(instance_prompt("mean() of an empty list fails"), 5)
 
 
 def test_a_spec_without_the_profile_is_named_as_given() -> None:

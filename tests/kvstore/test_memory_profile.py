@@ -74,6 +74,13 @@ def test_an_exact_profile_applies_to_an_opening_that_carries_its_whole_template(
     assert p.prior_for(p.prefix + [11, 12, 13] + p.suffix)[1] == p.template_tokens
 
 
+def test_an_exact_profile_allows_a_few_tokens_at_the_end_to_differ(profile_file: Path) -> None:
+    """The step limit an agent states last ("Steps Remaining: 40" where the calibration said 5)."""
+    p = MemoryProfile.load(profile_file)
+    p.meta["exact"] = True
+    assert p.prior_for(p.prefix + [11] + p.suffix[:-3] + [98, 99] + p.suffix[-2:]) is not None
+
+
 def test_the_default_memory_keeps_what_the_profile_weighs(profile_file: Path, tmp_path: Path) -> None:
     model, tok = tiny_chat_model(), qwen_tokenizer()
     convo = conversation(words(40, "delta"), replies=1)

@@ -90,23 +90,44 @@ def test_the_manifest_names_the_traces_it_was_calibrated_on() -> None:
     assert len(builtin.read_manifest()["profiles"][DEFAULT_MODEL]["sources"]) == 20
 
 
-def test_the_shipped_profile_covers_the_built_in_agents_whole_template() -> None:
-    """The opening of a `solve` session on the built-in task carries every template token of the shipped profile
-    (an exact profile applies only then)."""
-    from agent.prompts import initial_messages
+@pytest.fixture(scope="module")
+def default_model():
     from kvstore.models.registry import load_model
-    from kvstore.profiles.profile import MemoryProfile, best_fit
-    from kvstore.session.render import ChatRenderer
+
+    model, tokenizer, _ = load_model(DEFAULT_MODEL, device="cpu")
+    return model, tokenizer
+
+
+def _session_opening(default_model, messages: list[dict]):
+    """A session given the shipped profile, its opening appended (nothing runs: the profile is matched then)."""
+    from kvstore import Session, SessionConfig
+
+    session = Session(*default_model, SessionConfig(profile=str(SHIPPED_FILE)))
+    session.append(messages)
+    return session
+
+
+@pytest.mark.parametrize("steps", [5, 40, 250])
+def test_a_solve_session_of_the_built_in_task_uses_the_shipped_profile(default_model, steps: int) -> None:
+    """The opening agent.loop sends on the built-in task (its step limit after the instance prompt) carries the
+    shipped profile's whole template, whatever the step limit."""
+    from agent.observation import with_steps
+    from agent.prompts import initial_messages
     from pipeline.config import DEFAULT_TASK
     from tasks import get_task
 
-    _, tokenizer, _ = load_model(DEFAULT_MODEL, device="cpu")
-    opening = ChatRenderer(tokenizer).encode_messages(
-        initial_messages(get_task(DEFAULT_TASK).problem_statement), first=True
-    )
-    profile = MemoryProfile.load(SHIPPED_FILE)
-    found = best_fit([("shipped", profile)], opening)
-    assert found is not None and found[3] == profile.template_tokens
+    system, task = initial_messages(get_task(DEFAULT_TASK).problem_statement)
+    session = _session_opening(default_model, [system, {**task, "content": with_steps(task["content"], steps)}])
+    assert session.has_profile, session.profile_status
+
+
+def test_an_opening_with_the_agents_system_prompt_and_another_message_gets_no_profile(default_model) -> None:
+    """A chat or another harness that shares the system prompt only: an exact profile gives it nothing."""
+    from agent.prompts import system_prompt
+
+    messages = [{"role": "system", "content": system_prompt()}, {"role": "user", "content": "<request>fix</request>"}]
+    session = _session_opening(default_model, messages)
+    assert not session.has_profile
 
 
 def test_profiles_builtin_says_the_shipped_profile_is_used() -> None:
