@@ -1,7 +1,8 @@
 """`nexus-agent bench replay`: fidelity of each memory on recorded agent conversations.
 
 Each conversation, rendered as the model would see it (benchmarks.replay_trace: the recorded system message, tools,
-tool calls and reasoning through the chat template; `--system project` for this project's prompt and call format), is
+tool calls and reasoning through the chat template; `--system project` for this project's prompt and call format,
+`--system agent` for the built-in agent's whole opening, which its shipped memory profiles match), is
 replayed teacher-forced through a Session in true-eviction mode, once on the full cache (the
 reference) and once per spec x budget x seed; every assistant token's next-token distribution is compared with the
 full cache's: mean KL(full || policy), extra NLL of the recorded token, top-1 agreement (benchmarks.replay_run).
