@@ -137,3 +137,9 @@ def test_profiles_builtin_says_the_shipped_profile_is_used() -> None:
 
     out = " ".join(CliRunner().invoke(app, ["profiles", "--builtin"], env={"COLUMNS": "200"}).output.split())
     assert f"{SHIPPED_FILE.name}: used by runs of {DEFAULT_MODEL}" in out
+
+
+@pytest.mark.parametrize("model", sorted(builtin.read_manifest()["profiles"]))
+def test_every_shipped_profile_passes_its_own_checks(model: str) -> None:
+    lines: list[str] = []
+    assert (resolve_builtin(model, say=lines.append), lines) == (SHIPPED / shipped_name(model), [])
