@@ -158,7 +158,7 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
                         console.print(f"[yellow]{conv.name} {spec.name} @ {budget}: {e}")
                         continue
                     run_ |= {"conversation": conv.name, "seconds": time.perf_counter() - t1}
-                    if profile is not None:  # a cross-fitted fold's profile by its file name (fold1.pt, ...)
+                    if profile is not None and uses_profile(spec.policy):  # a fold's profile by its file name
                         shown = Path(profile).name if path in cfg.fold_profiles else profile
                         run_ |= {"profile": shown, "profile_status": session.profile_status}
                     result["runs"].append(run_ | {"turns": [t.to_dict() for t in turns]})

@@ -57,3 +57,27 @@ def test_a_plain_spec_takes_the_runs_profile() -> None:
 
 def test_profile_none_keeps_the_specs_other_options() -> None:
     assert dict(parse_spec("nexus-agent@profile=none,recent_share=0.25").options) == {"recent_share": 0.25}
+
+
+@pytest.mark.slow  # one calibration and four evicting replays of the tiny model
+def test_one_replay_runs_the_default_memory_with_and_without_the_profile(tmp_path: Path) -> None:
+    """`--profile` with `nexus-agent;nexus-agent@profile=none;h2o`: only the first session reads the profile (the
+    JSON records it for that run alone)."""
+    import os
+
+    from clilib import GOLD_DIR
+    from profilelib import save_tiny_profile
+    from sessionlib import save_tiny_chat_model
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    model, profile = save_tiny_chat_model(tmp_path / "m"), save_tiny_profile(tmp_path / "p.pt")
+    out = tmp_path / "r.json"
+    args = ["bench", "replay", str(GOLD_DIR / "nexus-demo__invoicer-1.gold.jsonl"), "--model", str(model)]
+    args += ["--dtype", "fp32", "--max-tokens", "2600", "--budgets", "0.5", "--profile", str(profile)]
+    args += ["--specs", "nexus-agent;nexus-agent@profile=none;h2o", "--json", str(out)]
+    result = CliRunner().invoke(app, args, env=os.environ | {"NEXUS_SHARED_DATA": str(tmp_path)})
+    assert result.exit_code == 0, result.output
+    read = {r["spec"]: "profile" in r for r in json.loads(out.read_text())["runs"]}
+    assert read == {"nexus-agent+profile": True, "nexus-agent@profile=none": False, "h2o": False}
