@@ -32,6 +32,9 @@ def tool_schemas(tools: dict[str, ToolSpec] = TOOLS) -> list[dict[str, Any]]:
                     "type": "object",
                     "properties": {p.name: _schema(p) for p in spec.params},
                     "required": [p.name for p in spec.params if p.required],
+                    # the agent refuses a parameter a tool lacks; a server that constrains calls by this schema
+                    # (ours with tool_choice) must not let a model add one
+                    "additionalProperties": False,
                 },
             },
         }

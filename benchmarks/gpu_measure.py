@@ -190,14 +190,14 @@ def run_policy(model: torch.nn.Module, policy: str, cfg: GpuBenchConfig) -> dict
 
 def warm_up_kernel(cfg: GpuBenchConfig) -> None:
     """Compile the scoring kernel for the model's shapes, so no run's first eviction pays for it (through the
-    cache's own dispatch: a kernel that fails here sends the runs to the torch path, see kvstore.kernels)."""
-    from kvstore.kernels import window_block_scores_auto
+    cache's own dispatch: a kernel that fails here sends the runs to the torch path, see kvstore.attention.dispatch)."""
+    from kvstore.attention.dispatch import fused_window_block_scores
 
     hq, hkv, d = cfg.shapes["num_attention_heads"], cfg.shapes["num_key_value_heads"], cfg.shapes["head_dim"]
     dtype = getattr(torch, cfg.dtype)
     q = torch.zeros(hq, cfg.window, d, device=cfg.device, dtype=dtype)  # [Hq, W, D]
     k = torch.zeros(hkv, 4 * cfg.block + 1, d, device=cfg.device, dtype=dtype)  # [Hkv, T, D]
-    window_block_scores_auto(q, k, cfg.block)
+    fused_window_block_scores(q, k, cfg.block)
     sync(cfg.device)
 
 
@@ -221,8 +221,7 @@ def _measure(fn, args: tuple, reps: int, device: str) -> tuple[float, float | No
 @torch.inference_mode()
 def kernel_rows(cfg: GpuBenchConfig, use_triton: bool) -> list[dict[str, Any]]:
     """Time the torch scoring path and (when `use_triton`) the fused kernel at each T, Qwen shapes of `cfg`."""
-    from kvstore.cache.scoring import window_block_scores
-    from kvstore.kernels import triton_window_block_scores
+    from kvstore.attention.scoring import window_block_scores
 
     hq, hkv, d = cfg.shapes["num_attention_heads"], cfg.shapes["num_key_value_heads"], cfg.shapes["head_dim"]
     dtype, gen = getattr(torch, cfg.dtype), torch.Generator().manual_seed(cfg.seed)
@@ -234,7 +233,9 @@ def kernel_rows(cfg: GpuBenchConfig, use_triton: bool) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"T": t}
         row["torch_ms"], row["torch_peak_mib"] = _measure(window_block_scores, args, reps, cfg.device)
         if use_triton:
-            try:
+            try:  # the kernel itself, not its dispatch (which would fall back to torch); triton imported here
+                from kvstore.attention.triton_scores import triton_window_block_scores
+
                 row["triton_ms"], row["triton_peak_mib"] = _measure(triton_window_block_scores, args, reps, cfg.device)
             except Exception as exc:  # report it next to the torch timing instead of losing the whole run
                 row["triton_error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]

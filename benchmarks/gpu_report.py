@@ -44,7 +44,7 @@ def parse_ints(text: str | None) -> tuple[int, ...] | None:
 
 def environment(cfg: GpuBenchConfig, attn: str, layers: int) -> dict[str, Any]:
     """What ran: versions, device, attention kernel, scoring path, and how many of the model's layers were built."""
-    from kvstore.kernels import triton_error, use_triton
+    from kvstore.attention.dispatch import triton_error, use_triton
 
     triton_version = None
     if importlib.util.find_spec("triton") is not None:
@@ -64,7 +64,7 @@ def environment(cfg: GpuBenchConfig, attn: str, layers: int) -> dict[str, Any]:
 
 def run_bench(cfg: GpuBenchConfig) -> dict[str, Any]:
     """Build the model, run every policy, time the scoring kernel; returns the JSON-able result."""
-    from kvstore.kernels import use_triton
+    from kvstore.attention.dispatch import use_triton
     from kvstore.models.registry import pick_attention
 
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():

@@ -1,12 +1,14 @@
 """Peak extra memory of a piece of torch code: CUDA's allocator statistics on a GPU; on CPU a dispatch-mode
 tracker that counts the bytes of every new tensor storage an op returns while it is alive (views and in-place
 results share their input's storage and are not counted; an op's internal scratch space is not seen). The CPU
-figure is a lower bound: a storage is released when the tensor an op returned dies, even if a view keeps it alive."""
+figure is a lower bound: a storage is released when the tensor an op returned dies, even if a view keeps it alive.
+Also the process's resident memory (`rss_mib`), which bench serve samples around its phases."""
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -58,3 +60,12 @@ def peak_extra_bytes(fn: Callable[[], Any], device: torch.device | str = "cpu") 
     with tracker:
         fn()
     return tracker.peak
+
+
+def rss_mib() -> float | None:
+    """This process's resident memory in MiB (Linux's /proc/self/status; None elsewhere)."""
+    status = Path("/proc/self/status")
+    if not status.is_file():
+        return None
+    line = next((x for x in status.read_text().splitlines() if x.startswith("VmRSS:")), None)
+    return None if line is None else int(line.split()[1]) / 1024

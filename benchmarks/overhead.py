@@ -10,7 +10,7 @@ time of one 512-token prefill chunk of the full cache (an agent turn's new messa
 policy's share of it: (observe_chunk + eviction_step) / prefill_chunk, where observe_chunk is the statistics in a pass
 of their own; and the same chunk onto the policy's cache, timed alternately with the full cache's from the same saved
 states (`chunk_with_stats_ms`, `stats_in_chunk_pct`): what the statistics cost inside a real forward, where the
-static engine computes them in the attention pass (kvstore.cache.prefill_attention).
+static engine computes them in the attention pass (kvstore.attention.prefill).
 
 The contexts run on a random-weight model: the tiny Qwen3 (CPU, seconds) or, with `--shape qwen3-8b|qwen3-32b`, a
 model of that real shape in bf16 (`--device cuda`: the cost on a GPU at the product model's size; `--layers` builds

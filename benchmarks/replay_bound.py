@@ -22,7 +22,7 @@ from contextlib import contextmanager
 import torch
 from transformers import AttentionInterface
 
-from kvstore.cache.prefill_attention import causal_mask
+from kvstore.attention.prefill import causal_mask
 from kvstore.errors import KVStoreError
 
 LABEL = "bound:query-top-B"  # the bound's name in tables and JSON

@@ -28,8 +28,9 @@ from transformers import AttentionInterface
 
 from benchmarks.replay_bound import IMPL, check_model
 from kvstore import Session, SessionConfig
+from kvstore.attention.received import attention_received, per_kv_head
 from kvstore.cache.config import CacheConfig
-from kvstore.policies.base import Policy, ScoreContext, attention_received, per_kv_head
+from kvstore.policies.base import Policy, ScoreContext
 
 HORIZONS = {"next": "oracle:next-reply-top-K", "future": "oracle:future-replies-top-K"}  # names in tables and JSON
 

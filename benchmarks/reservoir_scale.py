@@ -16,8 +16,8 @@ import typer
 
 from benchmarks.common import console, table, write_json
 from benchmarks.replay_data import default_traces
-from kvstore.cache.scoring import nexus_weights, window_block_scores
-from kvstore.cache.selection import select
+from kvstore.attention.scoring import nexus_weights, window_block_scores
+from kvstore.policies.selection import select
 from pipeline.conversations import load_conversation
 
 

@@ -26,6 +26,7 @@ from typing import Annotated, Any
 import typer
 
 from benchmarks.common import console, table, write_json
+from benchmarks.memtrack import rss_mib
 from benchmarks.serve_admission import AdmissionPlan, admission_line, measure_admission
 from benchmarks.serve_client import Timed, stream_chat
 from benchmarks.serve_stall import StallPlan, measure_stall, stall_line
@@ -89,15 +90,6 @@ def phase(server, convs: list[Conversation], plan: ServePlan) -> dict[str, Any]:
         "rss_after_mib": rss_mib(),
         "replies": [[a.text for a in conv] for conv in answers],
     }
-
-
-def rss_mib() -> float | None:
-    """This process's resident memory in MiB (Linux's /proc/self/status; None elsewhere)."""
-    status = Path("/proc/self/status")
-    if not status.is_file():
-        return None
-    line = next((x for x in status.read_text().splitlines() if x.startswith("VmRSS:")), None)
-    return None if line is None else int(line.split()[1]) / 1024
 
 
 def fit(model, tokenizer, name: str, policy: str, budget, convs: list[Conversation], plan: ServePlan) -> dict:

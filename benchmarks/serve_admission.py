@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from benchmarks.memtrack import rss_mib
 from benchmarks.serve_client import ServedError, Timed, stream_chat
 from benchmarks.serve_workload import Conversation
 
@@ -52,7 +53,6 @@ def converse(url: str, conv: Conversation, plan: AdmissionPlan, stamps: list[flo
 
 def measure_admission(model, tokenizer, name: str, convs: list[Conversation], plan: AdmissionPlan) -> dict[str, Any]:
     """Run `plan.clients` conversations at once on a server of `plan.max_sessions` resident sessions."""
-    from benchmarks.serve import rss_mib
     from kvstore.session.config import MemorySettings
     from server.app import Server
     from server.config import ServeConfig

@@ -1,12 +1,10 @@
-"""A minimal streaming chat-completions client (stdlib) that times a request: time to first token and total."""
+"""A streaming chat-completions request timed: time to first token and total (through agent.backends.client, the
+project's one client of OpenAI-compatible servers)."""
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,38 +34,34 @@ def stream_chat(
     on_piece: Callable[[str], None] | None = None,
 ) -> Timed:
     """POST a streaming greedy request and read its server-sent events to the end (`on_piece`: each text piece)."""
+    from agent.backends.client import ServerClient, ServerError
+
     body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True}
     body["stream_options"] = {"include_usage": True}
-    req = urllib.request.Request(
-        base_url.rstrip("/") + "/chat/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
     t0 = time.perf_counter()
-    ttft, parts, usage, nexus = None, [], {}, {}
-    try:
-        resp = urllib.request.urlopen(req, timeout=timeout)
-    except urllib.error.HTTPError as exc:
-        raise ServedError(
-            f"the server refused a benchmark request (HTTP {exc.code}: {exc.read().decode(errors='replace')[:300]}); "
-            "on this machine, try fewer --clients or a shorter --prompt-tokens"
-        ) from None
-    with resp:
-        for raw in resp:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            event = json.loads(line[6:])
-            if "error" in event:
-                raise ServedError(f"a benchmark stream ended with an error: {event['error']['message']}")
+    got: dict[str, Any] = {"ttft": None, "usage": {}, "nexus": {}}
+    parts: list[str] = []
+
+    def read(events: Iterator[dict[str, Any]]) -> None:
+        for event in events:
             for choice in event.get("choices", []):
                 if piece := choice["delta"].get("content"):
-                    ttft = ttft if ttft is not None else time.perf_counter() - t0
+                    got["ttft"] = got["ttft"] if got["ttft"] is not None else time.perf_counter() - t0
                     parts.append(piece)
                     if on_piece is not None:
                         on_piece(piece)
-            usage = event.get("usage") or usage
-            nexus = event.get("nexus") or nexus
+            got["usage"] = event.get("usage") or got["usage"]
+            got["nexus"] = event.get("nexus") or got["nexus"]
+
+    try:
+        ServerClient(base_url, timeout_s=timeout).call("post", "/chat/completions", body, consume=read)
+    except ServerError as exc:
+        if exc.status is not None:
+            raise ServedError(
+                f"the server refused a benchmark request (HTTP {exc.status}: {exc.detail}); on this machine, try "
+                "fewer --clients or a shorter --prompt-tokens"
+            ) from None
+        raise ServedError(f"a benchmark stream ended with an error: {exc}") from None
     total = time.perf_counter() - t0
-    return Timed("".join(parts), total if ttft is None else ttft, total, usage.get("completion_tokens", 0), nexus)
+    ttft = total if got["ttft"] is None else got["ttft"]
+    return Timed("".join(parts), ttft, total, got["usage"].get("completion_tokens", 0), got["nexus"])

@@ -1,13 +1,13 @@
-"""The slash commands of `nexus-agent chat` (cli/chat_loop.py reads the lines; these act on its Chat)."""
+"""The slash commands of `nexus-agent chat`: each parses its words, asks the chat's runner
+(pipeline/chat/runner.py) and shows the answer (cli/chat_loop.py reads the lines)."""
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from cli.chat_output import diff_text, full
 from cli.safe_text import safe_text
-from pipeline import chat_sessions
+from pipeline.chat import sessions as chat_sessions
 
 HELP = """\
 commands (or type a request for the agent):
@@ -21,8 +21,6 @@ commands (or type a request for the agent):
   /allowlist      programs run without asking in this session (`a` at the prompt adds);  /allowlist clear
   /help;  exit, quit, /quit or Ctrl-D leave (the session is saved: --resume continues it)"""
 QUIT = ("exit", "quit", "exit()", "quit()", ":q", "/quit", "/exit", "/q")
-UNDONE = ("The user undid every change your last {n} turn(s) made to the files of the repository ({what}); they "
-          "are as they were before those requests. Take this into account.")  # fmt: skip
 
 
 def run_command(chat, line: str) -> None:
@@ -39,49 +37,49 @@ def run_command(chat, line: str) -> None:
 
 
 def _stats(chat, args: list[str]) -> None:
-    for text in chat.conv.stats_lines():
+    for text in chat.runner.stats_lines():
         chat.say(safe_text(text))
 
 
 def _history(chat, args: list[str]) -> None:
-    for n, req in enumerate(chat.state.requests, 1):
+    for n, req in enumerate(chat.runner.state.requests, 1):
         chat.say(f"{n}. ", safe_text(req))
 
 
 def _mode(chat, yolo: bool) -> None:
-    chat.yolo = yolo
+    chat.runner.yolo = yolo
     chat.say("commands run without asking" if yolo else "asking before each command that can change something")
 
 
 def _show(chat, args: list[str]) -> None:
-    if not chat.outputs:
+    outputs = chat.runner.outputs
+    if not outputs:
         chat.say(("no step has run yet in this chat", "yellow"))
         return
     if args and not args[0].isdigit():
         chat.say(("usage: /show [N] (N: a step number of the last turn)", "yellow"))
         return
-    step = int(args[0]) if args else max(chat.outputs)
-    if step not in chat.outputs:
-        chat.say((f"no step {step} in the last turn (steps: {', '.join(map(str, sorted(chat.outputs)))})", "yellow"))
+    step = int(args[0]) if args else max(outputs)
+    if step not in outputs:
+        chat.say((f"no step {step} in the last turn (steps: {', '.join(map(str, sorted(outputs)))})", "yellow"))
         return
-    chat.say(("step ", "bold"), (str(step), "bold"), " ", safe_text(chat.outputs[step][0]))
-    chat.say(full(chat.outputs[step][1]))
+    chat.say(("step ", "bold"), (str(step), "bold"), " ", safe_text(outputs[step][0]))
+    chat.say(full(outputs[step][1]))
 
 
 def _diff(chat, args: list[str]) -> None:
-    text = chat.turn_diff()
+    text = chat.runner.turn_diff()
     chat.say(diff_text(text) if text else safe_text("no changes since the last turn started"))
 
 
 def _undo(chat, args: list[str]) -> None:
-    from pipeline import chat_checkpoints
-    from pipeline import chat_snapshot as snap
+    from pipeline.chat import snapshot as snap
 
     if args and (not args[0].isdigit() or int(args[0]) < 1 or len(args) > 1):
         chat.say(("usage: /undo [N] (N: how many turns to go back, default 1)", "yellow"))
         return
     try:
-        undone = chat_checkpoints.undo(Path(chat.state.repo), chat.folder, chat.git_dirs, int(args[0]) if args else 1)
+        undone = chat.runner.undo(int(args[0]) if args else 1)
     except snap.SnapshotError as exc:
         chat.say(safe_text(str(exc), "yellow"))
         return
@@ -91,22 +89,10 @@ def _undo(chat, args: list[str]) -> None:
             chat.say(safe_text(f"not restorable (too large to keep): {', '.join(done.unrestorable)}", "yellow"))
     if len(undone) < (int(args[0]) if args else 1):
         chat.say(safe_text(f"no older checkpoint: {len(undone)} turn(s) undone", "yellow"))
-    _tell_model(chat, undone)
-
-
-def _tell_model(chat, undone: list) -> None:
-    """The next request tells the model which turns' changes the user undid (several /undo add up)."""
-    changed = sorted({p for _, done in undone for p in done.changed + done.removed})
-    if changed:
-        told = UNDONE.format(n=len(undone), what=", ".join(changed))
-        chat.state.notice = f"{chat.state.notice} {told}".strip()  # a second /undo before the next request adds
-        chat.state.save(chat.folder)
 
 
 def _checkpoints(chat, args: list[str]) -> None:
-    from pipeline import chat_checkpoints
-
-    stack = chat_checkpoints.load(chat.folder)
+    stack = chat.runner.checkpoints()
     if not stack:
         chat.say(safe_text("no checkpoints: no turn of this session can be undone"))
         return
@@ -117,13 +103,12 @@ def _checkpoints(chat, args: list[str]) -> None:
 
 def _allowlist(chat, args: list[str]) -> None:
     if args == ["clear"]:
-        chat.state.allow = []
-        chat.state.save(chat.folder)
+        chat.runner.clear_allowlist()
         chat.say(safe_text("allowlist cleared: every call that can change something asks again"))
     elif args:
         chat.say(("usage: /allowlist [clear]", "yellow"))
-    elif chat.state.allow:
-        chat.say(safe_text(f"run without asking in this session: {', '.join(chat.state.allow)}"))
+    elif chat.runner.state.allow:
+        chat.say(safe_text(f"run without asking in this session: {', '.join(chat.runner.state.allow)}"))
     else:
         chat.say(safe_text("the allowlist is empty (answer `a` at the approval prompt to add a command's program)"))
 
@@ -136,17 +121,18 @@ def _sessions(chat, args: list[str]) -> None:
         from pipeline.errors import RunError
 
         try:
-            gone = chat_sessions.delete(args[1], chat.name)
+            gone = chat.runner.delete_session(args[1])
         except RunError as exc:
             chat.say(safe_text(str(exc), "yellow"))
             return
         chat.say(safe_text(f"deleted session {gone.name} ({gone.requests} request(s), {gone.size / 2**20:.1f} MiB)"))
         return
-    found = chat_sessions.sessions_of(Path(chat.state.repo))
-    chat.say(safe_text(f"sessions of {chat.state.repo} (resume one with: nexus-agent chat --session NAME --resume):"))
+    found = chat.runner.sessions()
+    hint = "resume one with: nexus-agent chat --session NAME --resume"
+    chat.say(safe_text(f"sessions of {chat.runner.state.repo} ({hint}):"))
     now = time.time()
     for info in found:
-        mark = "  (this chat)" if info.name == chat.name else ""
+        mark = "  (this chat)" if info.name == chat.runner.name else ""
         chat.say("  ", safe_text(chat_sessions.describe(info, now) + mark))
 
 

@@ -1,63 +1,38 @@
-"""The read-eval loop of `nexus-agent chat`: one request = one agent episode on the session's persistent cache."""
+"""The console side of `nexus-agent chat`: it reads the user's lines and answers, and renders what the chat's
+runner (pipeline/chat/runner.py) reports through its callbacks; the chat's logic lives there."""
 
 from __future__ import annotations
 
 import signal
 import sys
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
-from agent.protocols import ToolCall
-from agent.trajectory import tool_of
 from cli.chat_commands import HELP, QUIT, run_command
 from cli.chat_output import condensed, diff_text
 from cli.safe_text import StreamFilter, safe_text
-from pipeline import chat as cs
-from pipeline import chat_approval as approval
-from pipeline import chat_instructions as instructions
-from pipeline.chat_steps import ReplyText, is_edit, is_finish, stats_line, step_title
+from pipeline.chat import approval
+from pipeline.chat.interrupt import StopTurn
+from pipeline.chat.views import Question, Step, Turn
 
 TURN_DIFF_LINES = 80  # most lines of a turn's diff shown after it (/diff shows it all)
 
 
 class Chat:
-    """Reads requests, runs the agent on each, saves the conversation after every step.
+    """Renders one chat on a console; `runner` (a ChatRunner made with `callbacks()`) is set before it runs.
+    `interactive`: the input is a terminal, so a call that needs approval can be asked about."""
 
-    `conversation`: where the model and its memory live: a LocalConversation (pipeline/chat_local.py, a kvstore
-    Session in this process) or a ServedConversation (pipeline/chat_served.py, a model in a `nexus-agent serve`)."""
-
-    def __init__(
-        self, console: Console, folder: Path, name: str, state, conversation, sandbox, agent_cfg, yolo: bool,
-        env_line: str = "", interactive: bool = True,
-    ):  # fmt: skip
-        from agent.loop import Agent
-        from agent.prompts import system_prompt
-        from agent.trajectory import TrajectoryWriter
-
-        self.console, self.folder, self.name, self.state = console, folder, name, state
-        self.sandbox, self.yolo, self.system = sandbox, yolo, system_prompt()
-        self.conv = conversation
-        self.instructions_line = ""  # AGENTS.md: read once, when the session has no history (before the agent runs)
-        if not self.conv.has_history:
-            found = instructions.read(Path(state.repo))
-            self.system, self.instructions_line = instructions.system_prompt(self.system, found), found.line
-        self.interactive = interactive  # input is a terminal: a call that needs approval can be asked about
-        self.conv.set_output(self._stream, self._note)
-        self.writer = TrajectoryWriter(folder / cs.TRAJECTORY_FILE)
-        self.env = cs.ChatEnvironment(sandbox)
-        self.agent = Agent(self.conv.model, self.env, agent_cfg, self.writer, f"chat:{name}",
-                           on_step=self._on_step, before_execute=self._confirm)  # fmt: skip
-        self.env_line, self.timeout = env_line, agent_cfg.command_timeout
-        self.outputs: dict[int, tuple[str, str]] = {}  # step of the last turn -> (its call, its whole output)
-        self.cancelled = False  # Ctrl-C at an approval prompt of this turn declined a call; a second one stops it
-        self.interrupt = cs.TurnInterrupt(self._note)
-        self.git_dirs = cs.repo_git_dirs(Path(state.repo))  # before the agent runs: it can rewrite .git
+    def __init__(self, console: Console, interactive: bool = True) -> None:
+        self.console, self.interactive = console, interactive
+        self.runner: Any = None
         self.streamed = StreamFilter()  # the model's streamed text, without what a terminal would act on
-        self.reply_text = ReplyText()  # ... and without its call's markup (the step's title line says it)
-        self.edit_diff: str | None = None  # the diff of the step's edit, until it is shown (once)
+
+    def callbacks(self) -> dict[str, Any]:
+        """The ChatRunner callbacks that render on this console."""
+        return {"on_token": self._stream, "on_step": self._on_step, "on_event": self._event,
+                "approve": self._approve if self.interactive else None, "status": self.console.status}  # fmt: skip
 
     def _print(self, *parts: str | tuple[str, str] | Text, **kwargs) -> None:
         """One line of trusted parts (a str, or (str, style)) and `safe_text`s: nothing in it is parsed as markup
@@ -66,11 +41,9 @@ class Chat:
 
     say = _print
 
-    def _note(self, msg: str) -> None:  # also called from the SIGINT handler, mid-stream: the filter is left alone
-        self._print("\n", safe_text(msg, "yellow"))
-
     def run(self) -> None:
-        self._banner()
+        """The read-eval loop: requests and slash commands until a quit word or Ctrl-D."""
+        self.banner()
         try:
             while (line := self._read()) is not None:
                 if line.lower() in QUIT:
@@ -80,14 +53,24 @@ class Chat:
                 elif line:
                     self.request(line)
         finally:
-            self.writer.close()
-        from pipeline.chat_sessions import discard_if_empty
+            kept = self.runner.close()
+        self._left(kept)
 
-        if discard_if_empty(self.folder):
-            self._print(safe_text(f"no request was sent: session {self.name} is not kept"))
+    def one_shot(self, message: str) -> Turn:
+        """`chat --message`: one request, shown as a piped chat shows it, then the chat is left."""
+        self.banner(commands=False)
+        self._print("\nyou> ", safe_text(message))
+        turn = self.request(message)
+        self._left(self.runner.close())
+        return turn
+
+    def _left(self, kept: bool) -> None:
+        name = self.runner.name
+        if not kept:
+            self._print(safe_text(f"no request was sent: session {name} is not kept"))
             return
-        hint = f"nexus-agent chat --session {self.name} --resume"
-        self._print(safe_text(f"session saved in {self.folder} (continue with: {hint})"))
+        hint = f"nexus-agent chat --session {name} --resume"
+        self._print(safe_text(f"session saved in {self.runner.folder} (continue with: {hint})"))
 
     def _read(self) -> str | None:
         while True:
@@ -98,153 +81,67 @@ class Chat:
             except KeyboardInterrupt:
                 self.console.print("\n(type exit or press Ctrl-D to leave)")
 
-    def request(self, text: str) -> None:
-        """One request: an agent episode on a snapshot of the repo (/undo), its diff shown at its end."""
-        first = not self.conv.has_history
-        msg = cs.request_message(text, first, self.state.unseen, self.sandbox.workdir, self.state.notice)
-        self._snapshot(len(self.state.requests) + 1, text)
-        self.state.requests.append(text)
-        self.state.unseen = self.state.notice = ""
-        self.outputs, self.cancelled = {}, False
-        messages = [{"role": "system", "content": self.system}, msg] if first else [msg]
-        result = self._run_turn(messages)
-        self._seal()
-        if result is not None:
-            self._save()
-            self._report(result)
-
-    def _run_turn(self, messages: list[dict[str, str]]):
-        """The agent's turn (None when it did not end by itself): Ctrl-C ends it (at a step boundary, or now with a
-        rollback); a model error (server down, HTTP error) is one line and a rollback to the last complete step."""
-        from agent.errors import AgentError
-
-        try:
-            return self._run_agent(messages)
-        except cs.StopTurn:
-            self._save()
+    def request(self, text: str) -> Turn:
+        """One request run by the runner; how it ended, shown."""
+        turn = self.runner.request(text)
+        self._end_stream()
+        if turn.ended == "stopped":
             self._print(("turn stopped; the session keeps everything up to the last step", "yellow"))
-        except KeyboardInterrupt:
-            self._rollback()
+        elif turn.ended == "rolled_back":
             self._print(("turn stopped; the session is back at its last complete step", "yellow"))
-        except AgentError as exc:  # its message can quote the model or the server
-            self._rollback()
+        elif turn.ended == "error":
             how = " (the session is back at its last complete step; send the request again)"
-            self._print(safe_text(f"\nerror: {exc}{how}", "red"))
-        return None
-
-    def _snapshot(self, turn: int, request: str) -> None:
-        """The repo as it is before this turn: what /undo restores and the turn's diff compares with."""
-        from pipeline import chat_checkpoints
-        from pipeline import chat_snapshot as snap
-
-        try:
-            chat_checkpoints.start(Path(self.state.repo), self.folder, self.git_dirs, turn, request)
-        except (snap.SnapshotError, OSError) as exc:
-            (self.folder / snap.UNDO_DIR / "manifest.json").unlink(missing_ok=True)
-            self._print(safe_text(f"no undo for this turn: {exc}", "yellow"))
-
-    def _seal(self) -> None:
-        """The turn's end: what it left, so that /undo leaves alone what is changed after it."""
-        from pipeline import chat_checkpoints
-        from pipeline import chat_snapshot as snap
-
-        try:
-            chat_checkpoints.seal(Path(self.state.repo), self.folder, self.git_dirs)
-        except (snap.SnapshotError, OSError) as exc:
-            self._print(safe_text(f"undo will take back every change since the turn started: {exc}", "yellow"))
-
-    def turn_diff(self) -> str:
-        """The diff of the repo against the snapshot of the last turn's start ("" when none or no change)."""
-        from pipeline import chat_snapshot as snap
-        from pipeline.chat_diff import turn_diff
-
-        try:
-            return turn_diff(snap.changes(Path(self.state.repo), self.folder, self.git_dirs))
-        except snap.SnapshotError as exc:
-            return f"(no diff: {exc})"
-
-    def _run_agent(self, messages: list[dict[str, str]]):
-        try:
-            with self.interrupt:
-                return self.agent.run(messages)
-        finally:
-            self._end_stream()
+            self._print(safe_text(f"\nerror: {turn.error}{how}", "red"))
+        else:
+            self._report(turn)
+        return turn
 
     def _stream(self, piece: str) -> None:
-        sys.stdout.write(self.streamed.feed(self.reply_text.feed(piece)))
+        sys.stdout.write(self.streamed.feed(piece))
         sys.stdout.flush()
 
     def _end_stream(self) -> None:
-        """The end of a streamed reply: what the filters held back (text that was not a call's start, a cut-off
-        sequence's text)."""
-        rest = self.streamed.feed(self.reply_text.end()) + self.streamed.flush()
+        """Before anything else is printed: what the filter held back of the streamed reply (a cut-off sequence's
+        text)."""
+        rest = self.streamed.flush()
         if rest:
             sys.stdout.write(rest)
             sys.stdout.flush()
 
-    def _on_step(self, rec: dict[str, Any]) -> None:
+    def _event(self, event: dict[str, Any]) -> None:
+        kind, text = event["kind"], event.get("text", "")
+        if kind == "note":  # also from the SIGINT handler, mid-stream: the filter is left alone
+            self._print("\n", safe_text(text, "yellow"))
+            return
+        self._end_stream()
+        if kind in ("warning", "cancelled"):
+            self._print(safe_text(text, "yellow"))
+        elif kind == "refused":
+            self._print(safe_text(text, "yellow", visible=True))
+        else:
+            self._print(safe_text(text))
+
+    def _on_step(self, step: Step) -> None:
         """A step done: its title line (`$ cmd`, `edit path`, ...), its output (an edit: its diff, once; finish:
         nothing, its summary comes at the turn's end) and one line of statistics."""
         self._end_stream()
-        self.state.unseen = "" if rec["submitted"] else rec["observation"]
-        self.conv.on_step(rec)
-        self._save()
-        result, self.env.last = self.env.last, None
-        raw = result.output if result is not None else rec["observation"]
-        failed = result is not None and result.returncode != 0
-        code = f"  (exit {result.returncode})" if failed else ""
-        self.outputs[rec["step"]] = (tool_of(rec), raw)
-        title = step_title(rec.get("call"))
-        self._print("\n", (f"step {rec['step']}", "bold"), " ", safe_text(title, visible=True), (code, "red"))
-        self._step_output(rec, raw, failed)
-        stats = stats_line(rec["step"], rec.get("stats") or {})
-        if stats:
-            self._print(safe_text(stats, "dim"))
-        self.interrupt.check()
+        code = f"  (exit {step.returncode})" if step.failed else ""
+        self._print("\n", (f"step {step.number}", "bold"), " ", safe_text(step.title, visible=True), (code, "red"))
+        if step.shows == "diff":
+            self._print(diff_text(step.diff or "", TURN_DIFF_LINES))
+        elif step.shows == "output":
+            self._print(condensed(step.output, step.number))
+        if step.stats:
+            self._print(safe_text(step.stats, "dim"))
 
-    def _step_output(self, rec: dict[str, Any], raw: str, failed: bool) -> None:
-        diff, self.edit_diff = self.edit_diff, None
-        if is_finish(rec.get("call")) and rec["submitted"]:
-            return
-        if is_edit(rec.get("call")) and not failed and not rec["observation"].lstrip().startswith("ERROR"):
-            if diff:
-                self._print(diff_text(diff, TURN_DIFF_LINES))
-            return
-        self._print(condensed(raw, rec["step"]))
-
-    def _confirm(self, call: ToolCall) -> str | None:
-        """Before a call: None runs it, a string is the model's observation instead (declined, not asked)."""
-        from pipeline.chat_diff import edit_preview
-
+    def _approve(self, question: Question) -> approval.Answer | None:
+        """The approval prompt: the call, then the answer (None: Ctrl-C at the prompt)."""
         self._end_stream()
-        preview = edit_preview(call, self.sandbox.read_file)
-        self.edit_diff = preview if preview and not preview.startswith("(") else None
-        if self.yolo or not cs.needs_confirmation(call) or approval.allowed(call, self.state.allow):
-            return None
-        if not self.interactive:
-            self._print(safe_text(f"not run (input is not a terminal; --yolo or /allowlist): {cs.describe(call)}",
-                                  "yellow", visible=True))  # fmt: skip
-            return approval.NOT_INTERACTIVE
-        self.show_call(call)
-        self.edit_diff = None  # the prompt showed it
-        return self._approve(call)
-
-    def _approve(self, call: ToolCall) -> str | None:
-        progs = approval.programs(call)
+        self.show_call(question)
+        progs = question.programs
         always = f"[a]lways allow {', '.join(progs)} in this session" if progs else "[a]lways: not for this command"
         text = self._ask(f"[y]es / [n]o [reason for the model] / {always}: ")
-        if text is None:  # Ctrl-C: this call is declined; a second Ctrl-C at a prompt of this turn stops it
-            if self.cancelled:
-                raise cs.StopTurn
-            self.cancelled = True
-            self._print(("call cancelled (Ctrl-C again at the next prompt stops the turn)", "yellow"))
-            return approval.DECLINED
-        answer = approval.parse_answer(text)
-        if answer.kind == "always" and progs:
-            self.state.allow += [p for p in progs if p not in self.state.allow]
-            self.state.save(self.folder)
-            self._print(safe_text(f"allowed without asking in this session: {', '.join(progs)} (/allowlist)"))
-        return None if answer.kind in ("yes", "always") else approval.declined(answer.reason)
+        return None if text is None else approval.parse_answer(text)
 
     def _ask(self, prompt: str) -> str | None:
         """The answer at the approval prompt (None: Ctrl-C); Ctrl-D stops the turn (the session is consistent)."""
@@ -254,65 +151,38 @@ class Chat:
         except KeyboardInterrupt:
             return None
         except EOFError:
-            raise cs.StopTurn from None
+            raise StopTurn from None
         finally:
             signal.signal(signal.SIGINT, previous)
 
-    def show_call(self, call: ToolCall) -> None:
+    def show_call(self, question: Question) -> None:
         """The approval prompt's call, complete and as it runs: no markup, control characters shown as escapes,
         never wrapped by the console (a terminal's own wrapping keeps it whole when copied)."""
-        from pipeline.chat_diff import edit_preview
-
-        self._print("\n", ("run?", "bold"), " ", safe_text(cs.describe(call), visible=True), soft_wrap=True)
-        preview = edit_preview(call, self.sandbox.read_file)
-        if preview:
+        self._print("\n", ("run?", "bold"), " ", safe_text(question.text, visible=True), soft_wrap=True)
+        if question.preview:
             self._print(("the edit's diff:", "bold"))
-            self._print(diff_text(preview))
+            self._print(diff_text(question.preview))
 
-    def _save(self) -> None:
-        self.conv.save()
-        self.state.save(self.folder)
-
-    def _rollback(self) -> None:
-        """A turn cut mid-step: go back to the state saved after its last complete step."""
-        self.conv.rollback()
-        self.state = cs.ChatState.load(self.folder)
-
-    def _report(self, result) -> None:
+    def _report(self, turn: Turn) -> None:
+        result = turn.result
         how = f"{result.exit_reason}, {result.steps} steps, {result.elapsed_s:.1f} s"
         self._print("\n", ("done", "bold"), safe_text(f" ({how})"))
         if result.submission:
             self._print(safe_text(result.submission))
-        if result.exit_reason == "token_limit":
-            self._print(safe_text(self.conv.token_limit_note(), "yellow"))
-        changed = cs.changed_files(Path(self.state.repo), self.git_dirs)
-        if changed:
-            self._print("changes in the repo (git status):\n", safe_text(changed))
-        diff = self.turn_diff()
-        if diff:
+        if turn.note:
+            self._print(safe_text(turn.note, "yellow"))
+        if turn.changed:
+            self._print("changes in the repo (git status):\n", safe_text(turn.changed))
+        if turn.diff:
             self._print(("this turn's diff", "bold"), " (/undo takes it back):")
-            self._print(diff_text(diff, TURN_DIFF_LINES))
+            self._print(diff_text(turn.diff, TURN_DIFF_LINES))
 
-    def _banner(self) -> None:
-        mode = "yolo: commands run without asking" if self.yolo else "confirm mode: asks before each command"
-        where = f" on {self.state.repo} (at /testbed in the sandbox) | {self.conv.describe()} | {mode}"
-        self._print("nexus-agent chat ", safe_text(self.name, "bold"), safe_text(where))
-        self._print(safe_text(self._sandbox_line(), "dim"))
-        if self.instructions_line:
-            self._print(safe_text(self.instructions_line))
-        for note in getattr(self.sandbox, "notes", ()):
+    def banner(self, commands: bool = True) -> None:
+        """The chat's opening lines (and the list of commands, for a chat that reads them)."""
+        b = self.runner.banner()
+        self._print("nexus-agent chat ", safe_text(b.name, "bold"), safe_text(b.where))
+        self._print(safe_text(b.sandbox, "dim"))
+        for note in b.notes:
             self._print(safe_text(note))
-        if self.state.requests:
-            self._print(safe_text(f"resumed: {len(self.state.requests)} requests, {self.conv.attach()}"))
-        self.console.print(HELP, markup=False, highlight=False)
-
-    def _sandbox_line(self) -> str:
-        """What the sandbox allows, said once at the start."""
-        limits = self.sandbox.config.limits
-        return (
-            f"sandbox: bubblewrap, no network; writable: the repo (/testbed) and a private /tmp, nothing else; "
-            f"PATH: the agent's tools, {self.env_line}, the system's /usr/bin; the agent's shell runs read-only git "
-            f"(status, diff, log, show, blame, ls-files, grep) and refuses the rest (chat shows diffs and undoes turns "
-            f"itself); each command: {self.timeout:g} s, "
-            f"{limits.memory_mb} MiB memory, {limits.disk_mb} MiB of new files in all"
-        )
+        if commands:
+            self.console.print(HELP, markup=False, highlight=False)

@@ -22,6 +22,7 @@ import typer
 
 from kvstore.session.config import MemorySettings
 from pipeline.config import RunConfig, run_memory
+from server.config import ServeConfig
 
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 MEMORY = tuple(f.name for f in dataclasses.fields(MemorySettings))  # the options that make `RunConfig.memory`
@@ -172,6 +173,7 @@ def raw_options(*names: str, **defaults: Any):
 
 # Settings whose flag is not "--" + the field's name with dashes (serve's own; the run options' are in OPTIONS).
 _OWN_FLAGS = {
+    "chunk_size": "--prefill-chunk",
     "served_name": "--served-name",
     "queue_timeout_s": "--queue-timeout",
     "drain_s": "--drain",
@@ -182,9 +184,15 @@ _OWN_FLAGS = {
 }
 
 
+_SERVE = {f.name for f in dataclasses.fields(ServeConfig)}
+
+
 def flag_of(setting: str) -> str:
     """The command-line flag of a setting (a field of RunConfig, MemorySettings or ServeConfig): `profile` is
-    `--memory-profile`, `drain_s` is `--drain`; what a library error names by its setting, the CLI names by this."""
+    `--memory-profile`, `drain_s` is `--drain`; what a library error names by its setting, the CLI names by this.
+    A setting no command has a flag for (a cache option of a `POLICY@key=value` spec: block, engine) keeps its name."""
     if setting in OPTIONS:
         return OPTIONS[setting][1].default
-    return _OWN_FLAGS.get(setting, "--" + setting.replace("_", "-"))
+    if setting in _OWN_FLAGS or setting in _SERVE:
+        return _OWN_FLAGS.get(setting, "--" + setting.replace("_", "-"))
+    return setting

@@ -4,8 +4,9 @@ The public API is re-exported here and imported on first use (PEP 562), so `impo
 `import kvstore.defaults` does not pull in torch and transformers.
 
 Parts: `cache/` (the evicting cache, its settings and one eviction step), `policies/` (one file per policy, with its
-settings), `kernels/` (Triton), `session/` (the persistent session: turns, rendering, saving), `profiles/` (memory
-profiles and their calibration), `models/` (the registry, GGUF parts, tiny test models).
+settings, and the selectors), `attention/` (the attention maths: torch references, Triton kernels and the dispatch
+between them), `session/` (the persistent session: turns, rendering, saving), `profiles/` (memory profiles and their
+calibration), `models/` (the registry, GGUF parts, tiny test models).
 """
 
 from __future__ import annotations

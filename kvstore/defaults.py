@@ -1,7 +1,8 @@
 """The defaults of the cache and the session, defined once (no torch import: the CLI reads them for --help).
 
 Every other module (kvstore's configs and MemorySettings, which runs and the server nest, the CLI's options, the
-benchmarks) takes its default from here, and every budget given as text goes through `parse_budget`.
+benchmarks) takes its default from here, and every budget goes through `check_budget` (text first through
+`parse_budget`).
 """
 
 from __future__ import annotations
@@ -42,8 +43,18 @@ def parse_budget(text: str | None) -> int | float | None:
             value = int(raw)
     except ValueError:
         value = -1
-    if isinstance(value, float) and 0 < value <= 1 or isinstance(value, int) and value > 0:
+    return check_budget(value, shown=repr(text))
+
+
+def check_budget(value: int | float | None, shown: str | None = None) -> int | float | None:
+    """The one check of a budget, given as text (`parse_budget`) or as a number (MemorySettings, CacheConfig): an int
+    > 0 tokens per layer, a float in (0, 1] a density, None never evict; anything else is refused in one message that
+    names the setting (`shown`: the value as the user wrote it)."""
+    if value is None or isinstance(value, float) and 0 < value <= 1:
         return value
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    shown = repr(value) if shown is None else shown
     raise SettingError(
-        "budget", f"{text!r}: give tokens per layer (e.g. 2048), a density in (0, 1] (e.g. 0.25 or 25%), or 'none'"
+        "budget", f"{shown}: give tokens per layer (e.g. 2048), a density in (0, 1] (e.g. 0.25 or 25%), or 'none'"
     )

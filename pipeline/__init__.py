@@ -8,7 +8,7 @@
 - `pipeline.eval`, `pipeline.eval_files`, `pipeline.executors`: an eval batch, its files and its workers (process
   pool, Ray).
 - `pipeline.profiles`: memory profiles: the store and --memory-profile's reading, learning, an eval's warm-up.
-- `pipeline.chat`: the files, prompts and sandbox of an interactive chat session.
+- `pipeline.chat`: a chat session, `open_chat(ChatSettings)` -> a `ChatRunner` (one request = one agent turn).
 """
 
 from __future__ import annotations

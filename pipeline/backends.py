@@ -93,58 +93,49 @@ def server_settings(url: str, model: str | None = None, api_key: str | None = No
 
 def _served_models(url: str, api_key: str | None) -> list[dict[str, Any]]:
     """The `data` of the server's GET /models."""
-    import json
-    import urllib.error
-    import urllib.request
+    from agent.backends.client import API_KEY_ENV, ServerClient, ServerError, tls_hint
 
-    from agent.backends.openai_compat import API_KEY_ENV, auth_headers, tls_hint
-
-    request = urllib.request.Request(url.rstrip("/") + "/models", headers=auth_headers(api_key))
+    client = ServerClient(url, api_key, timeout_s=30)
     try:
-        with urllib.request.urlopen(request, timeout=30) as resp:
-            entries = json.load(resp)["data"]
-            if not isinstance(entries, list) or not all(isinstance(e, dict) and "id" in e for e in entries):
-                raise ValueError("its /models answer is not a list of models")
-            return entries
-    except urllib.error.HTTPError as exc:
-        if exc.code not in (401, 403):
-            raise RunError(f"--server {url}: /models answered HTTP {exc.code}") from None
-        given = "the key given is not the one it takes" if auth_headers(api_key) else f"${API_KEY_ENV} is not set"
+        entries = client.get("/models")["data"]
+        if not isinstance(entries, list) or not all(isinstance(e, dict) and "id" in e for e in entries):
+            raise ValueError("its /models answer is not a list of models")
+        return entries
+    except ServerError as exc:
+        if exc.status is None:
+            if hint := tls_hint(url, exc.__context__ or exc):
+                raise RunError(f"--server {url}: cannot connect ({exc.detail}); {hint}") from None
+            raise _no_server(url, exc.detail) from None
+        if exc.status not in (401, 403):
+            raise RunError(f"--server {url}: /models answered HTTP {exc.status}") from None
+        given = "the key given is not the one it takes" if client.key else f"${API_KEY_ENV} is not set"
         raise RunError(
             f"--server {url}: the server needs an API key and {given}; give the key the server was started with "
             "(a nexus-agent serve's NEXUS_AGENT_API_KEY, a vLLM's --api-key) as --api-key or in ${API_KEY_ENV}"
         ) from None
-    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-        if hint := tls_hint(url, exc):
-            raise RunError(f"--server {url}: cannot connect ({exc}); {hint}") from None
-        raise RunError(
-            f"--server {url}: no OpenAI-compatible server answers there ({exc}); start one with `nexus-agent serve` "
-            "and give its base URL, e.g. http://127.0.0.1:8000/v1"
-        ) from None
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise _no_server(url, str(exc)) from None
+
+
+def _no_server(url: str, why: str) -> RunError:
+    return RunError(
+        f"--server {url}: no OpenAI-compatible server answers there ({why}); start one with `nexus-agent serve` "
+        "and give its base URL, e.g. http://127.0.0.1:8000/v1"
+    )
 
 
 def post_profiles(server: str, body: dict[str, Any], api_key: str | None = None) -> dict[str, Any]:
     """POST /v1/nexus/profiles of a `nexus-agent serve` (server/profiles.py): its answer, or a RunError with the
     server's message. A calibration runs on the server's model between its sessions' steps: minutes, not seconds."""
-    import json
-    import urllib.error
-    import urllib.request
+    from agent.backends.client import ServerClient, ServerError
 
-    from agent.backends.openai_compat import auth_headers
-
-    headers = {"Content-Type": "application/json"} | auth_headers(api_key)
-    request = urllib.request.Request(server.rstrip("/") + "/nexus/profiles", json.dumps(body).encode(), headers)
     try:
-        with urllib.request.urlopen(request, timeout=3600) as resp:
-            return json.load(resp)
-    except urllib.error.HTTPError as exc:
-        try:
-            message = json.load(exc)["error"]["message"]
-        except (ValueError, KeyError, TypeError):
-            message = f"HTTP {exc.code}"
+        return ServerClient(server, api_key, timeout_s=3600).post("/nexus/profiles", body)
+    except ServerError as exc:
+        if exc.status is None:
+            raise RunError(f"no answer from the server at {server} ({exc})") from None
+        message = exc.detail or f"HTTP {exc.status}"
         raise RunError(f"the server at {server} did not take the memory profile: {message}") from None
-    except (OSError, ValueError) as exc:
-        raise RunError(f"no answer from the server at {server} ({exc})") from None
 
 
 def describe_model(cfg: RunConfig) -> str:
@@ -176,7 +167,7 @@ def new_session(cfg: RunConfig):
     """A fresh kvstore Session on the (once per process) loaded model."""
     from kvstore.session.session import Session
 
-    config = session_config(cfg)
+    config = cfg.session_config()
     set_threads(cfg.threads, cfg.workers)
     model, tokenizer = load_once(cfg.memory.model, cfg.memory.device)
     return Session(model, tokenizer, config)
@@ -197,12 +188,6 @@ def set_threads(threads: int | None, workers: int = 1) -> int:
         threads = 1 if busy else max(1, cores // max(1, workers))
     torch.set_num_threads(threads)
     return threads
-
-
-def session_config(cfg: RunConfig):
-    from kvstore.session.config import SessionConfig
-
-    return SessionConfig.of(cfg.memory)
 
 
 def load_once(name: str, device: str | None = None) -> tuple[Any, Any]:
@@ -304,7 +289,7 @@ def check_protected_opening(cfg: RunConfig, issues: list[str]) -> None:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(source, local_files_only=local))
     for issue in issues:
-        Session(model, tokenizer, session_config(cfg)).append(initial_messages(issue))
+        Session(model, tokenizer, cfg.session_config()).append(initial_messages(issue))
 
 
 def check_tools_template(cfg: RunConfig) -> None:

@@ -1,6 +1,9 @@
 """The configuration of one agent run, with every default defined once.
 
-`solve`, `eval` and `chat` flags map onto `RunConfig`'s fields; a Python caller builds one directly.
+`solve`, `eval` and `chat` flags map onto `RunConfig`'s fields; a Python caller builds one directly (chat through
+`chat_config`, with chat's own defaults). The settings tree, built once at the edge and passed unchanged:
+RunConfig -> `memory` (MemorySettings: model, policy, budget, ... validated there) -> `session_config()` (a kvstore
+SessionConfig, whose `cache` is the cache's typed config, its policy class resolved) -> the session's caches.
 """
 
 from __future__ import annotations
@@ -12,12 +15,18 @@ from typing import Any
 
 from agent.calls import AUTO, CALL_FORMATS
 from kvstore.defaults import DEFAULT_POLICY
-from kvstore.session.config import MemorySettings
+from kvstore.session.config import MemorySettings, SessionConfig
 from pipeline.errors import RunError, RunSettingError
 from pipeline.profiles.store import AUTO_PROFILE, BUILTIN_PROFILE, CLIENT, LOCAL, NO_PROFILE, resolve_profile
 
 DEFAULT_TASK = "nexus-demo__pagekit-1"  # the built-in task `nexus-agent solve` runs with no argument
 DEFAULT_MAX_STEPS = 5  # the default run of the small CPU model finishes in minutes (it will not solve the task)
+DEFAULT_MAX_NEW_TOKENS = 256  # a solve or eval reply is one tool call with a little reasoning before it
+# chat's defaults differ from a run's on purpose: a chat request is open-ended and a person watches it and can stop
+# it (Ctrl-C, or refusing a command), so it may take more steps than a batch run, whose default must finish in
+# minutes on a CPU; and its replies speak to that person (explanations, summaries), not only to the tools
+CHAT_MAX_STEPS = 20  # most agent steps per chat request
+CHAT_MAX_NEW_TOKENS = 512  # most tokens in one chat reply
 
 
 def run_memory(**settings: Any) -> MemorySettings:
@@ -38,7 +47,7 @@ class RunConfig:
     sandbox: str = "auto"  # sandbox backend: auto, docker, bwrap, local
     max_steps: int | None = None  # step limit (soft and hard); None: 5 for a local model, the recording's for replay
     temperature: float = 1.0  # sampling temperature (DeepSWE evaluates at 1.0); 0 = greedy
-    max_new_tokens: int = 256  # most tokens in one reply
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS  # most tokens in one reply
     replay: Path | None = None  # replay this recorded trajectory instead of running a model
     replay_dir: Path | None = None  # replay <dir>/<instance_id>*.jsonl (one recording per instance)
     command_timeout: float = 120.0  # seconds one tool call may run
@@ -115,6 +124,11 @@ class RunConfig:
         flat |= {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("dataset", "memory", "api_key")}
         return {k: str(v) if isinstance(v, Path) else v for k, v in flat.items()}
 
+    def session_config(self) -> SessionConfig:
+        """The kvstore session a local run opens (pipeline.backends.new_session): its memory settings as they are,
+        built once into the session's config and its cache's (`SessionConfig.cache`)."""
+        return SessionConfig.of(self.memory)
+
     @property
     def lacks_profile(self) -> bool:
         """The default memory runs with this process's model and no memory profile, though one could be calibrated
@@ -171,3 +185,43 @@ class RunConfig:
 def _safe(model: str) -> str:
     """A model name as one path component (the last part of a directory or hub id)."""
     return Path(model).name if os.sep in model else model
+
+
+def chat_config(
+    *,
+    seed: int = 0,
+    server: str | None = None,
+    learn: bool = False,
+    constrain: bool | None = None,
+    max_steps: int = CHAT_MAX_STEPS,
+    max_new_tokens: int = CHAT_MAX_NEW_TOKENS,
+    temperature: float = 1.0,
+    resume: bool = False,
+    call_format: str = AUTO,
+    **memory: Any,
+) -> RunConfig:
+    """chat's settings as one RunConfig, built once from its options (`memory`: the MemorySettings fields chat
+    takes, None where not given: the session defaults apply, a resumed session keeps its saved ones, see
+    `memory_conflicts`). As chat decides: a resumed session keeps the profile it started with (`auto` is not read
+    again); --learn-profile applies only with no profile file, and on a local model only to the default memory."""
+    given = {name: value for name, value in memory.items() if value is not None}
+    if resume and given.get("profile") == AUTO_PROFILE:
+        del given["profile"]
+    learn = learn and str(memory.get("profile") or NO_PROFILE) in (AUTO_PROFILE, NO_PROFILE)
+    learn = learn and (server is not None or given.get("policy", DEFAULT_POLICY) == DEFAULT_POLICY)
+    return RunConfig(
+        memory=run_memory(**given, seed=seed), server=server, learn=learn, constrain=constrain,
+        max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature, call_format=call_format,
+    )  # fmt: skip
+
+
+def memory_conflicts(memory: MemorySettings, saved: MemorySettings, given: list[str]) -> dict[str, tuple[Any, Any]]:
+    """The settings among `given` (the memory options a user gave) whose value in `memory` differs from a saved
+    session's: setting -> (given, saved). A resumed session refuses them; a device may change."""
+    values = {name: (_text(getattr(memory, name)), _text(getattr(saved, name))) for name in given if name != "device"}
+    return {name: pair for name, pair in values.items() if pair[0] != pair[1]}
+
+
+def _text(value: Any) -> Any:
+    """A path as the text a saved session holds (kvstore.session.config.SessionConfig keeps its profile as text)."""
+    return str(value) if isinstance(value, Path) else value

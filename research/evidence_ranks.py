@@ -15,7 +15,7 @@ import torch
 import kvstore
 from benchmarks.quality_run import _renderer, evidence_spans
 from benchmarks.quality_tasks import make_item
-from kvstore.cache.scoring import nexus_weights, window_block_scores
+from kvstore.attention.scoring import nexus_weights, window_block_scores
 from kvstore.models.registry import load_model
 
 BLOCK = 32

@@ -16,7 +16,7 @@ import asyncio
 import hmac
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -30,10 +30,29 @@ from server.jobs import Job
 from server.sessions import owner_of
 
 if TYPE_CHECKING:
-    from server.app import Server
+    from server.batching import Scheduler
+    from server.config import ServeConfig
+    from server.metrics import Metrics
+    from server.sessions import Registry
 
 OPEN_PATHS = ("/health", "/metrics")  # answered without the API key (load balancers, Prometheus scrapers)
 POLL_S = 1.0  # how often a request waiting on the scheduler checks that it still runs
+
+
+class Server(Protocol):
+    """What the routes use of the server (server.app.Server): named here so that app imports asgi and not back."""
+
+    config: ServeConfig
+    metrics: Metrics
+    registry: Registry
+    scheduler: Scheduler
+    started: float  # time.time() at the start (/health's uptime)
+    verbose: bool
+
+    def metrics_text(self) -> str: ...
+    def sessions_info(self) -> list[dict[str, Any]]: ...
+    def profiles(self, body: Any) -> dict[str, Any]: ...
+    def submit(self, req: api.ChatRequest, events: Events) -> Job: ...
 
 
 class Events:

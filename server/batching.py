@@ -24,7 +24,7 @@ from server.admission import session_lost, take_slot
 from server.calls import Calls
 from server.config import ServeConfig, ServeError, internal_error, request_failed, scheduler_failed, shutting_down
 from server.jobs import Job, result_of
-from server.memory import bytes_per_token, cache_bytes, session_cache_options, turn_peak_bytes
+from server.memory import bytes_per_token, cache_bytes, turn_peak_bytes
 from server.messages import Said, cut_at_stop
 from server.metrics import Metrics
 from server.parking import park, restore
@@ -38,15 +38,11 @@ class Scheduler(threading.Thread):
 
     def __init__(self, model, tokenizer, config: ServeConfig, registry: Registry, metrics: Metrics) -> None:
         super().__init__(name="nexus-scheduler", daemon=True)
-        from kvstore.session.session import Session, SessionConfig
+        from kvstore.session.session import Session
 
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.registry, self.metrics = registry, metrics
-        self.session_config = SessionConfig.of(
-            config.memory, chunk_size=config.chunk_size, dtype=config.dtype,
-            cache_options=session_cache_options(config.memory),  # a density follows each conversation
-            tool_fallback=True,  # every served model takes tools (docs/server.md, its fallback tool template)
-        )  # fmt: skip
+        self.session_config = config.session_config()  # every session's memory, built once
         profile = config.memory.profile
         if profile is not None:  # a missing, corrupt or foreign profile stops the server before it listens
             from kvstore.cache.evicting import model_identity

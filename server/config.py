@@ -11,7 +11,7 @@ from typing import Any
 
 from kvstore.defaults import PROFILE_SUFFIX
 from kvstore.errors import KVStoreError
-from kvstore.session.config import MemorySettings
+from kvstore.session.config import MemorySettings, SessionConfig
 from server.errors import ServeError, ServeSettingError
 
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20}
@@ -111,6 +111,17 @@ class ServeConfig:
     @property
     def model_id(self) -> str:
         return self.served_name or self.memory.model
+
+    def session_config(self) -> SessionConfig:
+        """What every session of this server opens with, built once (the scheduler holds it; a request's seed
+        replaces its seed): the memory settings, the prefill chunk and dtype, the fallback tool template (every
+        served model takes tools, docs/server.md), and a density budget (--budget 0.2) that follows each
+        conversation as it grows (density x its tokens at each turn's prefill, never below what the policy must
+        keep), where a local run fixes it from the first prompt."""
+        grows = {"density_grows": True} if isinstance(self.memory.budget, float) else {}
+        return SessionConfig.of(
+            self.memory, chunk_size=self.chunk_size, dtype=self.dtype, cache_options=grows, tool_fallback=True
+        )
 
     def cache_settings(self) -> dict[str, Any]:
         """What every session of this server runs with (reported in /v1/models, so clients label runs by it)."""

@@ -1,9 +1,6 @@
-"""How many KV bytes a session holds now and may hold at the peak of its next turn (for admission), and how a
-server's budget applies to its sessions."""
+"""How many KV bytes a session holds now and may hold at the peak of its next turn (for admission)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 
 def cache_bytes(cache) -> int:
@@ -20,13 +17,6 @@ def bytes_per_token(model) -> int:
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     size = next(model.parameters()).element_size()
     return 2 * cfg.num_hidden_layers * kv_heads * head_dim * size
-
-
-def session_cache_options(memory) -> dict[str, Any]:
-    """The cache options every session of a server runs with beside its memory settings: a density budget (--budget
-    0.2) follows each conversation as it grows (density x its tokens at each turn's prefill, never below what the
-    policy must keep), where a local run fixes it from the first prompt."""
-    return {"density_grows": True} if isinstance(memory.budget, float) else {}
 
 
 def peak_tokens(cache, history: int, new: int, max_new: int, chunk_size: int) -> int:

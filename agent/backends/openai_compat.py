@@ -11,22 +11,15 @@ request, and the answer's `tool_calls` come back in the reply (streamed ones gat
 
 from __future__ import annotations
 
-import http.client
 import json
-import os
-import ssl
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.backends.client import API_KEY_ENV, SESSION_HEADER, ServerClient
 from agent.calls import assistant_message
 from agent.errors import AgentError
 from agent.protocols import Message, ModelReply, Sampling
-
-API_KEY_ENV = "OPENAI_API_KEY"  # where every client of this project finds the server's API key
 
 
 @dataclass
@@ -43,9 +36,6 @@ class OpenAICompatConfig:
     session_id: str | None = None  # `nexus-agent serve` session to continue (header X-Nexus-Session); None: none named
 
 
-SESSION_HEADER = "X-Nexus-Session"
-
-
 class OpenAICompatModel:
     """Keeps the whole conversation and posts it to /chat/completions each turn."""
 
@@ -56,6 +46,9 @@ class OpenAICompatModel:
         self.history: list[Message] = []
         self.tools: list[dict[str, Any]] = []  # function specs sent with every request (from the first message)
         self.nexus: dict[str, Any] = {}  # the last answer's `nexus` field (nexus-agent serve), {} from other servers
+        self.client = ServerClient(
+            config.base_url, config.api_key, config.api_key_env, config.timeout_s, config.retries
+        )
 
     def reply(self, new_messages: list[Message], sampling: Sampling) -> ModelReply:
         for m in new_messages:
@@ -101,52 +94,19 @@ class OpenAICompatModel:
 
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
         """The answer as a chat.completion object (a stream is gathered into one); retried on 5xx and connection
-        errors, except once a streamed reply has started (its text was already handed on)."""
-        url = self.config.base_url.rstrip("/") + "/chat/completions"
-        headers = {"Content-Type": "application/json"} | auth_headers(self.config.api_key, self.config.api_key_env)
-        if self.config.session_id:
-            headers[SESSION_HEADER] = self.config.session_id
-        body = json.dumps(payload).encode()
-        for attempt in range(self.config.retries + 1):
-            started = [False]
-            try:
-                req = urllib.request.Request(url, data=body, headers=headers, method="POST")
-                with urllib.request.urlopen(req, timeout=self.config.timeout_s) as resp:
-                    return self._gather(resp, url, started) if payload.get("stream") else json.loads(resp.read())
-            except urllib.error.HTTPError as exc:
-                detail = _error_message(exc.read().decode(errors="replace"))
-                if exc.code < 500 or attempt == self.config.retries:
-                    raise AgentError(f"{url}: HTTP {exc.code}: {detail}") from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as exc:
-                reason = getattr(exc, "reason", None) or exc or type(exc).__name__
-                tls_failed = isinstance(reason, ssl.SSLError)  # no retry mends a TLS setup
-                if started[0] or tls_failed or attempt == self.config.retries:
-                    if started[0]:
-                        raise AgentError(
-                            f"the connection to the model server broke mid-reply ({url}: {reason})"
-                        ) from None
-                    hint = tls_hint(url, exc)
-                    raise AgentError(f"cannot reach the model server at {url}: {reason}{hint and '; '}{hint}") from None
-            except json.JSONDecodeError:
-                raise AgentError(f"{url}: the answer is not JSON") from None
-            time.sleep(min(2.0**attempt, 10.0))
-        raise AssertionError("unreachable")
+        errors, except once a streamed reply has begun (agent.backends.client)."""
+        headers = {SESSION_HEADER: self.config.session_id} if self.config.session_id else None
+        gather = self._gather if payload.get("stream") else None
+        return self.client.call("post", "/chat/completions", payload, headers=headers, consume=gather)
 
-    def _gather(self, resp, url: str, started: list[bool]) -> dict[str, Any]:
-        """Read a server-sent-events stream, handing each text piece to on_token; the equivalent completion."""
+    def _gather(self, events: Iterator[dict[str, Any]]) -> dict[str, Any]:
+        """Read a streamed answer's events, handing each text piece to on_token; the equivalent completion."""
         text: list[str] = []
         calls: dict[int, dict[str, Any]] = {}  # index -> the tool call gathered so far
         finish, extra = None, {}
-        for raw in resp:
-            line = raw.decode(errors="replace").strip()
-            if not line.startswith("data:") or (data := line[5:].strip()) == "[DONE]":
-                continue
-            event = json.loads(data)
-            if "error" in event:
-                raise AgentError(f"{url}: {(event['error'] or {}).get('message', event['error'])}")
+        for event in events:
             for choice in event.get("choices") or []:
                 if piece := (choice.get("delta") or {}).get("content"):
-                    started[0] = True
                     text.append(piece)
                     self.on_token(piece)
                 for delta in (choice.get("delta") or {}).get("tool_calls") or []:
@@ -154,7 +114,7 @@ class OpenAICompatModel:
                 finish = choice.get("finish_reason") or finish
             extra |= {k: event[k] for k in ("usage", "nexus") if event.get(k)}
         if finish is None:
-            raise AgentError(f"the model server's stream ended before the reply did ({url})")
+            raise AgentError(f"the model server's stream ended before the reply did ({self.client.url('')})")
         message = {"content": "".join(text), "tool_calls": [calls[i] for i in sorted(calls)]}
         return {"choices": [{"message": message, "finish_reason": finish}], **extra}
 
@@ -174,35 +134,6 @@ def _call(raw: dict[str, Any]) -> dict[str, str]:
     arguments = function.get("arguments")
     arguments = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
     return {"id": str(raw.get("id") or ""), "name": str(function.get("name") or ""), "arguments": arguments}
-
-
-def tls_hint(url: str, exc: BaseException) -> str:
-    """What to try when a connection to `url` failed over TLS, or perhaps for the lack of it; "" otherwise."""
-    reason = getattr(exc, "reason", exc)
-    if isinstance(reason, ssl.SSLCertVerificationError):
-        return (
-            "its TLS certificate is not trusted here: for a self-signed one (nexus-agent serve --tls-cert), set "
-            "SSL_CERT_FILE to that certificate"
-        )
-    if isinstance(reason, ssl.SSLError) and url.startswith("https:"):
-        return "it does not speak TLS there: give http://"
-    if isinstance(reason, (http.client.RemoteDisconnected, ConnectionResetError)) and url.startswith("http:"):
-        return "if the server was started with --tls-cert, give https://"
-    return ""
-
-
-def auth_headers(key: str | None = None, env: str = API_KEY_ENV) -> dict[str, str]:
-    """The Authorization header for `key`, else for the key in `env` ({} when neither is set)."""
-    key = (key or os.environ.get(env, "")).strip()
-    return {"Authorization": f"Bearer {key}"} if key else {}
-
-
-def _error_message(body: str) -> str:
-    """The message of an OpenAI-style error body, else the body's start."""
-    try:
-        return str(json.loads(body)["error"]["message"])[:300]
-    except (ValueError, KeyError, TypeError):
-        return body[:300]
 
 
 def _restore_stop(text: str, finish_reason: str | None, stop: tuple[str, ...]) -> str:

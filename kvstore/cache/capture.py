@@ -5,7 +5,7 @@ matching mask function in `AttentionMaskInterface`) under "nexus_<impl>". The ca
 hands itself over here (`hand_over`); the wrapper then (1) aligns the mask to that layer's held keys, (2) calls the
 real kernel, and (3) gives the layer the queries exactly as attention used them (after RoPE / q-norm), after which
 the layer may evict. The static engine's layers take faster paths where they apply (`_fused`): a decode step by
-kvstore.cache.decode_attention, and a multi-token forward by kvstore.cache.prefill_attention, each also giving the
+kvstore.attention.decode, and a multi-token forward by kvstore.attention.prefill, each also giving the
 policy the attention its held keys received, so that its statistics need no pass of their own. With no evicting
 layer pending (e.g. a plain DynamicCache), the wrapper is a pass-through.
 """
@@ -20,9 +20,9 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
-from kvstore.cache import decode_attention, prefill_attention
+from kvstore.attention import decode, prefill
+from kvstore.attention.dispatch import fused_decode_attention
 from kvstore.errors import KVStoreError
-from kvstore.kernels import decode_attention_triton
 
 PREFIX = "nexus_"
 SUPPORTED = ("eager", "sdpa", "flash_attention_2", "flash_attention_3")
@@ -61,7 +61,7 @@ def _make_wrapper(impl: str):
     def attention(module, query, key, value, attention_mask, **kwargs):
         layer = _take(getattr(module, "layer_idx", None))
         if getattr(layer, "ragged", None) is not None:  # a batch of sessions (kvstore.session.batch)
-            if decode_attention.plain(kwargs):
+            if decode.plain(kwargs):
                 return layer.attend(query, kwargs.get("scaling")), None  # each over its own buffers
             key, value = layer.padded()
         attention_mask = _align_mask(attention_mask, key.shape[-2])
@@ -72,8 +72,8 @@ def _make_wrapper(impl: str):
             return out, None
         fn = _base_function(impl, module)
         fast = getattr(layer, "fast_attention", False) and impl == "sdpa"
-        if fast and decode_attention.applies(query, attention_mask, **kwargs):
-            fn = decode_attention.decode_attention  # a CPU decode step of the static engine: faster than torch's sdpa
+        if fast and decode.applies(query, attention_mask, **kwargs):
+            fn = decode.decode_attention  # a CPU decode step of the static engine: faster than torch's sdpa
         out = fn(module, query, key, value, attention_mask, **kwargs)
         if layer is not None:
             layer.after_attention(query, scaling=kwargs.get("scaling"))
@@ -85,10 +85,10 @@ def _make_wrapper(impl: str):
 
 def _fused(layer, impl: str, query, key, value, attention_mask, kwargs) -> torch.Tensor | None:
     """The attention output, where the static engine's pass also gives the layer what its policy observes (handed
-    over with after_attention): a multi-token forward on the CPU (kvstore.cache.prefill_attention), a decode step on
-    the CPU (sdpa's place) or on a GPU with triton (any implementation's place; kvstore.cache.decode_attention). None:
+    over with after_attention): a multi-token forward on the CPU (kvstore.attention.prefill), a decode step on
+    the CPU (sdpa's place) or on a GPU with triton (any implementation's place; kvstore.attention.decode). None:
     attend as before, and the policy observes in its own pass."""
-    if not getattr(layer, "fast_attention", False) or not decode_attention.plain(kwargs):
+    if not getattr(layer, "fast_attention", False) or not decode.plain(kwargs):
         return None
     scaling = kwargs.get("scaling")
     if query.shape[-2] == 1 and attention_mask is None and (impl == "sdpa" or query.device.type == "cuda"):
@@ -98,11 +98,11 @@ def _fused(layer, impl: str, query, key, value, attention_mask, kwargs) -> torch
         out, mass = fused
         layer.after_attention(query, scaling=scaling, mass=mass)
         return out
-    if impl == "sdpa" and prefill_attention.applies(query, key, attention_mask, **kwargs):
+    if impl == "sdpa" and prefill.applies(query, key, attention_mask, **kwargs):
         coefs = layer.fused_weightings(query.shape[-2])
         if coefs is None:
             return None
-        out, sums = prefill_attention.attention_with_sums(query, key, value, scaling, coefs)
+        out, sums = prefill.attention_with_sums(query, key, value, scaling, coefs)
         layer.after_attention(query, scaling=scaling, sums=sums)
         return out
     return None
@@ -111,10 +111,10 @@ def _fused(layer, impl: str, query, key, value, attention_mask, kwargs) -> torch
 def _attention_with_mass(query, key, value, scale: float | None) -> tuple[torch.Tensor, torch.Tensor] | None:
     """One decoded query per sequence: the output [B, 1, Hq, D] and the mass each held key receives [B, Hkv, T]
     fp32 from the same pass over the keys. On the CPU decode_attention_with_mass; on a GPU the fused Triton kernel
-    (kvstore.kernels.triton_decode), or None where it does not run (no triton: attend as before)."""
+    (kvstore.attention.triton_decode), or None where it does not run (no triton: attend as before)."""
     if query.device.type == "cpu":
-        return decode_attention.decode_attention_with_mass(query, key, value, scale)
-    return decode_attention_triton(query, key, value, scale)
+        return decode.decode_attention_with_mass(query, key, value, scale)
+    return fused_decode_attention(query, key, value, scale)
 
 
 def install(model: torch.nn.Module) -> str:

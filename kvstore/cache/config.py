@@ -1,14 +1,18 @@
 """The configuration of an evicting cache: what every policy shares (`CacheConfig`) plus the policy's own settings
-(a dataclass in the policy's file), and the one routing of flat options (`make_cache(**options)`, `POLICY@key=value`
-specs, a saved session's options) to the one or the other."""
+(a dataclass in the policy's file) and its class, resolved once from its registered name; and the one routing of flat
+options (`make_cache(**options)`, a session's memory settings, `POLICY@key=value` specs, a saved session's options)
+to the one or the other.
+
+The policies read a CacheConfig through `kvstore.policies.settings.SharedSettings` (a Protocol), so this module may
+name them (the registry) without the policies importing it back."""
 
 from __future__ import annotations
 
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from kvstore.defaults import DEFAULT_POLICY
-from kvstore.errors import KVStoreError
+from kvstore.defaults import DEFAULT_POLICY, check_budget
+from kvstore.errors import KVStoreError, SettingError
 from kvstore.policies import POLICIES, Policy, build_policy, policy_class, policy_defaults
 from kvstore.policies.settings import settings_options
 
@@ -45,46 +49,50 @@ class CacheConfig:
     engine: str = "static"  # KV storage: "static" buffers written in place, "eager" concatenating (cache/buffers.py)
     seed: int = 0  # seed of the cache's torch.Generator (reservoir draws)
     settings: Any = None  # the policy's own settings (its dataclass, e.g. NexusSettings); None: its defaults
+    policy_type: type[Policy] = field(init=False, repr=False, compare=False)  # the class `policy` names, looked up
+    # once here (the cache builds its policy from it; `dataclasses.replace` with another policy looks it up again)
 
     def __post_init__(self) -> None:
+        self.policy_type = policy_class(self.policy)
         self.validate()
         if self.settings is None:
-            self.settings = policy_class(self.policy).settings_from({})
+            self.settings = self.policy_type.settings_from({})
 
     def validate(self) -> None:
-        b = self.budget
-        if b is not None and not isinstance(b, bool):
-            if isinstance(b, float) and not 0.0 < b <= 1.0:
-                raise KVStoreError(f"budget density must be in (0, 1], got {b}")
-            if isinstance(b, int) and b <= 0:
-                raise KVStoreError(f"budget must be a positive number of tokens, got {b}")
+        """Each field checked once, each refusal a SettingError that names the field (a front end names its flag)."""
+        self.budget = check_budget(self.budget)
         if self.engine not in ("static", "eager"):
-            raise KVStoreError(f"engine must be 'static' or 'eager', got {self.engine!r}")
+            raise SettingError("engine", f"must be 'static' or 'eager', got {self.engine!r}")
         for name in ("block", "chunk_size", "score_chunk", "observe_batch"):
             if getattr(self, name) < 1:
-                raise KVStoreError(f"option {name} must be >= 1, got {getattr(self, name)}")
-        if self.recent_blocks < 0:
-            raise KVStoreError(f"recent_blocks must be >= 0, got {self.recent_blocks}")
+                raise SettingError(name, f"must be >= 1, got {getattr(self, name)}")
+        for name in ("sink", "decode_slack", "recent", "recent_blocks"):
+            if (getattr(self, name) or 0) < 0:
+                raise SettingError(name, f"must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.recent_share < 1.0:
-            raise KVStoreError(f"recent_share must be in [0, 1), got {self.recent_share}")
-        if (self.sink or 0) < 0 or (self.decode_slack or 0) < 0 or (self.recent or 0) < 0:
-            raise KVStoreError("sink, recent and decode_slack must be >= 0")
+            raise SettingError("recent_share", f"must be in [0, 1), got {self.recent_share}")
         if isinstance(self.recent, float) and self.recent >= 1.0:
-            raise KVStoreError(f"recent as a share of the budget must be < 1, got {self.recent}")
+            raise SettingError("recent", f"as a share of the budget must be < 1, got {self.recent}")
+
+    @classmethod
+    def of(cls, policy: str = DEFAULT_POLICY, **options: Any) -> CacheConfig:
+        """The config a new cache runs with (`make_cache`, a session's `SessionConfig.cache`): flat options over the
+        option defaults the policy's registered name implies (`nexus-agent`'s top-K selector, ...)."""
+        return cls.from_options(policy, **(policy_defaults(policy) | options))
 
     @classmethod
     def from_options(cls, policy: str = DEFAULT_POLICY, **options: Any) -> CacheConfig:
         """The config of `policy` from flat options: the shared ones set fields here, every other goes to the
         option of that name in the policy's settings; an option neither declares is an error."""
         options = dict(options)
-        shared = {name: options.pop(name) for name in SHARED if name in options}
-        settings = policy_class(policy).settings_from(options)
+        config = cls(policy=policy, **{name: options.pop(name) for name in SHARED if name in options})
+        config.settings = config.policy_type.settings_from(options)
         if options:
             raise KVStoreError(
                 f"unknown cache option(s) {', '.join(sorted(options))} for policy {policy!r}; its options: "
                 f"{', '.join(sorted(own_options(policy)))}; every policy's: {', '.join(SHARED)}"
             )
-        return cls(policy=policy, settings=settings, **shared)
+        return config
 
     @classmethod
     def from_saved(cls, data: dict[str, Any]) -> CacheConfig:
@@ -101,7 +109,7 @@ class CacheConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Flat options (the names `from_options` takes), this policy's settings included."""
-        shared = {k: v for k, v in asdict(self).items() if k != "settings"}
+        shared = {name: getattr(self, name) for name in ("policy", *SHARED)}
         return shared | settings_options(self.settings)
 
 
@@ -113,7 +121,7 @@ def saved_by_older_version(what: str) -> KVStoreError:
     )
 
 
-SHARED = tuple(f.name for f in fields(CacheConfig) if f.name not in ("policy", "settings"))
+SHARED = tuple(f.name for f in fields(CacheConfig) if f.name not in ("policy", "settings", "policy_type"))
 
 
 def own_options(policy: str) -> dict[str, Any]:
@@ -162,7 +170,7 @@ def parse_policy_spec(text: str, other: dict[str, str] | None = None) -> tuple[s
 
 
 def _defaults(policy: str) -> dict[str, Any]:
-    shared = {f.name: f.default for f in fields(CacheConfig) if f.default is not MISSING}
+    shared = {name: f.default for name, f in CacheConfig.__dataclass_fields__.items() if name in SHARED}
     return shared | own_options(policy)
 
 
@@ -182,4 +190,4 @@ def register_policy(name: str, cls: type[Policy], **option_defaults: Any) -> Non
 
 def is_stochastic(name: str, **options: Any) -> bool:
     """Whether this policy (with these options) selects by random draws, so a result depends on the seed."""
-    return build_policy(CacheConfig.from_options(name, **(policy_defaults(name) | options))).stochastic
+    return build_policy(CacheConfig.of(name, **options)).stochastic

@@ -23,7 +23,7 @@ from kvstore.cache.layer import EvictingLayer
 from kvstore.cache.signals import SessionSignals
 from kvstore.defaults import DEFAULT_DENSITY, DEFAULT_POLICY
 from kvstore.errors import KVStoreError
-from kvstore.policies import build_policy, policy_defaults
+from kvstore.policies import build_policy
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3")
 
@@ -253,8 +253,12 @@ def make_cache(
     sink, recent, decode_slack, chunk_size, ...) and every option of the policy's settings (Nexus: window,
     walk_steps, lam, n, selector, ...) is an option; one the policy does not declare is an error.
     """
+    return open_cache(model, CacheConfig.of(policy, budget=budget, seed=seed, **options))
+
+
+def open_cache(model: torch.nn.Module, config: CacheConfig) -> EvictingCache:
+    """The evicting cache for `model` with a config built before (a session's `SessionConfig.cache`): the one place a
+    new cache meets its model."""
     identity = model_identity(model)
-    opts = policy_defaults(policy) | options
-    config = CacheConfig.from_options(policy, budget=budget, seed=seed, **opts)
     capture.install(model)
     return EvictingCache(config, identity)

@@ -4,32 +4,52 @@ queries, and the eviction step (score -> plan -> gather) that runs right after a
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from transformers.cache_utils import DynamicLayer
 
+from kvstore.attention.prefill import causal_mask
+from kvstore.attention.received import weighting_coefs
 from kvstore.cache import capture
 from kvstore.cache.buffers import make_store
 from kvstore.cache.eviction import plan_eviction
-from kvstore.cache.prefill_attention import causal_mask
+from kvstore.cache.signals import SessionSignals
 from kvstore.cache.stats import LayerStats
 from kvstore.errors import KVStoreError
-from kvstore.policies.base import ScoreContext, weighting_coefs
+from kvstore.policies.base import Policy, ScoreContext
 
 if TYPE_CHECKING:
-    from kvstore.cache.evicting import EvictingCache
+    from kvstore.cache.config import CacheConfig
+
+
+class LayerOwner(Protocol):
+    """What a layer reads of the cache it belongs to (kvstore.cache.evicting.EvictingCache, which builds its layers
+    and so is known to them only through this)."""
+
+    config: CacheConfig
+    policy: Policy
+    signals: SessionSignals
+    generator: torch.Generator
+
+    def layer_budget_tokens(self, layer_idx: int) -> int: ...
+
+    def decode_limit(self, layer_idx: int) -> int | None: ...
+
+    def should_evict(self, layer: EvictingLayer) -> bool: ...
+
+    def timer(self) -> float: ...
 
 
 class EvictingLayer(DynamicLayer):
     """keys/values: [B, Hkv, T_held, D]; positions: [B, Hkv, T_held] original token positions (never re-rotated)."""
 
-    def __init__(self, layer_idx: int, owner: EvictingCache) -> None:
+    def __init__(self, layer_idx: int, owner: LayerOwner) -> None:
         self.store = make_store(owner.config.engine)  # keys, values, positions, valid, state.* (kvstore.cache.buffers)
         super().__init__()
         self.layer_idx = layer_idx
         self._owner = weakref.ref(owner)  # not a cycle: a cache no one holds frees its buffers at once, not at a gc
-        # the static engine's CPU attention paths (kvstore.cache.capture): decode_attention, prefill_attention
+        # the static engine's CPU attention paths (kvstore.cache.capture): kvstore.attention.decode and .prefill
         self.fast_attention = owner.config.engine == "static"
         self.seen = 0  # tokens seen (new tokens continue at this position)
         self.window_q: torch.Tensor | None = None  # [B, Hq, <=W, D]
@@ -40,7 +60,7 @@ class EvictingLayer(DynamicLayer):
         self.stats = LayerStats()
 
     @property
-    def owner(self) -> EvictingCache:
+    def owner(self) -> LayerOwner:
         """The cache this layer belongs to."""
         return self._owner()
 
@@ -135,7 +155,7 @@ class EvictingLayer(DynamicLayer):
 
     def fused_weightings(self, q: int) -> torch.Tensor | None:
         """[k, q]: the weightings of a multi-token forward's q queries whose attention sums the policy observes,
-        for the attention pass to compute them (kvstore.cache.prefill_attention); None where the policy observes in
+        for the attention pass to compute them (kvstore.attention.prefill); None where the policy observes in
         its own pass: it does not observe by sums, or decoded queries are still pending without their masses (they
         are observed together)."""
         if not self.observes_by_sums() or self.pending_q:

@@ -59,7 +59,8 @@ def uses_profile(name: str) -> bool:
 
 
 def build_policy(config) -> Policy:
-    return _lookup(config.policy)[0](config)
+    """The policy of a cache config (kvstore.cache.config.CacheConfig), of the class the config resolved once."""
+    return config.policy_type(config)
 
 
 def _lookup(name: str) -> tuple[type[Policy], dict[str, Any]]:

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
+from kvstore.attention.received import attention_received, per_kv_head
 from kvstore.errors import KVStoreError
-from kvstore.policies.base import Policy, ScoreContext, attention_received, per_kv_head
+from kvstore.policies.base import Policy, ScoreContext
 from kvstore.policies.settings import named
 
 

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 import torch
 
-from kvstore.cache.scoring import block_spread, block_sum, kv_head_block_scores, nexus_weights, window_block_scores
-from kvstore.cache.selection import select
+from kvstore.attention.dispatch import fused_kv_head_block_scores, fused_window_block_scores
+from kvstore.attention.scoring import block_spread, block_sum, kv_head_block_scores, nexus_weights, window_block_scores
 from kvstore.errors import KVStoreError
-from kvstore.kernels import kv_head_block_scores_auto, window_block_scores_auto
 from kvstore.policies.base import Policy, ScoreContext
+from kvstore.policies.selection import select
 
 
 @dataclass
@@ -77,10 +77,11 @@ class NexusPolicy(Policy):
     def current_scores(self, ctx: ScoreContext) -> torch.Tensor:
         """The Nexus weights of this step's window, one row per layer: [B, 1, N_k]."""
         s, b = self.settings, self.config.block
-        block_scores = window_block_scores_auto if ctx.triton else window_block_scores
         rows = []
         for i in range(ctx.keys.shape[0]):
-            s_hat = block_scores(ctx.queries[i], ctx.keys[i], b, ctx.scaling)  # [W, N_k]
+            args = (ctx.queries[i], ctx.keys[i], b, ctx.scaling)
+            s_hat = fused_window_block_scores(*args) if ctx.triton else None
+            s_hat = window_block_scores(*args) if s_hat is None else s_hat  # [W, N_k]
             rows.append(nexus_weights(s_hat, s.walk_steps, s.lam, s.eps_tie))  # [N_k]
         return torch.stack(rows)[:, None, :]  # [B, 1, N_k]
 
@@ -114,9 +115,10 @@ class NexusHeadPolicy(NexusPolicy):
     def current_scores(self, ctx: ScoreContext) -> torch.Tensor:
         """The Nexus weights of this step's window, one row per kv head: [B, Hkv, N_k]."""
         s, b = self.settings, self.config.block
-        block_scores = kv_head_block_scores_auto if ctx.triton else kv_head_block_scores
         out = []
         for i in range(ctx.keys.shape[0]):
-            s_hat = block_scores(ctx.queries[i], ctx.keys[i], b, ctx.scaling)  # [Hkv, W, N_k]
+            args = (ctx.queries[i], ctx.keys[i], b, ctx.scaling)
+            s_hat = fused_kv_head_block_scores(*args) if ctx.triton else None
+            s_hat = kv_head_block_scores(*args) if s_hat is None else s_hat  # [Hkv, W, N_k]
             out.append(nexus_weights(s_hat, s.walk_steps, s.lam, s.eps_tie))  # all kv heads at once
         return torch.stack(out)  # [B, Hkv, N_k]

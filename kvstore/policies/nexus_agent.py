@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvstore.cache.scoring import block_spread
+from kvstore.attention.scoring import block_spread
 from kvstore.errors import KVStoreError
 from kvstore.policies.base import ScoreContext, mean_received, observed_sums
 from kvstore.policies.nexus import NexusHeadPolicy, NexusSettings

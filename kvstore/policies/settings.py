@@ -1,11 +1,25 @@
 """How a policy's settings dataclass meets the flat options users write (`make_cache(**options)`, `POLICY@key=value`
 specs, a saved session's options): a field is set by the option of its name, or of the name `named` gives it, and
-a wrapper's nested settings take their options from the same flat set."""
+a wrapper's nested settings take their options from the same flat set; and what a policy reads of its cache's
+config (`SharedSettings`)."""
 
 from __future__ import annotations
 
 from dataclasses import field, fields
-from typing import Any
+from typing import Any, Protocol
+
+
+class SharedSettings(Protocol):
+    """What a policy reads of its cache's config (kvstore.cache.config.CacheConfig, which names the policies through
+    their registry): the forced set every policy shares and the policy's own settings. A Protocol, so the policies
+    never import the cache's config back."""
+
+    block: int  # tokens per key block
+    sink: int | None  # attention-sink tokens always kept; None: the policy's default
+    recent: int | float | None  # token policies: recent tokens always kept (float: share of the layer budget)
+    recent_blocks: int  # block policies: most recent complete blocks always kept
+    recent_share: float  # at least this share of the layer budget kept as recent tokens
+    settings: Any  # the policy's own settings (its dataclass)
 
 
 def named(option: str, default: Any) -> Any:

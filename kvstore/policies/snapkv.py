@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from kvstore.attention.received import head_token_attention
 from kvstore.errors import KVStoreError
-from kvstore.policies.base import Policy, ScoreContext, head_token_attention
+from kvstore.policies.base import Policy, ScoreContext
 
 
 @dataclass

@@ -11,9 +11,9 @@ from collections.abc import Callable, Generator
 
 import torch
 
+from kvstore.attention.received import head_token_attention
 from kvstore.cache.evicting import ARCHITECTURE_KEYS, model_identity
 from kvstore.errors import KVStoreError
-from kvstore.policies.base import head_token_attention
 from kvstore.profiles.profile import MemoryProfile, common_template
 from kvstore.session.render import ChatRenderer
 from kvstore.session.session import Session, SessionConfig

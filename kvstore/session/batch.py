@@ -4,7 +4,7 @@ The caches hold different numbers of keys (ragged). For each layer, a `BatchView
 and value to that row's own `EvictingLayer` (which appends them, as a solo forward would). The weights are read once
 for the batch; attention is per row:
 - on the CPU with sdpa (`ragged`), each row attends over its own held keys and values where they lie (views of its
-  buffers: kvstore.cache.buffers) with the decode attention of a solo step (kvstore.cache.decode_attention), so
+  buffers: kvstore.cache.buffers) with the decode attention of a solo step (kvstore.attention.decode), so
   nothing is copied or padded, and a row whose policy observes gets each key's mass from that pass;
 - elsewhere the rows' held keys/values are left-padded to the longest into one [B, Hkv, T_max, D] batch with a mask
   of the real slots (one copy per layer and step), for the model's own attention kernel.
@@ -21,7 +21,8 @@ import torch
 from transformers.cache_utils import Cache
 
 import kvstore
-from kvstore.cache import capture, decode_attention
+from kvstore.attention import decode
+from kvstore.cache import capture
 from kvstore.cache.evicting import EvictingCache
 from kvstore.errors import KVStoreError
 
@@ -86,10 +87,10 @@ class _BatchLayer:
         for i, (row, (keys, values)) in enumerate(zip(self.rows, held, strict=True)):
             q = query[i : i + 1]
             if row.observes_by_sums():
-                out, mass = decode_attention.decode_attention_with_mass(q, keys, values, scaling)
+                out, mass = decode.decode_attention_with_mass(q, keys, values, scaling)
                 row.after_attention(q, scaling, mass=mass)
             else:
-                out = decode_attention.decode_attention(None, q, keys, values, None, scaling)[0]
+                out = decode.decode_attention(None, q, keys, values, None, scaling)[0]
                 row.after_attention(q, scaling)
             outs.append(out)
         return torch.cat(outs)

@@ -2,14 +2,19 @@
 
 `MemorySettings` is what every entry point shares: a run (`pipeline.config.RunConfig.memory`), a server
 (`server.config.ServeConfig.memory`) and a kvstore session (`SessionConfig` extends it with what only a session
-needs). No torch import: the command line reads it for --help.
+needs, and builds from it, once, the cache's typed config: `SessionConfig.cache`, a `CacheConfig` with its policy
+class resolved). The one route of a setting: the edge (CLI or Python) builds MemorySettings, validated here; the
+entry point wraps it into a SessionConfig (`SessionConfig.of`); the session opens its caches from `.cache`
+(kvstore.cache.evicting.open_cache). No torch import here: the command line reads it for --help (the cache's config,
+which imports the policies, is imported when a SessionConfig is built).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+import copy
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvstore.defaults import (
     DEFAULT_MODEL,
@@ -18,10 +23,14 @@ from kvstore.defaults import (
     DEFAULT_PROTOCOL,
     DEFAULT_SESSION_BUDGET,
     PROTECT_MODES,
+    check_budget,
     describe_memory,
     parse_budget,
 )
 from kvstore.errors import SettingError
+
+if TYPE_CHECKING:
+    from kvstore.cache.config import CacheConfig
 
 PROTOCOLS = ("true-eviction", "re-prefill")
 
@@ -43,8 +52,7 @@ class MemorySettings:
     device: str | None = None  # torch device; None: a CUDA GPU when there is one, else the CPU
 
     def __post_init__(self) -> None:
-        if isinstance(self.budget, str):
-            self.budget = parse_budget(self.budget)
+        self.budget = parse_budget(self.budget) if isinstance(self.budget, str) else check_budget(self.budget)
         if self.protect not in PROTECT_MODES:
             raise SettingError("protect", f"{self.protect!r}: use one of {', '.join(PROTECT_MODES)}")
         if self.protocol not in PROTOCOLS:
@@ -69,13 +77,18 @@ class SessionConfig(MemorySettings):
     tool_fallback: bool = False  # render tools, tool calls and tool results through the fallback tool template where
     # the model's template has none (kvstore.session.tools_fallback): the server's sessions; elsewhere the template's
     # own text (runs refuse native tools on such a template, and replays and benchmarks compare on its own text)
+    cache: CacheConfig = field(init=False, repr=False, compare=False)  # every cache of the session runs with this:
+    # policy, budget, seed, chunk_size and cache_options built into one typed, checked config (never saved: rebuilt
+    # from the fields above, as `dataclasses.replace` does)
 
     def __post_init__(self) -> None:
+        from kvstore.cache.config import CacheConfig  # imports the policies and torch: a session is about to run
+
         super().__post_init__()
         if isinstance(self.profile, Path):  # saved as text (kvstore.session.persist, chat.json)
             self.profile = str(self.profile)
-        if self.chunk_size < 1:
-            raise SettingError("chunk_size", f"must be >= 1, got {self.chunk_size}")
+        options = {"chunk_size": self.chunk_size} | dict(self.cache_options)
+        self.cache = CacheConfig.of(self.policy, budget=self.budget, seed=self.seed, **options)
 
     @classmethod
     def of(cls, memory: MemorySettings, **more: Any) -> SessionConfig:
@@ -83,9 +96,10 @@ class SessionConfig(MemorySettings):
         return cls(**memory.settings(), **more)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields a SessionConfig is made of, as saved (session files, chat.json); `cache` is rebuilt from them."""
+        return {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.init}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionConfig:
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls) if f.init}
         return cls(**{k: v for k, v in data.items() if k in known})

@@ -19,20 +19,21 @@ import torch
 
 import kvstore
 from kvstore.errors import KVStoreError
+from kvstore.session.reply_host import ReplyHost
 from kvstore.session.sampling import LogitAdjust, TextStream, next_token, token_logprobs
 from kvstore.session.turn_stats import OpenTurn, Reply
 
 if TYPE_CHECKING:
     from kvstore.session.grammar import Constraint
-    from kvstore.session.session import Session
 
 
 class ReplyInProgress:
-    """One turn of `session` being generated; see the module docstring for the order of calls."""
+    """One turn of `session` (a kvstore Session, through kvstore.session.reply_host.ReplyHost) being generated; see
+    the module docstring for the order of calls."""
 
     def __init__(
         self,
-        session: Session,
+        session: ReplyHost,
         max_new_tokens: int = 1024,
         *,
         temperature: float = 0.0,

@@ -17,10 +17,12 @@ from pathlib import Path
 import torch
 
 import kvstore
+from kvstore.cache.evicting import open_cache
 from kvstore.cache.forwarding import chunk_end, prefill_steps
 from kvstore.errors import KVStoreError, SettingError
 from kvstore.session.config import SessionConfig
 from kvstore.session.render import ChatRenderer
+from kvstore.session.reply import ReplyInProgress
 from kvstore.session.sampling import check_sampling
 from kvstore.session.turn_stats import OpenTurn, Reply, TurnStats
 from kvstore.steps import run_steps
@@ -70,10 +72,8 @@ class Session:
         return getattr(self.cache, "prior", None) is not None
 
     def new_cache(self):
-        """An empty cache with the session's policy, budget, seed and options."""
-        c = self.config
-        options = {"chunk_size": c.chunk_size} | dict(c.cache_options)
-        cache = kvstore.make_cache(self.model, policy=c.policy, budget=c.budget, seed=c.seed, **options)
+        """An empty cache with the session's cache config (SessionConfig.cache: policy, budget, seed and options)."""
+        cache = open_cache(self.model, self.config.cache)
         old = getattr(self, "cache", None)
         if old is not None:  # re-prefill: the same spans, profile weights and replies (their queries are the agent's)
             cache.signals = old.signals.carried_over()
@@ -241,8 +241,6 @@ class Session:
         follow them, so the history stays a valid conversation. Decoding stops at an end-of-turn token, a stop
         string, `max_new_tokens`, or the model's last position.
         """
-        from kvstore.session.reply import ReplyInProgress
-
         reply = ReplyInProgress(
             self, max_new_tokens, temperature=temperature, top_p=top_p, stop=stop, on_token=on_token
         )

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
+from kvstore.attention.scoring import block_spread
 from kvstore.cache.eviction import layout_for
-from kvstore.cache.scoring import block_spread
 from kvstore.policies.base import mean_received
 from kvstore.policies.nexus import NexusAccPolicy, NexusPolicy, _unit_mean, with_prior
 

@@ -169,7 +169,7 @@ class BwrapSandbox:
         return env
 
     def build_env(self, script: str, env: PyEnv) -> None:
-        """Run `script` in build mode for `env` (chat builds its repo's env so: pipeline/chat_env.py); SandboxError
+        """Run `script` in build mode for `env` (chat builds its repo's env so: pipeline/chat/env.py); SandboxError
         when it fails."""
         self._build_env(script, env)
 

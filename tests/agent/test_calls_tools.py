@@ -41,6 +41,14 @@ def test_schemas_are_the_tool_contract() -> None:
     assert schemas["file_editor"]["properties"]["insert_line"]["type"] == "integer"
 
 
+def test_schemas_refuse_a_parameter_the_tool_lacks() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    finish = {s["function"]["name"]: s["function"]["parameters"] for s in tool_schemas()}["finish"]
+    jsonschema.validate({"command": "submit"}, finish)
+    with pytest.raises(jsonschema.ValidationError, match="Additional properties"):
+        jsonschema.validate({"command": "submit", "type": "x"}, finish)
+
+
 FINISH = ("done", [native("finish", '{"command": "submit"}', 9)])
 
 

@@ -142,29 +142,28 @@ def test_confirm_mode_asks_before_changes_only() -> None:
 
 def test_confirm_answers(tmp_path: Path, repo: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The y/n/always gate of confirm mode, on a real Chat (tiny model session, bwrap sandbox on the repo)."""
+    from chatlib import view
     from rich.console import Console
 
-    from agent.loop import AgentConfig
-    from cli.chat_loop import Chat
     from kvstore.session.session import Session, SessionConfig
-    from pipeline.chat_local import LocalConversation
+    from pipeline.chat.local import LocalConversation
 
     session = Session.open(SessionConfig(model=str(tiny_model_dir), policy="full"))
     state = cs.ChatState(repo=str(repo), config=session.config.to_dict())
     with cs.open_repo_sandbox(repo, "t") as sandbox:
         conversation = LocalConversation(tmp_path, session, state.config)
-        chat = Chat(Console(), tmp_path, "t", state, conversation, sandbox, AgentConfig(), yolo=False)
+        chat = view(Console(), tmp_path, state, conversation, sandbox)
         call = ToolCall("execute_bash", {"cmd": "touch made.txt"})
         answers = iter(["n", "y", "a"])
         monkeypatch.setattr("builtins.input", lambda prompt="": next(answers))
-        assert "declined" in chat._confirm(call)
-        assert chat._confirm(call) is None and not chat.yolo
-        assert chat._confirm(call) is None and chat.state.allow == ["touch"] and not chat.yolo
-        assert chat._confirm(call) is None  # allowed now: no question (the iterator is empty)
-        assert chat._confirm(ToolCall("search", {"search_term": "x"})) is None
+        assert "declined" in chat.runner.confirm(call)
+        assert chat.runner.confirm(call) is None and not chat.runner.yolo
+        assert chat.runner.confirm(call) is None and chat.runner.state.allow == ["touch"] and not chat.runner.yolo
+        assert chat.runner.confirm(call) is None  # allowed now: no question (the iterator is empty)
+        assert chat.runner.confirm(ToolCall("search", {"search_term": "x"})) is None
         res = cs.ChatEnvironment(sandbox).execute(call, timeout=30)
         assert res.returncode == 0 and (repo / "made.txt").is_file()  # the sandbox works on the user's repo itself
-        chat.writer.close()
+        chat.runner.writer.close()
 
 
 @pytest.mark.slow  # end to end (subprocesses, a pty or a timeout): ~8-23 s

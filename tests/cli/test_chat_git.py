@@ -32,11 +32,11 @@ def test_the_chat_agent_reads_git_and_cannot_change_it(tmp_path: Path) -> None:
     ]
     with cs.open_repo_sandbox(repo, "t") as sandbox:
         chat = open_chat(tmp_path / "session", repo, replies, sandbox)
-        chat._banner()
+        chat.banner()
         assert "runs read-only git (status, diff, log, show, blame, ls-files, grep)" in " ".join(shown(chat).split())
         chat.request("what changed?")
         out = shown(chat)
-        chat.writer.close()
+        chat.runner.writer.close()
     assert "M calc.py" in out and " init" in out and "+    return a + b" in out  # status, log, diff
     assert "return a - b" in out and "test_calc.py" in out and "HEAD:test_calc.py:1:from calc import add" in out
     assert out.count(REFUSED) == 3  # commit, checkout, stash

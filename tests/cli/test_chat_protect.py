@@ -39,4 +39,4 @@ def test_chat_protects_the_opening_and_resume_keeps_the_setting(tmp_path: Path, 
     assert doc["messages"][0]["role"] == "system" and start == 0 and 0 < end < doc["prefilled"]
     res = nexus(*base, "--resume", "--protect", "none", env=env, cwd=tmp_path)
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
-    assert "other settings: --protect none (saved: system)" in res.stderr
+    assert "--protect none (saved: system): session" in res.stderr

@@ -118,32 +118,34 @@ def test_chat_shows_what_runs(
     tmp_path: Path, repo: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     """On a real Chat: the approval prompt, a step's tool and observation, the streamed reply, the report, notes."""
-    from agent.loop import AgentConfig, AgentResult
-    from cli.chat_loop import Chat
+    from chatlib import view
+
+    from agent.loop import AgentResult
     from kvstore.session.session import Session, SessionConfig
-    from pipeline.chat_local import LocalConversation
+    from pipeline.chat.local import LocalConversation
+    from pipeline.chat.views import Turn
 
     session = Session.open(SessionConfig(model=str(tiny_model_dir), policy="full"))
     state = cs.ChatState(repo=str(repo), config=session.config.to_dict())
     monkeypatch.setattr("builtins.input", lambda prompt="": "n")
     consoles = _consoles()
     with cs.open_repo_sandbox(repo, "t") as sandbox:
-        chat = Chat(consoles[0], tmp_path, "t", state, LocalConversation(tmp_path, session, state.config), sandbox,
-                    AgentConfig(), yolo=False)  # fmt: skip
+        chat = view(consoles[0], tmp_path, state, LocalConversation(tmp_path, session, state.config), sandbox)
         for console in consoles:
             chat.console = console
             for cmd in (CONCEAL, "echo [/] ok", "printf '\x1b]0;x\x07' \r echo :smile: hi\u202e"):
-                assert "declined" in chat._confirm(ToolCall("execute_bash", {"cmd": cmd}))
+                assert "declined" in chat.runner.confirm(ToolCall("execute_bash", {"cmd": cmd}))
             call = {"name": "execute_bash[/][conceal]x[/conceal]", "params": {"cmd": "x"}}
-            chat._on_step({"step": 1, "call": call, "observation": HOSTILE_LINES, "submitted": False, "stats": {}})
-            chat._report(AgentResult("submitted", "", 1, 0.1, submission=HOSTILE_LINES))
-            chat._note("the server says [/] \x1b[2J")
+            record = {"step": 1, "call": call, "observation": HOSTILE_LINES, "submitted": False, "stats": {}}
+            chat.runner._on_step(record)
+            chat._report(Turn("x", "done", AgentResult("submitted", "", 1, 0.1, submission=HOSTILE_LINES)))
+            chat._event({"kind": "note", "text": "the server says [/] \x1b[2J"})
             for text, _ in HOSTILE:
                 chat._stream(text[: len(text) // 2])
                 chat._stream(text[len(text) // 2 :])
             chat._end_stream()
             assert capsys.readouterr().out == "".join(expected for _, expected in HOSTILE)  # the streamed reply
-        chat.writer.close()
+        chat.runner.writer.close()
     text = _check_output(*consoles)
     assert f"run? $ {CONCEAL}\n" in text and "touch /testbed/HIDDEN" in text  # what is shown is what runs
     assert "run? $ echo [/] ok\n" in text

@@ -23,7 +23,7 @@ def turn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
     with cs.open_repo_sandbox(repo, "t") as sandbox:
         chat = open_chat(tmp_path / "session", repo, replies, sandbox, stream=True)
         chat.request("fix add")
-        chat.writer.close()
+        chat.runner.writer.close()
         return shown(chat), capsys.readouterr().out
 
 
@@ -68,7 +68,7 @@ def two_turns(tmp_path: Path):
         chat.request("write notes")
         shown(chat)
         yield chat, repo
-        chat.writer.close()
+        chat.runner.writer.close()
 
 
 def test_checkpoints_lists_every_turn_most_recent_first(two_turns) -> None:
@@ -100,13 +100,13 @@ def test_the_model_is_told_of_every_undone_turn(two_turns) -> None:
     from cli.chat_commands import run_command
 
     run_command(two_turns[0], "/undo 2")
-    assert "calc.py, notes.txt" in two_turns[0].state.notice
+    assert "calc.py, notes.txt" in two_turns[0].runner.state.notice
 
 
 def _observation(chat, step: int) -> str:
     import json
 
-    records = [json.loads(line) for line in (chat.folder / cs.TRAJECTORY_FILE).read_text().splitlines()]
+    records = [json.loads(line) for line in (chat.runner.folder / cs.TRAJECTORY_FILE).read_text().splitlines()]
     return next(r["observation"] for r in records if r.get("step") == step)
 
 
@@ -120,7 +120,7 @@ def confirm_chat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         chat = open_chat(tmp_path / "session", repo, [bash("rm calc.py"), bash("ls"), bash("ls -a"), finish()],
                          sandbox, yolo=False)  # fmt: skip
         yield chat, answers
-        chat.writer.close()
+        chat.runner.writer.close()
 
 
 def test_a_decline_with_a_reason_reaches_the_model(confirm_chat) -> None:
@@ -134,7 +134,7 @@ def test_always_allows_the_program_for_the_session(confirm_chat) -> None:
     chat, answers = confirm_chat
     answers += ["n", "a"]  # ls -a then runs without a question (no answer is left)
     chat.request("look")
-    assert cs.ChatState.load(chat.folder).allow == ["ls"]
+    assert cs.ChatState.load(chat.runner.folder).allow == ["ls"]
 
 
 def test_allowlist_shows_and_clears(confirm_chat) -> None:
@@ -152,9 +152,9 @@ def test_piped_input_refuses_calls_that_need_approval(tmp_path: Path) -> None:
     repo = failing_repo(tmp_path)
     with cs.open_repo_sandbox(repo, "t") as sandbox:
         chat = open_chat(tmp_path / "session", repo, [bash("rm calc.py"), finish()], sandbox, yolo=False)
-        chat.interactive = False
+        chat.runner.approve = None
         chat.request("clean up")
-        chat.writer.close()
+        chat.runner.writer.close()
     assert (repo / "calc.py").exists() and "reads its input from a pipe" in _observation(chat, 1)
 
 
@@ -162,9 +162,9 @@ def test_piped_input_runs_what_the_allowlist_covers(tmp_path: Path) -> None:
     repo = failing_repo(tmp_path)
     with cs.open_repo_sandbox(repo, "t") as sandbox:
         chat = open_chat(tmp_path / "session", repo, [bash("rm calc.py"), finish()], sandbox, yolo=False)
-        chat.interactive, chat.state.allow = False, ["rm"]
+        chat.runner.approve, chat.runner.state.allow = None, ["rm"]
         chat.request("clean up")
-        chat.writer.close()
+        chat.runner.writer.close()
     assert not (repo / "calc.py").exists()
 
 
@@ -175,7 +175,7 @@ def test_an_unknown_command_is_named(tmp_path: Path) -> None:
     with cs.open_repo_sandbox(repo, "t") as sandbox:
         chat = open_chat(tmp_path / "session", repo, [], sandbox)
         run_command(chat, "/foo")
-        chat.writer.close()
+        chat.runner.writer.close()
     assert shown(chat).strip() == "unknown command /foo; /help lists them"
 
 
@@ -186,7 +186,7 @@ def test_help_prints_the_commands(tmp_path: Path) -> None:
     with cs.open_repo_sandbox(repo, "t") as sandbox:
         chat = open_chat(tmp_path / "session", repo, [], sandbox)
         run_command(chat, "/help")
-        chat.writer.close()
+        chat.runner.writer.close()
     assert "/checkpoints" in shown(chat)
 
 
@@ -195,7 +195,7 @@ FOREIGN = {"prompt_tokens": 1200, "completion_tokens": 34, "total_tokens": 1234}
 
 def _foreign_stats(tmp_path: Path) -> list[str]:
     """/stats of a chat on a server that is not a `nexus-agent serve` (only OpenAI token counts come back)."""
-    from pipeline.chat_served import ServedConversation, ServedRecord
+    from pipeline.chat.served import ServedConversation, ServedRecord
 
     record = ServedRecord("http://127.0.0.1:9/v1", "s", turns=[FOREIGN, {}])
     return ServedConversation(tmp_path, record, {"id": "m"}).stats_lines()
@@ -242,7 +242,7 @@ def test_agents_md_reaches_the_system_prompt_of_the_first_request(tmp_path: Path
     with cs.open_repo_sandbox(repo, "t") as sandbox:
         chat = open_chat(tmp_path / "session", repo, [finish()], sandbox)
         chat.request("hello")
-        chat.writer.close()
-    records = [json.loads(line) for line in (chat.folder / cs.TRAJECTORY_FILE).read_text().splitlines()]
+        chat.runner.writer.close()
+    records = [json.loads(line) for line in (chat.runner.folder / cs.TRAJECTORY_FILE).read_text().splitlines()]
     system = next(r for r in records if r.get("step") == 1)["input"][0]
     assert "Always run pytest -q before finishing." in system["content"]

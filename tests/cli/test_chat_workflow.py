@@ -42,12 +42,12 @@ def test_edit_diff_turn_diff_and_undo(tmp_path: Path, monkeypatch: pytest.Monkey
         assert "restored 2: calc.py, test_calc.py" in said and "removed 1 new: notes/new.txt" in said
         assert (repo / "calc.py").read_text() == CALC and (repo / "test_calc.py").read_text() == TEST_CALC
         assert not (repo / "notes").exists() and (repo / "scratch.txt").read_text() == "untracked, kept\n"
-        assert "undid every change" in cs.ChatState.load(chat.folder).notice  # told to the model next time
-        message = cs.request_message("next", False, "", "/testbed", chat.state.notice)
+        assert "undid every change" in cs.ChatState.load(chat.runner.folder).notice  # told to the model next time
+        message = cs.request_message("next", False, "", "/testbed", chat.runner.state.notice)
         assert "calc.py" in message["content"] and message["content"].index("undid") < message["content"].index("next")
         run_command(chat, "/undo")
         assert "nothing to undo" in shown(chat)
-        chat.writer.close()
+        chat.runner.writer.close()
 
 
 def test_failing_line_shows_and_show_prints_everything(tmp_path: Path) -> None:
@@ -66,7 +66,7 @@ def test_failing_line_shows_and_show_prints_everything(tmp_path: Path) -> None:
         assert all(f"line {i}\n" in full for i in range(60)) and "ValueError: the real error" in full
         run_command(chat, "/show 7")
         assert "no step 7" in shown(chat)
-        chat.writer.close()
+        chat.runner.writer.close()
 
 
 def test_ctrl_c_at_the_prompt_declines_then_stops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,11 +81,11 @@ def test_ctrl_c_at_the_prompt_declines_then_stops(tmp_path: Path, monkeypatch: p
 
         monkeypatch.setattr("builtins.input", press_ctrl_c)
         rm = ToolCall("execute_bash", {"cmd": "rm calc.py"})
-        assert "declined" in chat._confirm(rm)  # the first Ctrl-C cancels this call only
+        assert "declined" in chat.runner.confirm(rm)  # the first Ctrl-C cancels this call only
         with pytest.raises(cs.StopTurn):
-            chat._confirm(rm)  # a second one stops the turn
+            chat.runner.confirm(rm)  # a second one stops the turn
         assert (repo / "calc.py").exists()
-        chat.writer.close()
+        chat.runner.writer.close()
 
 
 def test_quit_words_end_the_chat_without_a_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,12 +95,12 @@ def test_quit_words_end_the_chat_without_a_turn(tmp_path: Path, monkeypatch: pyt
             chat = open_chat(tmp_path / "session", repo, [], sandbox)
             monkeypatch.setattr("builtins.input", lambda prompt="", w=word: w)
             chat.run()  # returns: nothing was asked of the (empty) scripted model
-            assert chat.state.requests == [] and "is not kept" in shown(chat)
+            assert chat.runner.state.requests == [] and "is not kept" in shown(chat)
 
 
 def test_sessions_list_delete_and_new_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from cli.chat_commands import run_command
-    from pipeline import chat_sessions
+    from pipeline.chat import sessions as chat_sessions
 
     monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))
     repo = failing_repo(tmp_path)
@@ -112,7 +112,7 @@ def test_sessions_list_delete_and_new_names(tmp_path: Path, monkeypatch: pytest.
     assert [s.name for s in chat_sessions.sessions_of(repo)] == ["calc-2", "calc"]  # most recent first
     with cs.open_repo_sandbox(repo, "t") as sandbox:
         chat = open_chat(cs.session_dir("calc-3"), repo, [], sandbox)
-        chat.name = "calc-3"
+        chat.runner.name = "calc-3"
         run_command(chat, "/sessions")
         listed = shown(chat)
         assert "calc-2  2 request(s)" in listed and "calc-3  0 request(s)" in listed and "other" not in listed
@@ -123,7 +123,7 @@ def test_sessions_list_delete_and_new_names(tmp_path: Path, monkeypatch: pytest.
         assert "deleted session calc" in shown(chat) and not cs.session_dir("calc").exists()
         run_command(chat, "/sessions delete nope")
         assert "no chat session 'nope'" in shown(chat)
-        chat.writer.close()
+        chat.runner.writer.close()
 
 
 def _pypi_reachable() -> bool:
@@ -138,7 +138,7 @@ def _pypi_reachable() -> bool:
 def test_the_sandbox_runs_the_repos_tests(tmp_path: Path) -> None:
     from contextlib import nullcontext
 
-    from pipeline import chat_env
+    from pipeline.chat import env as chat_env
     from swe_env.pyenv import PyEnvConfig
 
     if not _pypi_reachable():

@@ -71,6 +71,18 @@ def test_a_setting_is_named_by_its_own_flag() -> None:
     assert [flag_of(s) for s in ("profile", "drain_s", "park_dir")] == ["--memory-profile", "--drain", "--park-dir"]
 
 
+def test_the_prefill_chunk_is_named_by_its_flag() -> None:
+    from cli.options import flag_of
+
+    assert flag_of("chunk_size") == "--prefill-chunk"
+
+
+def test_a_setting_without_a_flag_keeps_its_name() -> None:
+    from cli.options import flag_of
+
+    assert flag_of("block") == "block"
+
+
 def test_a_missing_chat_repo_is_a_user_error(cli, tmp_path: Path) -> None:
     err = cli("chat", "--repo", str(tmp_path / "none"), NEXUS_AGENT_HOME=str(tmp_path / "home"))
     assert "is not a directory" in err

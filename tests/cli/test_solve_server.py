@@ -5,82 +5,25 @@ bubblewrap sandbox, two steps in each call format, the served model picked by --
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from clilib import cli_env, nexus
+from standin import KEY, MODELS, StandIn, stand_in_server
 
 TASK = "nexus-demo__pagekit-1"
-KEY = "sekrit-123"
-MODELS = ("vendor/coder-7b", "vendor/coder-32b")
 pytestmark = pytest.mark.usefixtures("bwrap_installed")
-# the scripted model: (tool, arguments) per step
-SCRIPT = [("execute_bash", {"cmd": "head -n 3 pagekit/paginator.py"}), ("finish", {"command": "submit"})]
-
-
-class StandIn(ThreadingHTTPServer):
-    """What the test saw: every request's path, Authorization header and body."""
-
-    seen: list[dict]
-
-
-class Handler(BaseHTTPRequestHandler):
-    server: StandIn
-
-    def do_GET(self) -> None:  # noqa: N802 (the http.server API)
-        self._log(None)
-        if self.path != "/v1/models":
-            return self._send(404, {"error": {"message": f"no route {self.path}"}})
-        self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in MODELS]})
-
-    def do_POST(self) -> None:  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self._log(body)
-        if self.headers.get("Authorization") != f"Bearer {KEY}":
-            return self._send(401, {"error": {"message": "bad key"}})
-        if self.path != "/v1/chat/completions":
-            return self._send(404, {"error": {"message": f"no route {self.path}"}})
-        step = sum(m["role"] == "assistant" for m in body["messages"])
-        name, args = SCRIPT[min(step, len(SCRIPT) - 1)]
-        if body.get("tools"):  # a server with a tool parser: native tool_calls, no text
-            call = {"id": f"call_{step}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-            message, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
-        else:  # DeepSWE's text, the stop string dropped as servers do
-            params = "".join(f"<parameter={k}>{v}</parameter>\n" for k, v in args.items())
-            message, finish = {"role": "assistant", "content": f"<function={name}>\n{params}"}, "stop"
-        usage = {"prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920}
-        self._send(200, {"choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage})
-
-    def _log(self, body: dict | None) -> None:
-        self.server.seen.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-
-    def _send(self, code: int, answer: dict) -> None:
-        data = json.dumps(answer).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture
 def stand_in() -> Iterator[StandIn]:
-    srv = StandIn(("127.0.0.1", 0), Handler)
-    srv.seen = []
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with stand_in_server() as srv:
+        yield srv
 
 
 def url(srv: StandIn) -> str:
-    return f"http://127.0.0.1:{srv.server_address[1]}/v1"
+    return srv.url
 
 
 @pytest.mark.parametrize(
@@ -144,3 +87,25 @@ def test_eval_workers_share_the_server_in_the_tools_format(stand_in: StandIn, tm
     assert {p["model_name_or_path"] for p in predictions} == {"nexus-agent__coder-7b__server"}
     assert not [f for f in out.rglob("*") if f.is_file() and KEY in f.read_text(errors="replace")]
     assert {p["body"]["model"] for p in stand_in.seen if p["body"]} == {MODELS[0]}
+
+
+def test_an_eval_on_an_openai_only_server_resumes_where_it_stopped(stand_in: StandIn, tmp_path: Path) -> None:
+    """The same eval folder again with one more task: the finished task is kept as it was and never asked again."""
+    out, done, new = tmp_path / "eval", "nexus-demo__pagekit-1", "nexus-demo__memocache-1"
+
+    def run_eval(ids: list[str]):
+        return nexus("eval", "--server", url(stand_in), "--model", MODELS[0], "--api-key", KEY,
+                     "--instances", ",".join(ids), "--max-steps", "1", "--sandbox", "bwrap", "--out", str(out),
+                     env=cli_env(tmp_path), cwd=tmp_path)  # fmt: skip
+
+    first = run_eval([done])
+    assert first.returncode == 0, first.stdout + first.stderr
+    kept, asked = (out / done / "report.json").read_bytes(), len(stand_in.seen)
+    again = run_eval([done, new])
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "HTTP Request:" not in again.stderr  # the HTTP library's log lines stay off the user's terminal
+    assert (out / done / "report.json").read_bytes() == kept
+    assert json.loads((out / new / "report.json").read_text())["steps"] == 1
+    later = [json.dumps(p["body"]) for p in stand_in.seen[asked:] if p["body"]]
+    assert later, "the new task asked the server nothing"
+    assert not [body for body in later if "pagekit" in body]

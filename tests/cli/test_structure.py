@@ -22,6 +22,7 @@ PROBE = (
     "from cli.app import main\n"
     "try:\n    main()\n"
     "except SystemExit:\n    pass\n"
+    "print('OPENAI' if 'openai' in sys.modules else 'NO-OPENAI', file=sys.stderr)\n"
     "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', file=sys.stderr)\n"
 )
 
@@ -34,6 +35,7 @@ PROBE = (
         ["tasks", "list"],
         ["solve", "no-such-task"],
         ["solve", "--help"],
+        ["chat", "--help"],
         ["nope"],
         ["show", "no-such-run"],
         ["tasks", "list", "--json"],
@@ -44,6 +46,7 @@ def test_help_listings_and_errors_do_not_import_torch(args: list[str], tmp_path:
         [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=cli_env(tmp_path), cwd=tmp_path
     )
     assert proc.stderr.strip().endswith("NO-TORCH"), proc.stderr[-2000:]
+    assert "NO-OPENAI" in proc.stderr.splitlines(), proc.stderr[-2000:]
 
 
 def _imports(path: Path) -> set[str]:

@@ -6,7 +6,7 @@ import torch
 from tinymodels import random_ids, tiny_model
 
 import kvstore
-from kvstore.policies.base import attention_received, received_sums
+from kvstore.attention.received import attention_received, received_sums
 
 
 def _dense(q, k, scale, valid=None):

@@ -166,7 +166,7 @@ def test_a_batch_on_the_cpu_attends_each_session_over_its_own_buffers(monkeypatc
             for name, value in y.state.items():
                 torch.testing.assert_close(x.state[name], value, atol=1e-5, rtol=1e-5)
     # an attention variant (a sliding window, soft-capping: what `plain` refuses) takes the padded batch
-    monkeypatch.setattr(capture.decode_attention, "plain", lambda kwargs: False)
+    monkeypatch.setattr(capture.decode, "plain", lambda kwargs: False)
     ids = [1, 2, 3]
     got = batched_decode(model, caches, ids)
     want = torch.cat([kvstore.forward(model, c, torch.tensor([[t]]))[:, -1] for c, t in zip(solo, ids, strict=True)])
@@ -203,7 +203,7 @@ def test_smollm2_greedy_tokens_and_kept_positions_match(policy: str) -> None:
 def test_decode_attention_matches_sdpa_on_buffer_views(dtype: torch.dtype, atol: float) -> None:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from kvstore.cache.decode_attention import applies, decode_attention
+    from kvstore.attention.decode import applies, decode_attention
 
     module = torch.nn.Module()
     module.num_key_value_groups, module.is_causal = 3, True

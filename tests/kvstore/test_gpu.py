@@ -38,8 +38,8 @@ DTYPE_CASES = [(torch.bfloat16, *c) for c in CASES] + [(dt, *CASES[0]) for dt in
 
 @pytest.mark.parametrize(("dtype", "hq", "hkv", "w", "d", "t", "block"), DTYPE_CASES)
 def test_kernel_matches_reference(dtype, hq, hkv, w, d, t, block):
-    from kvstore.cache.scoring import window_block_scores
-    from kvstore.kernels.triton_scores import INTERPRETED, triton_window_block_scores
+    from kvstore.attention.scoring import window_block_scores
+    from kvstore.attention.triton_scores import INTERPRETED, triton_window_block_scores
 
     assert not INTERPRETED, "unset TRITON_INTERPRET to test the compiled kernel"
     q, k = _inputs(hq, hkv, w, d, t, dtype)
@@ -52,8 +52,8 @@ def test_kernel_matches_reference(dtype, hq, hkv, w, d, t, block):
 @pytest.mark.parametrize(("hq", "hkv", "w", "d", "t", "block"), CASES[:2] + CASES[-2:])
 def test_per_kv_head_kernel_matches_reference(hq, hkv, w, d, t, block):
     """One score per kv head (the default memory's Nexus term), bf16, Qwen3-8B / -32B heads and small shapes."""
-    from kvstore.cache.scoring import kv_head_block_scores
-    from kvstore.kernels.triton_scores import triton_window_block_scores
+    from kvstore.attention.scoring import kv_head_block_scores
+    from kvstore.attention.triton_scores import triton_window_block_scores
 
     q, k = _inputs(hq, hkv, w, d, t, torch.bfloat16)
     got = triton_window_block_scores(q, k, block, per_kv=True)
@@ -72,8 +72,8 @@ RECEIVED = [  # hq, hkv, rows, d, t: a 512-token prefill chunk and one decoded t
 
 @pytest.mark.parametrize(("hq", "hkv", "rows", "d", "t"), RECEIVED)
 def test_received_kernel_matches_reference(hq, hkv, rows, d, t):
-    from kvstore.kernels.triton_received import INTERPRETED, triton_received
-    from kvstore.policies.base import attention_received, per_kv_head
+    from kvstore.attention.received import attention_received, per_kv_head
+    from kvstore.attention.triton_received import INTERPRETED, triton_received_attention
 
     assert not INTERPRETED, "unset TRITON_INTERPRET to test the compiled kernel"
     q, k = _inputs(hq, hkv, rows, d, t, torch.bfloat16)
@@ -81,13 +81,13 @@ def test_received_kernel_matches_reference(hq, hkv, rows, d, t):
     valid[:, -rows:] = True
     weights = (torch.arange(rows, device="cuda") % 2 == 0).float()  # only some queries count (the reply's)
     for args in ((None, None), (valid, weights)):
-        got = triton_received(q, k, None, *args)
+        got = triton_received_attention(q, k, None, *args)
         ref = per_kv_head(attention_received(q, k, None, args[0], weights=args[1]), hkv)
         torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-3)
 
 
 def test_kernel_never_materializes_window_attention():
-    from kvstore.kernels.triton_scores import triton_window_block_scores
+    from kvstore.attention.triton_scores import triton_window_block_scores
 
     hq, w, t = 32, 16, 32768
     q, k = _inputs(hq, 8, w, 128, t, torch.bfloat16)
@@ -101,7 +101,7 @@ def test_kernel_never_materializes_window_attention():
 
 
 def test_auto_uses_triton_on_cuda():
-    from kvstore.kernels import use_triton
+    from kvstore.attention.dispatch import use_triton
 
     assert use_triton(torch.device("cuda"))
 

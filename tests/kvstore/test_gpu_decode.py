@@ -1,4 +1,4 @@
-"""GPU-only checks of the compiled decode-attention kernel (kvstore.kernels.triton_decode) against fp32 torch math on
+"""GPU-only checks of the compiled decode-attention kernel (kvstore.attention.triton_decode) against fp32 torch math on
 the same inputs: Qwen3 shapes, bf16 and fp32, head masks and lengths on views of preallocated buffers."""
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ CASES = [  # b, hq, hkv, d, t
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize(("b", "hq", "hkv", "d", "t"), CASES)
 def test_kernel_matches_reference(dtype, b, hq, hkv, d, t):
-    from kvstore.cache.decode_attention import decode_attention_with_mass
-    from kvstore.kernels.triton_decode import INTERPRETED, triton_decode_attention
+    from kvstore.attention.decode import decode_attention_with_mass
+    from kvstore.attention.triton_decode import INTERPRETED, triton_decode_attention
 
     assert not INTERPRETED, "unset TRITON_INTERPRET to test the compiled kernel"
     g = torch.Generator(device="cuda").manual_seed(0)

@@ -1,5 +1,5 @@
-"""The attention passes that also give a policy its statistics (kvstore.cache.prefill_attention for multi-token
-forwards, kvstore.cache.decode_attention for decode steps) against sdpa and the policies' own pass, and the static
+"""The attention passes that also give a policy its statistics (kvstore.attention.prefill for multi-token
+forwards, kvstore.attention.decode for decode steps) against sdpa and the policies' own pass, and the static
 engine taking them: its statistics then cost no pass of their own."""
 
 import pytest
@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from tinymodels import random_ids, tiny_model
 
 import kvstore
-from kvstore.cache import prefill_attention
-from kvstore.cache.prefill_attention import applies, attention_with_sums, causal_mask
+from kvstore.attention import prefill, received
+from kvstore.attention.prefill import applies, attention_with_sums, causal_mask
 from kvstore.policies import base
 
 
@@ -37,7 +37,7 @@ def test_output_and_sums_match_sdpa_and_the_policies_own_pass(hq, hkv, q, t, chu
     out, sums = attention_with_sums(query, key, value, 0.3, coefs, chunk_elems=chunk_elems)
     assert torch.equal(query, before)  # the queries the layer records next are untouched
     torch.testing.assert_close(out, _sdpa(query, key, value, 0.3), atol=1e-5, rtol=1e-5)
-    ref = torch.stack([base.attention_received(query[0], key[0], 0.3, weights=w) for w in coefs])  # [k, Hq, T]
+    ref = torch.stack([received.attention_received(query[0], key[0], 0.3, weights=w) for w in coefs])  # [k, Hq, T]
     ref = ref.view(2, hkv, hq // hkv, t).mean(2)[:, None]
     assert sums.shape == (2, 1, hkv, t)
     torch.testing.assert_close(sums, ref, atol=1e-5, rtol=1e-5)
@@ -48,7 +48,7 @@ def test_bf16_matches_sdpa_to_rounding() -> None:
     out, sums = attention_with_sums(query, key, value, None, torch.ones(1, 64))
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), _sdpa(query, key, value, None).float(), atol=2e-2, rtol=0)
-    ref = base.attention_received(query[0], key[0], None).view(3, 3, 300).mean(1)
+    ref = received.attention_received(query[0], key[0], None).view(3, 3, 300).mean(1)
     torch.testing.assert_close(sums[0, 0], ref, atol=1e-3, rtol=1e-2)
 
 
@@ -87,7 +87,7 @@ def test_the_static_engine_observes_in_the_attention_pass(policy: str, monkeypat
     for engine in ("eager", "static"):
         cache = kvstore.make_cache(model, policy, budget=200, seed=1, engine=engine)
         calls = _counting(monkeypatch, base, "head_token_sums")
-        fused = _counting(monkeypatch, prefill_attention, "attention_with_sums")
+        fused = _counting(monkeypatch, prefill, "attention_with_sums")
         cache.reply_from = 500  # the last 100 tokens are the agent's reply: two weightings in one chunk
         logits = kvstore.prefill(model, cache, ids[:, :500], chunk_size=256)
         tokens = []

@@ -4,7 +4,7 @@ import itertools
 
 import torch
 
-from kvstore.cache.selection import log_reservoir_priority, select
+from kvstore.policies.selection import log_reservoir_priority, select
 
 
 def _gen(seed=0):

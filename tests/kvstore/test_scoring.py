@@ -2,7 +2,7 @@
 
 import torch
 
-from kvstore.cache import scoring
+from kvstore.attention import scoring
 
 
 def test_window_attention_is_causal_and_head_shared_over_gqa():

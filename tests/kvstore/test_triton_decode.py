@@ -14,18 +14,18 @@ import torch
 os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton", reason="triton is not installed (pip install triton --no-deps, or the 'gpu' extra)")
 
-from kvstore.cache.decode_attention import decode_attention, decode_attention_with_mass  # noqa: E402
-from kvstore.policies.base import attention_received, per_kv_head  # noqa: E402
+from kvstore.attention.decode import decode_attention, decode_attention_with_mass  # noqa: E402
+from kvstore.attention.received import attention_received, per_kv_head  # noqa: E402
 
 torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
 def td():
-    """kvstore.kernels.triton_decode loaded in interpreter mode (reloaded if something imported it compiled)."""
-    mod = importlib.import_module("kvstore.kernels.triton_decode")
+    """kvstore.attention.triton_decode loaded in interpreter mode (reloaded if something imported it compiled)."""
+    mod = importlib.import_module("kvstore.attention.triton_decode")
     if not mod.INTERPRETED:
-        mod = importlib.reload(sys.modules["kvstore.kernels.triton_decode"])
+        mod = importlib.reload(sys.modules["kvstore.attention.triton_decode"])
     assert mod.INTERPRETED, "triton did not switch to its interpreter"
     return mod
 
@@ -124,34 +124,34 @@ def test_bad_shapes_are_refused(td):
 def test_dispatch(td, monkeypatch):
     """The Triton path runs under NEXUS_FORCE_TRITON=1 and TRITON_INTERPRET=1 only (None: the caller takes the torch
     path), and never for more than one query."""
-    from kvstore import kernels
+    from kvstore.attention import dispatch
 
     q, k, v = _inputs(2, 4, 2, 64, 40)
     monkeypatch.delenv("NEXUS_FORCE_TRITON", raising=False)
-    assert kernels.decode_attention_triton(q, k, v) is None
+    assert dispatch.fused_decode_attention(q, k, v) is None
     monkeypatch.setenv("NEXUS_FORCE_TRITON", "1")
-    got = kernels.decode_attention_triton(q, k, v, 0.1)
-    assert got is not None and kernels.triton_error() is None
+    got = dispatch.fused_decode_attention(q, k, v, 0.1)
+    assert got is not None and dispatch.triton_error() is None
     _close(got, decode_attention_with_mass(q, k, v, 0.1), atol=(2e-6, 1e-6), rtol=1e-5)
-    assert kernels.decode_attention_triton(q.expand(2, 4, 3, 64), k, v) is None
-    assert kernels.decode_attention_triton(q.double(), k, v) is None
+    assert dispatch.fused_decode_attention(q.expand(2, 4, 3, 64), k, v) is None
+    assert dispatch.fused_decode_attention(q.double(), k, v) is None
 
 
 def test_a_kernel_that_disagrees_on_its_first_call_is_given_up(td, monkeypatch):
     """A compiled kernel that runs but gives other numbers than the torch path (the first call per device and dtype
     is compared) sends the caller to the torch path from then on, with one warning."""
-    from kvstore import kernels
+    from kvstore.attention import dispatch
 
     monkeypatch.setenv("NEXUS_FORCE_TRITON", "1")
-    monkeypatch.setattr(kernels, "_failure", [])
-    monkeypatch.setattr(kernels, "_verified", set())
+    monkeypatch.setattr(dispatch, "_failure", [])
+    monkeypatch.setattr(dispatch, "_verified", set())
     q, k, v = _inputs(1, 4, 2, 64, 30)
-    real = kernels.triton_decode_attention
-    monkeypatch.setattr(kernels, "triton_decode_attention", lambda *a: (lambda o, m: (o + 1.0, m))(*real(*a)))
+    real = td.triton_decode_attention
+    monkeypatch.setattr(td, "triton_decode_attention", lambda *a: (lambda o, m: (o + 1.0, m))(*real(*a)))
     with pytest.warns(UserWarning, match="disagreed with the torch path"):
-        assert kernels.decode_attention_triton(q, k, v) is None
-    assert "disagreed" in kernels.triton_error()
-    assert kernels.decode_attention_triton(q, k, v) is None  # no second try: the torch paths from now on
-    monkeypatch.setattr(kernels, "_failure", [])
-    monkeypatch.setattr(kernels, "triton_decode_attention", real)
-    assert kernels.decode_attention_triton(q, k, v) is not None and kernels._verified  # a kernel that agrees
+        assert dispatch.fused_decode_attention(q, k, v) is None
+    assert "disagreed" in dispatch.triton_error()
+    assert dispatch.fused_decode_attention(q, k, v) is None  # no second try: the torch paths from now on
+    monkeypatch.setattr(dispatch, "_failure", [])
+    monkeypatch.setattr(td, "triton_decode_attention", real)
+    assert dispatch.fused_decode_attention(q, k, v) is not None and dispatch._verified  # a kernel that agrees

@@ -14,14 +14,14 @@ import torch
 os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton", reason="triton is not installed (pip install triton --no-deps, or the 'gpu' extra)")
 
-from kvstore.policies.base import attention_received, per_kv_head  # noqa: E402
+from kvstore.attention.received import attention_received, per_kv_head  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def tr():
-    """kvstore.kernels.triton_received loaded in interpreter mode (reloaded, with the module it builds on, if
+    """kvstore.attention.triton_received loaded in interpreter mode (reloaded, with the module it builds on, if
     something imported them compiled)."""
-    for name in ("kvstore.kernels.triton_scores", "kvstore.kernels.triton_received"):
+    for name in ("kvstore.attention.triton_scores", "kvstore.attention.triton_received"):
         mod = importlib.import_module(name)
         if not mod.INTERPRETED:
             mod = importlib.reload(sys.modules[name])
@@ -51,7 +51,7 @@ CASES = [  # hq, hkv, rows, d, t
 @pytest.mark.parametrize(("hq", "hkv", "rows", "d", "t"), CASES)
 def test_matches_reference_fp32(tr, hq, hkv, rows, d, t):
     q, k = _inputs(hq, hkv, rows, d, t)
-    got = tr.triton_received(q, k)
+    got = tr.triton_received_attention(q, k)
     assert got.shape == (hkv, t) and got.dtype == torch.float32
     torch.testing.assert_close(got, reference(q, k), atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(got.sum(-1), torch.full((hkv,), float(rows)), atol=1e-3, rtol=0)  # rows sum to 1
@@ -63,7 +63,7 @@ def test_key_validity_weights_and_scale(tr):
     valid = torch.rand(2, 180, generator=torch.Generator().manual_seed(2)) > 0.3
     valid[:, -40:] = True  # the new tokens themselves are held
     weights = (torch.arange(40) % 3 == 0).float()
-    got = tr.triton_received(q, k, 0.2, valid, weights)
+    got = tr.triton_received_attention(q, k, 0.2, valid, weights)
     torch.testing.assert_close(got, reference(q, k, valid, weights, 0.2), atol=1e-5, rtol=1e-4)
     assert float(got[~valid].abs().max()) == 0.0
 
@@ -71,21 +71,21 @@ def test_key_validity_weights_and_scale(tr):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_matches_reference_half(tr, dtype):
     q, k = _inputs(8, 2, 20, 64, 257, dtype, seed=3)
-    torch.testing.assert_close(tr.triton_received(q, k), reference(q, k), atol=1e-4, rtol=1e-3)
+    torch.testing.assert_close(tr.triton_received_attention(q, k), reference(q, k), atol=1e-4, rtol=1e-3)
 
 
 def test_strided_inputs(tr):
     """Keys viewed out of a larger preallocated buffer and transposed queries need no copy."""
     keys = torch.randn(1, 2, 200, 16)[0, :, :150]  # [Hkv, T, D], non-contiguous over T
     q = torch.randn(12, 4, 16).transpose(0, 1)  # [Hq=4, q=12, D], non-contiguous
-    torch.testing.assert_close(tr.triton_received(q, keys), reference(q, keys), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(tr.triton_received_attention(q, keys), reference(q, keys), atol=1e-5, rtol=1e-4)
 
 
 def test_bad_shapes_are_refused(tr):
     with pytest.raises(ValueError, match="expected queries"):
-        tr.triton_received(torch.randn(3, 4, 16), torch.randn(2, 10, 16))
+        tr.triton_received_attention(torch.randn(3, 4, 16), torch.randn(2, 10, 16))
     with pytest.raises(ValueError, match="differ"):
-        tr.triton_received(torch.randn(4, 4, 16), torch.randn(2, 10, 16).double())
+        tr.triton_received_attention(torch.randn(4, 4, 16), torch.randn(2, 10, 16).double())
 
 
 def _held(policy: str, use_triton: bool | None) -> list[torch.Tensor]:
@@ -105,11 +105,11 @@ def _held(policy: str, use_triton: bool | None) -> list[torch.Tensor]:
 def test_caches_keep_the_same_tokens_through_the_kernel(tr, monkeypatch, policy):
     """H2O's and the default memory's statistics (every forward) and SnapKV's window score, run through the fused
     kernel, keep exactly the tokens the torch path keeps."""
-    from kvstore import kernels
+    from kvstore.attention import dispatch
 
     monkeypatch.setenv("NEXUS_FORCE_TRITON", "1")
-    assert kernels.use_triton(torch.device("cpu"))
+    assert dispatch.use_triton(torch.device("cpu"))
     fused = _held(policy, None)
-    assert kernels.triton_error() is None  # the kernel ran: it did not fall back to the torch path
+    assert dispatch.triton_error() is None  # the kernel ran: it did not fall back to the torch path
     for a, b in zip(fused, _held(policy, False), strict=True):
         assert torch.equal(a, b)

@@ -9,20 +9,20 @@ import sys
 import pytest
 import torch
 
-# the interpreter is chosen when the kernels are decorated, i.e. when kvstore.kernels.triton_scores is imported
+# the interpreter is chosen when the kernels are decorated, i.e. when kvstore.attention.triton_scores is imported
 os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton", reason="triton is not installed (pip install triton --no-deps, or the 'gpu' extra)")
 
-from kvstore import kernels  # noqa: E402
-from kvstore.cache.scoring import kv_head_block_scores, window_block_scores  # noqa: E402
+from kvstore.attention import dispatch  # noqa: E402
+from kvstore.attention.scoring import kv_head_block_scores, window_block_scores  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def ts():
-    """kvstore.kernels.triton_scores loaded in interpreter mode (reloaded if something imported it compiled)."""
-    mod = importlib.import_module("kvstore.kernels.triton_scores")
+    """kvstore.attention.triton_scores loaded in interpreter mode (reloaded if something imported it compiled)."""
+    mod = importlib.import_module("kvstore.attention.triton_scores")
     if not mod.INTERPRETED:
-        mod = importlib.reload(sys.modules["kvstore.kernels.triton_scores"])
+        mod = importlib.reload(sys.modules["kvstore.attention.triton_scores"])
     assert mod.INTERPRETED, "triton did not switch to its interpreter"
     return mod
 
@@ -106,41 +106,41 @@ def test_bad_shapes_raise(ts):
         ts.triton_window_block_scores(q, k, 24)
 
 
-def test_auto_dispatch(ts, monkeypatch):
+def test_dispatch(ts, monkeypatch):
+    """The fused scores run under NEXUS_FORCE_TRITON=1 and TRITON_INTERPRET=1 only (None: the caller takes the torch
+    path), and are the kernel's."""
     q, k = _inputs(4, 2, 16, 16, 100, torch.float32)
     monkeypatch.delenv("NEXUS_FORCE_TRITON", raising=False)
-    assert not kernels.use_triton(k.device)
-    assert torch.equal(kernels.window_block_scores_auto(q, k, 32), window_block_scores(q, k, 32))
-    assert torch.equal(kernels.kv_head_block_scores_auto(q, k, 32), kv_head_block_scores(q, k, 32))
+    assert not dispatch.use_triton(k.device)
+    assert dispatch.fused_window_block_scores(q, k, 32) is None
+    assert dispatch.fused_kv_head_block_scores(q, k, 32) is None
     monkeypatch.setenv("NEXUS_FORCE_TRITON", "1")
-    assert kernels.use_triton(k.device)
-    assert torch.equal(kernels.window_block_scores_auto(q, k, 32), ts.triton_window_block_scores(q, k, 32))
+    assert dispatch.use_triton(k.device)
+    assert torch.equal(dispatch.fused_window_block_scores(q, k, 32), ts.triton_window_block_scores(q, k, 32))
     fused = ts.triton_window_block_scores(q, k, 32, per_kv=True)
-    assert torch.equal(kernels.kv_head_block_scores_auto(q, k, 32), fused)
+    assert torch.equal(dispatch.fused_kv_head_block_scores(q, k, 32), fused)
 
 
 FALLBACK = """
 import os, warnings
 import torch
-import kvstore.kernels.triton_scores as ts  # compiled mode, and this machine has no GPU driver
-from kvstore import kernels
-from kvstore.cache.scoring import window_block_scores
+import kvstore.attention.triton_scores as ts  # compiled mode, and this machine has no GPU driver
+from kvstore.attention import dispatch
 assert not ts.INTERPRETED
 os.environ.update(TRITON_INTERPRET="1", NEXUS_FORCE_TRITON="1")  # too late for the kernels: they stay compiled
 q, k = torch.randn(4, 16, 16), torch.randn(2, 100, 16)
-assert kernels.use_triton(k.device)
+assert dispatch.use_triton(k.device)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    got = kernels.window_block_scores_auto(q, k, 32)
-assert torch.equal(got, window_block_scores(q, k, 32))
-assert kernels.triton_error() and not kernels.use_triton(k.device)
+    assert dispatch.fused_window_block_scores(q, k, 32) is None  # the caller's torch path
+assert dispatch.triton_error() and not dispatch.use_triton(k.device)
 assert any("a Triton kernel failed" in str(w.message) for w in caught)
-assert kernels.received_triton(torch.randn(4, 32, 16), k, None, None) is None  # every kernel: the torch path
+assert dispatch.fused_received_attention(torch.randn(4, 32, 16), k, None, None) is None  # every kernel: the torch path
 """
 
 
 @pytest.mark.slow
-def test_auto_falls_back_to_torch_when_the_kernel_cannot_launch():
+def test_dispatch_falls_back_to_torch_when_the_kernel_cannot_launch():
     """A triton that cannot compile or launch (here: compiled mode on a machine without a GPU driver) leaves the
     cache on the torch path with one warning, and says why."""
     import subprocess
@@ -177,7 +177,7 @@ def test_cache_evicts_the_same_blocks_through_the_kernel(ts, monkeypatch, policy
     """The nexus cache (one score per layer) and the per-kv-head one run through the fused kernel keep exactly the
     tokens the torch path keeps, and the kernel did run."""
     monkeypatch.setenv("NEXUS_FORCE_TRITON", "1")
-    assert kernels.use_triton(torch.device("cpu"))
+    assert dispatch.use_triton(torch.device("cpu"))
     calls = []
     kernel = ts.triton_window_block_scores
     monkeypatch.setattr(ts, "triton_window_block_scores", lambda *a: calls.append(a[4:]) or kernel(*a))
@@ -194,8 +194,8 @@ AOT = """
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-import kvstore.kernels.triton_received as tr
-import kvstore.kernels.triton_scores as ts
+import kvstore.attention.triton_received as tr
+import kvstore.attention.triton_scores as ts
 
 assert not ts.INTERPRETED and not tr.INTERPRETED
 def build(fn, dtype, const, floats, warps):

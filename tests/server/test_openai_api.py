@@ -180,7 +180,7 @@ def test_session_ids_that_could_name_files_are_refused(make_server, sid) -> None
 
 
 def test_the_chat_client_names_sessions_as_the_server_takes_them() -> None:
-    from pipeline import chat_served
+    from pipeline.chat import served as chat_served
     from server import api
 
     assert chat_served.SESSION_ID.pattern == api.SESSION_ID.pattern  # the protocol's rule, on both sides

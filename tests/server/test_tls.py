@@ -84,7 +84,7 @@ def test_the_agents_model_client_is_told_too_and_does_not_retry_a_tls_failure(ma
     server = make_server(tls_cert=cert, tls_key=key)
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     waits: list[float] = []
-    monkeypatch.setattr("agent.backends.openai_compat.time.sleep", waits.append)
+    monkeypatch.setattr("agent.backends.client.time.sleep", waits.append)
 
     def reply(url: str):
         model = OpenAICompatModel(OpenAICompatConfig(model="tiny-qwen3", base_url=url, retries=2))

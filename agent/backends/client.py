@@ -1,0 +1,183 @@
+"""The one client of OpenAI-compatible servers (a `nexus-agent serve`, vLLM, SGLang, a hosted API), on the openai
+package: the agent's model backend, chat --server, eval --server, the profile uploads and bench serve all talk
+through it, so a key, a timeout, a retry or an error reads the same everywhere.
+
+It uses openai's transport, server-sent-events decoder and error classes, through the generic `get`/`post`/`delete`
+that take any path: the chat completions as plain JSON (the `nexus` field of a `nexus-agent serve` answer kept as
+sent), and the nexus-only endpoints (/v1/sessions, /v1/nexus/profiles) beside them. openai is imported on the first
+request only: it takes about a second to import, which `--help` and the commands without a server never pay.
+
+Retries are this module's (openai's own are off): a 5xx answer or a connection error is tried again, a 4xx, a TLS
+failure (no retry mends a certificate) or a stream that has begun (its pieces were handed on) is not.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import ssl
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from agent.errors import AgentError
+
+API_KEY_ENV = "OPENAI_API_KEY"  # where every client of this project finds the server's API key
+SESSION_HEADER = "X-Nexus-Session"  # names the `nexus-agent serve` session a request continues
+T = TypeVar("T")
+
+
+class ServerError(AgentError):
+    """A request the server refused (`status`: its HTTP status, `detail`: its message) or that got no answer
+    (`status` None, `detail`: why: refused, timed out, a certificate); the text is one line that names the URL."""
+
+    def __init__(self, message: str, status: int | None = None, detail: str = "") -> None:
+        super().__init__(message)
+        self.status, self.detail = status, detail
+
+
+@dataclass
+class ServerClient:
+    """Where a server is and how to talk to it; one openai client (and its connection pool) per instance."""
+
+    base_url: str  # up to and including /v1
+    api_key: str | None = field(default=None, repr=False)  # the key itself (--api-key); None: from api_key_env
+    api_key_env: str = API_KEY_ENV  # environment variable holding the key; unset = no Authorization header
+    timeout_s: float = 600.0  # seconds one request may take
+    retries: int = 0  # extra attempts after a connection error or a 5xx answer
+
+    @property
+    def key(self) -> str:
+        return (self.api_key or os.environ.get(self.api_key_env, "")).strip()
+
+    def url(self, path: str) -> str:
+        return self.base_url.rstrip("/") + path
+
+    def get(self, path: str, timeout_s: float | None = None) -> Any:
+        return self.call("get", path, timeout_s=timeout_s)
+
+    def post(self, path: str, body: dict[str, Any], timeout_s: float | None = None) -> Any:
+        return self.call("post", path, body, timeout_s=timeout_s)
+
+    def delete(self, path: str, timeout_s: float | None = None) -> Any:
+        return self.call("delete", path, timeout_s=timeout_s)
+
+    def call(
+        self, method: str, path: str, body: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None,
+        timeout_s: float | None = None, consume: Callable[[Iterator[dict[str, Any]]], T] | None = None,
+    ) -> Any:  # fmt: skip
+        """The answer's JSON; with `consume`, a streamed request whose events (dicts) it reads, and what it returns.
+        ServerError, one line, for an HTTP error or no answer, after the retries."""
+        import openai
+
+        url = self.url(path)
+        for attempt in range(self.retries + 1):
+            begun = [False]
+            try:
+                if consume is None:
+                    answer = self._send(method, path, body, headers, timeout_s, stream=False)
+                    if not isinstance(answer, (dict, list)):
+                        raise ServerError(f"{url}: the answer is not JSON")
+                    return answer
+                return consume(_marked(self._send(method, path, body, headers, timeout_s, stream=True), begun))
+            except openai.APIStatusError as exc:
+                if exc.status_code < 500 or attempt == self.retries:
+                    detail = _detail(exc)
+                    raise ServerError(f"{url}: HTTP {exc.status_code}: {detail}", exc.status_code, detail) from None
+            except openai.APIConnectionError as exc:  # no answer (timeouts too), or a stream that broke off
+                root = _root(exc)
+                if begun[0]:
+                    msg = f"the connection to the model server broke mid-reply ({url}: {root})"
+                    raise ServerError(msg, None, str(root)) from None
+                if isinstance(root, ssl.SSLError) or attempt == self.retries:  # no retry mends a TLS setup
+                    hint = tls_hint(url, exc)
+                    msg = f"cannot reach the model server at {url}: {root}{hint and '; '}{hint}"
+                    raise ServerError(msg, None, str(root)) from None
+            except openai.APIError as exc:  # an error event in a stream, or an answer openai could not read
+                raise ServerError(f"{url}: {_message(exc)}") from None
+            time.sleep(min(2.0**attempt, 10.0))
+        raise AssertionError("unreachable")
+
+    def _send(self, method, path, body, headers, timeout_s, stream: bool) -> Any:
+        import openai
+
+        sent: dict[str, Any] = {} if self.key else {"Authorization": openai.Omit()}  # no key: no Authorization
+        options: dict[str, Any] = {"headers": sent | (headers or {})}
+        options["timeout"] = self.timeout_s if timeout_s is None else timeout_s
+        trust = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))  # read when a client is made
+        client = _openai_client(self.base_url, self.key or "none", trust)
+        if method == "get":
+            return client.get(path, cast_to=object, options=options)
+        if method == "delete":
+            return client.delete(path, cast_to=object, options=options)
+        if stream:
+            return client.post(path, body=body, cast_to=object, options=options, stream=True,
+                               stream_cls=openai.Stream[object])  # fmt: skip
+        return client.post(path, body=body, cast_to=object, options=options)
+
+
+@functools.lru_cache(maxsize=16)
+def _openai_client(base_url: str, key: str, trust: tuple[str | None, str | None]):
+    """One openai client per server, key and trusted certificates (`trust`) in this process: its connections are
+    kept and shared by threads."""
+    import openai
+
+    for name in ("openai", "httpx", "httpx2", "httpcore"):  # one INFO line per request once any library (swebench
+        quiet = logging.getLogger(name)  # does, in eval) configures the root logger: not for a user's terminal
+        if quiet.level == logging.NOTSET:
+            quiet.setLevel(logging.WARNING)
+    return openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
+
+
+def _marked(events: Iterator[Any], begun: list[bool]) -> Iterator[dict[str, Any]]:
+    """The stream's events; `begun` is set once the first arrived (from then on the request is not retried)."""
+    for event in events:
+        begun[0] = True
+        yield event
+
+
+def _detail(exc: Any) -> str:
+    """The message of an OpenAI-style error answer, else the start of its body."""
+    body = exc.body
+    if isinstance(body, dict):
+        return str(body.get("message", body))[:300]
+    try:
+        return exc.response.text[:300]
+    except Exception:  # a streamed answer's body may be unread
+        return str(body or exc.message)[:300]
+
+
+def _message(exc: Any) -> str:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    return str(body.get("message") or exc.message)[:300]
+
+
+def _root(exc: BaseException) -> BaseException | str:
+    """The innermost cause (`[Errno 111] Connection refused`, a certificate failure) of a connection error."""
+    while (inner := exc.__cause__ or exc.__context__) is not None:
+        exc = inner
+    return exc if str(exc) else type(exc).__name__  # type: ignore[return-value]  (a bare timeout has no text)
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    while exc is not None:
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def tls_hint(url: str, exc: BaseException) -> str:
+    """What to try when a connection to `url` failed over TLS, or perhaps for the lack of it; "" otherwise."""
+    chain = list(_chain(exc))
+    if any(isinstance(e, ssl.SSLCertVerificationError) for e in chain):
+        return (
+            "its TLS certificate is not trusted here: for a self-signed one (nexus-agent serve --tls-cert), set "
+            "SSL_CERT_FILE to that certificate"
+        )
+    if any(isinstance(e, ssl.SSLError) for e in chain) and url.startswith("https:"):
+        return "it does not speak TLS there: give http://"
+    dropped = any(isinstance(e, ConnectionResetError) or type(e).__name__ == "RemoteProtocolError" for e in chain)
+    if dropped and url.startswith("http:"):
+        return "if the server was started with --tls-cert, give https://"
+    return ""

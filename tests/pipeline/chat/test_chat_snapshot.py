@@ -1,0 +1,104 @@
+"""A chat turn's snapshot, diff and undo (pipeline/chat/snapshot.py) on real git repos and plain folders: what a turn
+changed, added and deleted comes back; symlinks the agent planted are never followed out of the repo."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipeline.chat import snapshot as snap
+from pipeline.chat.diff import turn_diff
+from swe_env.safegit import git_dirs
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "PATH": "/usr/bin:/bin"}  # fmt: skip
+
+
+def _repo(root: Path, git: bool = True) -> Path:
+    repo = root / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "pkg" / "mod.py").write_text("x = 1\n")
+    (repo / "run.sh").write_text("echo hi\n")
+    (repo / "run.sh").chmod(0o755)
+    (repo / ".gitignore").write_text("build/\n")
+    if git:
+        for cmd in (["git", "init", "-q"], ["git", "add", "."], ["git", "commit", "-qm", "init"]):
+            subprocess.run(cmd, cwd=repo, check=True, env=GIT_ENV)
+    return repo
+
+
+@pytest.mark.parametrize("git", [True, False])
+def test_undo_restores_changed_new_and_deleted_files(tmp_path: Path, git: bool) -> None:
+    repo, folder = _repo(tmp_path, git), tmp_path / "session"
+    dirs = git_dirs(repo) if git else None
+    (repo / "notes.txt").write_text("untracked before the turn\n")
+    taken = snap.take(repo, folder, dirs, turn=1)
+    assert {"pkg/mod.py", "run.sh", "notes.txt"} <= set(taken.entries)
+    (repo / "pkg" / "mod.py").write_text("x = 2\n")  # the turn: a change, a deletion, new files, a mode change
+    (repo / "notes.txt").unlink()
+    (repo / "new" / "deep").mkdir(parents=True)
+    (repo / "new" / "deep" / "file.py").write_text("new\n")
+    (repo / "run.sh").chmod(0o644)
+    diff = turn_diff(snap.changes(repo, folder, dirs))
+    assert "-x = 1\n+x = 2" in diff and "+new" in diff and "-untracked before the turn" in diff and "mode 755" in diff
+    done = snap.restore(repo, folder, dirs)
+    assert sorted(done.changed) == ["notes.txt", "pkg/mod.py", "run.sh"] and done.removed == ["new/deep/file.py"]
+    assert (repo / "pkg" / "mod.py").read_text() == "x = 1\n" and (repo / "notes.txt").exists()
+    assert not (repo / "new").exists() and (repo / "run.sh").stat().st_mode & 0o777 == 0o755
+    with pytest.raises(snap.SnapshotError, match="nothing to undo"):
+        snap.restore(repo, folder, dirs)  # the snapshot is spent
+
+
+def test_ignored_files_are_left_alone_and_unchanged_files_not_reread(tmp_path: Path) -> None:
+    repo, folder = _repo(tmp_path), tmp_path / "session"
+    dirs = git_dirs(repo)
+    (repo / "build").mkdir()
+    (repo / "build" / "out.bin").write_bytes(b"\0" * 100)
+    first = snap.take(repo, folder, dirs, turn=1)
+    assert "build/out.bin" not in first.entries
+    second = snap.take(repo, folder, dirs, turn=2)
+    assert second.entries["pkg/mod.py"] == first.entries["pkg/mod.py"]  # same stamp, same digest, one blob
+    assert len(list((folder / snap.UNDO_DIR / "blobs").iterdir())) == len({e.digest for e in second.entries.values()})
+
+
+def test_planted_symlinks_are_not_followed(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    repo, folder = _repo(tmp_path), tmp_path / "session"
+    dirs = git_dirs(repo)
+    (repo / "link").symlink_to(secret)  # planted before the turn: kept as a link, its target never read
+    snap.take(repo, folder, dirs, turn=1)
+    blobs = [p.read_bytes() for p in (folder / snap.UNDO_DIR / "blobs").iterdir()]
+    assert b"host secret\n" not in blobs
+    (repo / "pkg" / "mod.py").unlink()  # the turn: the folder becomes a link out of the repo
+    (repo / "pkg").rmdir()
+    (repo / "pkg").symlink_to(outside)
+    (repo / "run.sh").unlink()
+    (repo / "run.sh").symlink_to(secret)
+    changes = snap.changes(repo, folder, dirs)
+    assert all(c.after != b"host secret\n" for c in changes)  # the diff does not show the secret
+    snap.restore(repo, folder, dirs)
+    assert not (repo / "pkg").is_symlink() and (repo / "pkg" / "mod.py").read_text() == "x = 1\n"
+    assert not (repo / "run.sh").is_symlink() and (repo / "run.sh").read_text() == "echo hi\n"
+    assert os.listdir(outside) == [] and secret.read_text() == "host secret\n"
+    assert os.readlink(repo / "link") == str(secret)
+
+
+def test_undo_leaves_alone_what_changed_after_the_turn(tmp_path: Path) -> None:
+    repo, folder = _repo(tmp_path), tmp_path / "session"
+    dirs = git_dirs(repo)
+    snap.take(repo, folder, dirs, turn=1)
+    (repo / "pkg" / "mod.py").write_text("x = 2\n")  # the turn
+    (repo / "run.sh").write_text("echo turn\n")
+    snap.seal(repo, folder, dirs)
+    (repo / "run.sh").write_text("echo mine\n")  # the user's edits after the turn
+    (repo / "mine.txt").write_text("my new file\n")
+    done = snap.restore(repo, folder, dirs)
+    assert done.changed == ["pkg/mod.py"] and sorted(done.kept) == ["mine.txt", "run.sh"] and done.removed == []
+    assert (repo / "pkg" / "mod.py").read_text() == "x = 1\n" and (repo / "run.sh").read_text() == "echo mine\n"
+    assert (repo / "mine.txt").exists() and "left as they are (changed after the turn)" in done.summary()
