@@ -207,7 +207,7 @@ def chat_config(
     given = {name: value for name, value in memory.items() if value is not None}
     if resume and given.get("profile") == AUTO_PROFILE:
         del given["profile"]
-    learn = learn and str(memory.get("profile") or NO_PROFILE) in (AUTO_PROFILE, NO_PROFILE)
+    learn = learn and str(memory.get("profile") or NO_PROFILE) in (AUTO_PROFILE, NO_PROFILE, BUILTIN_PROFILE)
     learn = learn and (server is not None or given.get("policy", DEFAULT_POLICY) == DEFAULT_POLICY)
     return RunConfig(
         memory=run_memory(**given, seed=seed), server=server, learn=learn, constrain=constrain,
