@@ -39,7 +39,7 @@ def test_a_calibrated_profile_is_used_by_later_sessions_of_the_same_agent(tmp_pa
                 env=env, cwd=tmp_path)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     (stored,) = (tmp_path / "home" / "profiles").glob("*.pt")
-    assert "runs with --memory-profile auto (not the default, none) use it" in " ".join(res.stderr.split())
+    assert "runs with --memory-profile auto (not the default, builtin) use it" in " ".join(res.stderr.split())
 
     args = ["--model", str(tiny_model_dir), "--max-steps", "1", "--max-new-tokens", "4", "--sandbox", "bwrap"]
     auto = ["--memory-profile", "auto", "--out", str(tmp_path / "auto")]
@@ -114,7 +114,7 @@ def test_learning_needs_the_default_memory_and_no_profile_file(tmp_path: Path) -
     from pipeline.config import RunConfig, run_memory
     from pipeline.errors import RunError
 
-    assert not RunConfig().learn and run_memory().profile == "none"  # the defaults: no learning, no store
+    assert not RunConfig().learn and run_memory().profile == "builtin"  # the defaults: no learning, no store
     for memory, replay, message in (
         ({"policy": "snapkv"}, None, "default memory"),
         ({"profile": str(tmp_path)}, None, "no --memory-profile file"),
@@ -138,7 +138,8 @@ def test_an_eval_folder_does_not_resume_with_another_profile(tmp_path: Path, mon
     save_tiny_profile(store / "agent.pt")  # then one enters the store: the rest of the run would differ
     with pytest.raises(RunError, match=r"profile: None -> '.*profiles'"):
         claim_out_dir(out, RunConfig(memory=auto))
-    claim_out_dir(out, RunConfig())  # the default reads no store: it resumes
+    with pytest.raises(RunError, match=r"profile: None -> '.*builtin-v1-"):  # the default: the shipped profile
+        claim_out_dir(out, RunConfig())
     claim_out_dir(out, RunConfig(memory=run_memory(profile="none")))  # as it was
     held = json.loads((out / RUN_FILE).read_text())
     del held["profile"]  # a run folder from before the option

@@ -85,7 +85,7 @@ def test_the_project_system_prompt_and_call_format_on_request(tmp_path: Path) ->
     assert "execute_bash" in messages[0]["content"] and SYSTEM not in messages[0]["content"]
     assert messages[2]["content"].startswith(f"<think>\n{REASONING[0]}\n</think>\n\n<function=execute_bash>")
     assert parse_call(messages[2]["content"].split("</think>\n\n")[1]).params == {"cmd": COMMANDS[0]}
-    with pytest.raises(KVStoreError, match="--system 'mine': give recorded or project"):
+    with pytest.raises(KVStoreError, match="--system 'mine': give recorded or project or agent"):
         load_replayed(path, qwen_tokenizer(), "mine")
 
 

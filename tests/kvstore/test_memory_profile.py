@@ -60,6 +60,27 @@ def test_a_profile_applies_only_to_openings_that_carry_its_template(profile_file
     assert common_template([[1, 2, 3, 9], [1, 2, 4, 9], [1, 2, 9]]) == (2, 1)
 
 
+def test_an_exact_profile_applies_only_to_openings_that_carry_its_whole_template(profile_file: Path) -> None:
+    """A shipped profile (meta["exact"], pipeline.profiles.builtin) gives nothing to an opening that shares most of
+    its template but not all (a harness with the same system prompt and another task message)."""
+    p = MemoryProfile.load(profile_file)
+    p.meta["exact"] = True
+    assert p.prior_for(p.prefix[:-2] + [11, 12] + p.suffix) is None
+
+
+def test_an_exact_profile_applies_to_an_opening_that_carries_its_whole_template(profile_file: Path) -> None:
+    p = MemoryProfile.load(profile_file)
+    p.meta["exact"] = True
+    assert p.prior_for(p.prefix + [11, 12, 13] + p.suffix)[1] == p.template_tokens
+
+
+def test_an_exact_profile_allows_a_few_tokens_at_the_end_to_differ(profile_file: Path) -> None:
+    """The step limit an agent states last ("Steps Remaining: 40" where the calibration said 5)."""
+    p = MemoryProfile.load(profile_file)
+    p.meta["exact"] = True
+    assert p.prior_for(p.prefix + [11] + p.suffix[:-3] + [98, 99] + p.suffix[-2:]) is not None
+
+
 def test_the_default_memory_keeps_what_the_profile_weighs(profile_file: Path, tmp_path: Path) -> None:
     model, tok = tiny_chat_model(), qwen_tokenizer()
     convo = conversation(words(40, "delta"), replies=1)
@@ -182,21 +203,21 @@ def test_the_memory_profile_option_resolves_auto_none_and_paths(tmp_path: Path, 
     from pipeline.profiles.store import CLIENT, SERVE, resolve_profile
 
     monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))
-    assert resolve_profile("auto") is None and RunConfig().memory.profile is None  # no store yet
+    assert resolve_profile("auto") is None and RunConfig(memory=run_memory(profile="auto")).memory.profile is None
     store = tmp_path / "home" / "profiles"
     store.mkdir(parents=True)
     assert resolve_profile("auto") is None  # an empty store
     assert resolve_profile("auto", SERVE) == store.resolve()  # a server reads it even while empty
     (store / "p.pt").write_bytes(profile_file.read_bytes())
-    auto = run_memory(profile="auto")  # the store only when asked for: the default is none
+    auto = run_memory(profile="auto")  # the store only when asked for: the default is the shipped profile
     assert resolve_profile("auto") == store.resolve() and RunConfig(memory=auto).memory.profile == store.resolve()
-    assert RunConfig().memory.profile is None
+    assert RunConfig().memory.profile.parent.name == "shipped"  # pipeline.profiles.builtin
     assert resolve_profile("auto", CLIENT) is None  # a server applies its own
     assert resolve_profile("none") is None and RunConfig(memory=run_memory(profile="none")).memory.profile is None
     assert resolve_profile(str(profile_file)) == profile_file.resolve()
     # the predictions' label names the profile (a file by its stem, the store by its folder); none: as before
     assert RunConfig(memory=run_memory(profile="auto")).model_label().endswith("true-eviction-profile-profiles")
-    assert RunConfig().model_label().endswith("-true-eviction")
+    assert RunConfig(memory=run_memory(profile="none")).model_label().endswith("-true-eviction")
     label = RunConfig(memory=run_memory(profile=str(profile_file))).model_label()
     assert label.endswith(f"-profile-{profile_file.stem}")
     assert RunConfig(memory=run_memory(profile="none")).model_label().endswith("-true-eviction")
