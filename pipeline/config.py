@@ -204,15 +204,22 @@ def chat_config(
     takes, None where not given: the session defaults apply, a resumed session keeps its saved ones, see
     `memory_conflicts`). As chat decides: a resumed session keeps the profile it started with (`auto` is not read
     again); --learn-profile applies only with no profile file, and on a local model only to the default memory."""
-    given = {name: value for name, value in memory.items() if value is not None}
-    if resume and given.get("profile") == AUTO_PROFILE:
-        del given["profile"]
+    given = chat_given(memory, resume)
     learn = learn and str(memory.get("profile") or NO_PROFILE) in (AUTO_PROFILE, NO_PROFILE, BUILTIN_PROFILE)
     learn = learn and (server is not None or given.get("policy", DEFAULT_POLICY) == DEFAULT_POLICY)
     return RunConfig(
         memory=run_memory(**given, seed=seed), server=server, learn=learn, constrain=constrain,
         max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature, call_format=call_format,
     )  # fmt: skip
+
+
+def chat_given(memory: dict[str, Any], resume: bool) -> dict[str, Any]:
+    """The memory settings a chat's user gave that count (None: not given). A resumed session keeps the profile it
+    started with: `auto` (the store is not read again) and `builtin` (the default) are not given to it."""
+    given = {name: value for name, value in memory.items() if value is not None}
+    if resume and str(given.get("profile")) in (AUTO_PROFILE, BUILTIN_PROFILE):
+        del given["profile"]
+    return given
 
 
 def memory_conflicts(memory: MemorySettings, saved: MemorySettings, given: list[str]) -> dict[str, tuple[Any, Any]]:

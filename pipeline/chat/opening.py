@@ -81,18 +81,21 @@ def open_conversation(settings: ChatSettings, folder: Path):
     given = settings.given()
     if settings.server is not None or (settings.resume and cs.ChatState.load(folder).server):
         from pipeline.chat.served import open_served
+        from pipeline.profiles.store import CLIENT, resolve_profile
 
-        given["profile"] = None if cfg.memory.profile is None else str(cfg.memory.profile)
+        profile = resolve_profile(given["profile"], CLIENT)  # the server's own (a file here: an error, one line)
+        given["profile"] = None if profile is None else str(profile)
         state, conversation = open_served(folder, settings.repo, settings.server, settings.resume, settings.seed,
                                           given, cfg.learn, settings.api_key, settings.call_format)  # fmt: skip
         return state, conversation, cfg.learn
     if settings.call_format == "tools":
         raise RunError("chat without --server speaks DeepSWE's XML: --call-format tools needs --server")
     from pipeline.backends import set_threads
+    from pipeline.config import chat_given
 
     set_threads(None)
     if settings.resume:
-        state, conversation = _resume(folder, settings.repo, cfg, [k for k, v in given.items() if v is not None])
+        state, conversation = _resume(folder, settings.repo, cfg, list(chat_given(given, resume=True)))
     else:
         state, conversation = _start(folder, settings.repo, cfg)
     if settings.constrain is not None:  # else the model's default (agent.call_grammar.constrained_by_default)

@@ -61,3 +61,12 @@ def test_a_resume_conflict_names_the_setting_that_differs() -> None:
 def test_a_resume_conflict_leaves_out_the_device() -> None:
     saved = MemorySettings(device="cpu")
     assert memory_conflicts(MemorySettings(device="cuda"), saved, ["device"]) == {}
+
+
+def test_a_resumed_chat_keeps_its_profile_unless_a_file_is_named() -> None:
+    from pipeline.config import chat_given
+
+    assert "profile" not in chat_given({"profile": "builtin"}, resume=True)
+    assert "profile" not in chat_given({"profile": "auto"}, resume=True)
+    assert chat_given({"profile": "p.pt"}, resume=True) == {"profile": "p.pt"}
+    assert chat_given({"profile": "builtin", "budget": None}, resume=False) == {"profile": "builtin"}
