@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Annotated
 
 import torch
 import typer
@@ -31,7 +30,6 @@ import kvstore
 from benchmarks.common import console, median_time, table, tiny_qwen3, write_json
 from benchmarks.memtrack import peak_extra_bytes
 from kvstore.cache.snapshot import export_state, restore_cache
-from kvstore.defaults import DEFAULT_MODEL
 
 PREFILL_CHUNK = 512
 PREFILL_CHUNK_REPEATS = 3
@@ -195,32 +193,20 @@ def _random_model(shape: str, layers: int, device: str, positions: int) -> tuple
     return model, f"{shape} random, {built} of {SHAPES[shape]['num_hidden_layers']} layers"
 
 
-def overhead(
-    contexts: Annotated[
-        str, typer.Option(help="Comma-separated context lengths for the random model ('' to skip it).")
-    ] = "2048,8192,32768",
-    shape: Annotated[
-        str,
-        typer.Option(
-            help="The random model: 'tiny' (4 narrow layers, fp32) or a real shape in bf16: qwen3-8b, qwen3-32b."
-        ),
-    ] = "tiny",
-    layers: Annotated[int, typer.Option(min=0, help="Decoder layers of a real shape (0 = all of them).")] = 0,
-    device: Annotated[str, typer.Option(help="Device of the random model: cpu or cuda.")] = "cpu",
-    triton: Annotated[
-        bool, typer.Option(help="Use the fused Triton kernels where they run (CUDA); --no-triton: the torch paths.")
-    ] = True,
-    model: Annotated[str, typer.Option(help="Real model to measure too ('' to skip).")] = DEFAULT_MODEL,
-    real_contexts: Annotated[
-        str, typer.Option(help="Context lengths for the real model (within its limit).")
-    ] = "2048,7168",
-    policies: Annotated[str, typer.Option(help="Comma-separated policies ('' = every registered one).")] = "",
-    repeats: Annotated[int, typer.Option(min=1, help="Timed repetitions (median reported).")] = 9,
-    threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (0 = torch's default).")] = 1,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON here.")] = None,
+def main(
+    contexts: str,
+    shape: str,
+    layers: int,
+    device: str,
+    triton: bool,
+    model: str,
+    real_contexts: str,
+    policies: str,
+    repeats: int,
+    threads: int,
+    json_path: Path | None,
 ) -> None:
-    """Time every policy's eviction step and attention statistics beside one decode step and one 512-token prefill
-    chunk; print the amortized overhead per decoded token, the share of a prefill chunk and the peak extra memory."""
+    """The run of `nexus-agent bench` overhead: its options and help are in benchmarks.commands.overhead."""
     from kvstore import POLICIES
 
     names = [p for p in (policies.split(",") if policies else POLICIES) if p and p != "full"]

@@ -9,7 +9,6 @@ For each n and scale it reports the overlap of the kept set with top-K and the s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
 import torch
 import typer
@@ -50,16 +49,8 @@ def kept_vs_topk(w: torch.Tensor, k: int, n: int, mean: float | None, draws: int
     return overlap / draws, mass / draws
 
 
-def reservoir_cmd(
-    model: Annotated[str, typer.Option(help="model registry name / HF id / local directory")] = "smollm2-135m",
-    tokens: Annotated[int, typer.Option(help="prefix of the conversation whose scores are used")] = 2048,
-    share: Annotated[float, typer.Option(help="K as a share of the blocks")] = 0.25,
-    ns: Annotated[str, typer.Option(help="uniforms averaged per candidate, comma-separated")] = "1,5,25,100,1000",
-    means: Annotated[str, typer.Option(help="weight scales: 'raw' and/or mean values")] = "raw,1,0.1",
-    draws: Annotated[int, typer.Option(help="reservoir draws per layer")] = 20,
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
-) -> None:
-    """Reservoir kept set vs top-K at the real weight scale, and rescaled."""
+def main(model: str, tokens: int, share: float, ns: str, means: str, draws: int, json_out: Path | None) -> None:
+    """The run of `nexus-agent bench` reservoir_cmd: its options and help are in benchmarks.commands.reservoir_cmd."""
     from kvstore.models.registry import load_model
 
     traces = default_traces()
