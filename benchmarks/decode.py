@@ -28,6 +28,7 @@ from benchmarks.timing import sync
 from kvstore.cache.config import parse_policy_spec
 from kvstore.defaults import DEFAULT_MODEL, ENGINES
 from kvstore.errors import KVStoreError
+from kvstore.models.registry import load_model
 from kvstore.session.batch import batched_decode
 
 
@@ -68,7 +69,6 @@ def load(cfg: DecodeConfig):
     if cfg.model == "tiny":
         model = tiny_qwen3(max_positions=max(cfg.contexts) + cfg.steps + 64, layers=4)
         return model, model.config.vocab_size
-    from kvstore.models.registry import load_model
 
     model, tok, _ = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
     return model, len(tok)

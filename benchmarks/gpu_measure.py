@@ -12,9 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers import AutoModelForCausalLM, Qwen3Config
 
+import kvstore
 from benchmarks.shapes import QWEN3_8B, QWEN3_TINY, SHAPES  # noqa: F401 (SHAPES: imported from here)
 from benchmarks.timing import sync
+from kvstore.attention.dispatch import fused_window_block_scores
+from kvstore.attention.scoring import window_block_scores
+from kvstore.cache.config import parse_policy_spec
 
 
 @dataclass
@@ -52,7 +57,6 @@ def random_qwen3(
 ) -> tuple[torch.nn.Module, int]:
     """A random-weight Qwen3 of `shapes` (Qwen3Config fields), built on `device` (no download), with `layers`
     decoder layers (None: the shape's own count); returns it (eval mode) and its decoder layer count."""
-    from transformers import AutoModelForCausalLM, Qwen3Config
 
     shapes = dict(shapes)
     if layers:
@@ -82,13 +86,11 @@ def cache_bytes(cache: Any) -> int:
 
 
 def new_cache(model: torch.nn.Module, policy: str, cfg: GpuBenchConfig) -> Any:
-    import kvstore
 
     if policy == "dense":
         from transformers import DynamicCache
 
         return DynamicCache(config=model.config)
-    from kvstore.cache.config import parse_policy_spec
 
     name, options = parse_policy_spec(policy)  # e.g. nexus-agent@observe_batch=1
     return kvstore.make_cache(model, name, None if name == "full" else cfg.density, seed=cfg.seed, **options)
@@ -120,7 +122,6 @@ def run_policy(model: torch.nn.Module, policy: str, cfg: GpuBenchConfig) -> dict
 
     peak_mib_span: torch.cuda.max_memory_allocated above the weights during the decode span since the previous
     mark (flat under eviction, growing with a dense cache)."""
-    import kvstore
 
     gen = torch.Generator().manual_seed(cfg.seed)
     ids = torch.randint(0, model.config.vocab_size, (1, cfg.prefill), generator=gen).to(cfg.device)
@@ -162,7 +163,6 @@ def run_policy(model: torch.nn.Module, policy: str, cfg: GpuBenchConfig) -> dict
 def warm_up_kernel(cfg: GpuBenchConfig) -> None:
     """Compile the scoring kernel for the model's shapes, so no run's first eviction pays for it (through the
     cache's own dispatch: a kernel that fails here sends the runs to the torch path, see kvstore.attention.dispatch)."""
-    from kvstore.attention.dispatch import fused_window_block_scores
 
     hq, hkv, d = cfg.shapes["num_attention_heads"], cfg.shapes["num_key_value_heads"], cfg.shapes["head_dim"]
     dtype = getattr(torch, cfg.dtype)
@@ -192,7 +192,6 @@ def _measure(fn, args: tuple, reps: int, device: str) -> tuple[float, float | No
 @torch.inference_mode()
 def kernel_rows(cfg: GpuBenchConfig, use_triton: bool) -> list[dict[str, Any]]:
     """Time the torch scoring path and (when `use_triton`) the fused kernel at each T, Qwen shapes of `cfg`."""
-    from kvstore.attention.scoring import window_block_scores
 
     hq, hkv, d = cfg.shapes["num_attention_heads"], cfg.shapes["num_key_value_heads"], cfg.shapes["head_dim"]
     dtype, gen = getattr(torch, cfg.dtype), torch.Generator().manual_seed(cfg.seed)

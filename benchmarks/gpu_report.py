@@ -19,13 +19,15 @@ from benchmarks.gpu_measure import GpuBenchConfig, build_model, kernel_rows, run
 from benchmarks.gpu_options import parse
 from benchmarks.machine import machine
 from benchmarks.shapes import SHAPES
+from kvstore.attention.dispatch import triton_error, use_triton
+from kvstore.cache.config import parse_policy_spec
 from kvstore.errors import KVStoreError
+from kvstore.models.registry import pick_attention
 
 
 def make_config(quick: bool = False, **overrides: Any) -> GpuBenchConfig:
     """The full device config (or the `quick` CPU one) with the options that were given (None = default); every
     policy spec is checked here, so a misspelt one fails before the model is built, not minutes into a device run."""
-    from kvstore.cache.config import parse_policy_spec
 
     cfg = GpuBenchConfig.quick() if quick else GpuBenchConfig()
     cfg = replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
@@ -46,7 +48,6 @@ def parse_ints(text: str | None) -> tuple[int, ...] | None:
 
 def environment(cfg: GpuBenchConfig, attn: str, layers: int) -> dict[str, Any]:
     """What ran: versions, device, attention kernel, scoring path, and how many of the model's layers were built."""
-    from kvstore.attention.dispatch import triton_error, use_triton
 
     triton_version = None
     if importlib.util.find_spec("triton") is not None:
@@ -66,8 +67,6 @@ def environment(cfg: GpuBenchConfig, attn: str, layers: int) -> dict[str, Any]:
 
 def run_bench(cfg: GpuBenchConfig) -> dict[str, Any]:
     """Build the model, run every policy, time the scoring kernel; returns the JSON-able result."""
-    from kvstore.attention.dispatch import use_triton
-    from kvstore.models.registry import pick_attention
 
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
         raise KVStoreError("no CUDA GPU here: run `nexus-agent bench gpu --quick` for the CPU check of the machinery")

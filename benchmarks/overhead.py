@@ -28,8 +28,11 @@ from rich.console import Console
 
 import kvstore
 from benchmarks.common import console, median_time, table, tiny_qwen3, write_json
+from benchmarks.gpu_measure import SHAPES, random_qwen3
 from benchmarks.memtrack import peak_extra_bytes
+from kvstore import POLICIES
 from kvstore.cache.snapshot import export_state, restore_cache
+from kvstore.models.registry import pick_attention
 
 PREFILL_CHUNK = 512
 PREFILL_CHUNK_REPEATS = 3
@@ -179,8 +182,6 @@ COLUMNS = [
 
 def _random_model(shape: str, layers: int, device: str, positions: int) -> tuple[torch.nn.Module, str]:
     """The random-weight model the contexts are measured on, and its label in the table."""
-    from benchmarks.gpu_measure import SHAPES, random_qwen3
-    from kvstore.models.registry import pick_attention
 
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise typer.BadParameter("no CUDA GPU here; use --device cpu", param_hint="--device")
@@ -207,7 +208,6 @@ def main(
     json_path: Path | None,
 ) -> None:
     """The run of `nexus-agent bench` overhead: its options and help are in benchmarks.commands.overhead."""
-    from kvstore import POLICIES
 
     names = [p for p in (policies.split(",") if policies else POLICIES) if p and p != "full"]
     unknown = [p for p in names if p not in POLICIES]

@@ -19,6 +19,7 @@ from kvstore import POLICIES, CacheConfig
 from kvstore.cache.config import SHARED, declared, is_stochastic, own_options
 from kvstore.defaults import DEFAULT_MODEL
 from kvstore.errors import KVStoreError
+from kvstore.models.registry import load_model
 
 
 @dataclass
@@ -160,7 +161,6 @@ def main(
     cfg = QualityConfig(**(base.__dict__ | {k: v for k, v in overrides.items() if v is not None}))
     _parse(cfg)
     torch.set_num_threads(cfg.threads)
-    from kvstore.models.registry import load_model
 
     mdl, tok, info = load_model(cfg.model)
     console.print(f"{info.name} ({info.dtype}, {cfg.threads} thread(s)): {len(cfg.specs())} runs per item")

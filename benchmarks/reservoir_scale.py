@@ -13,17 +13,18 @@ from pathlib import Path
 import torch
 import typer
 
+import kvstore
 from benchmarks.common import console, table, write_json
 from benchmarks.replay_data import default_traces
 from kvstore.attention.scoring import nexus_weights, window_block_scores
+from kvstore.models.registry import load_model
 from kvstore.policies.selection import select
+from kvstore.session.render import ChatRenderer
 from pipeline.conversations import load_conversation
 
 
 def real_weights(model, tokenizer, messages: list[dict], tokens: int, block: int = 32) -> list[torch.Tensor]:
     """Nexus weights [N_k] of every layer after the first `tokens` tokens of a conversation (full cache)."""
-    import kvstore
-    from kvstore.session.render import ChatRenderer
 
     ids = ChatRenderer(tokenizer).encode_messages(messages, first=True)[:tokens]
     cache = kvstore.make_cache(model, policy="nexus", budget=None)  # never evicts; keeps Nexus's window of queries
@@ -51,7 +52,6 @@ def kept_vs_topk(w: torch.Tensor, k: int, n: int, mean: float | None, draws: int
 
 def main(model: str, tokens: int, share: float, ns: str, means: str, draws: int, json_out: Path | None) -> None:
     """The run of `nexus-agent bench` reservoir_cmd: its options and help are in benchmarks.commands.reservoir_cmd."""
-    from kvstore.models.registry import load_model
 
     traces = default_traces()
     if not traces:

@@ -30,6 +30,11 @@ from benchmarks.serve_admission import admission_line, measure_admission
 from benchmarks.serve_client import Timed, stream_chat
 from benchmarks.serve_stall import StallPlan, measure_stall, stall_line
 from benchmarks.serve_workload import Conversation, conversations
+from kvstore.models.registry import load_model
+from kvstore.session.config import MemorySettings
+from pipeline.backends import set_threads
+from server.app import Server
+from server.config import ServeConfig
 
 
 def replay(url: str, conv: Conversation, plan: ServePlan) -> list[Timed]:
@@ -72,9 +77,6 @@ def phase(server, convs: list[Conversation], plan: ServePlan) -> dict[str, Any]:
 
 def fit(model, tokenizer, name: str, policy: str, budget, convs: list[Conversation], plan: ServePlan) -> dict:
     """Open sessions one by one under the KV cap until one must be parked; how many were resident then."""
-    from kvstore.session.config import MemorySettings
-    from server.app import Server
-    from server.config import ServeConfig
 
     cap = int(plan.fit_cap_mib * 2**20)
     config = ServeConfig(port=0, memory=MemorySettings(model=name, policy=policy, budget=budget), memory_cap=cap,
@@ -100,9 +102,6 @@ def run_bench(
 ) -> dict[str, Any]:
     """The whole benchmark on a loaded model; a JSON-able result (`stall`: also the newcomer-stall measurement;
     `admission`: also the many-clients admission test)."""
-    from kvstore.session.config import MemorySettings
-    from server.app import Server
-    from server.config import ServeConfig
 
     top = max(plan.clients)
     n = max(top, plan.fit_max, admission.clients if admission else 0)
@@ -199,8 +198,6 @@ def main(
     json_path: Path | None,
 ) -> None:
     """The run of `nexus-agent bench` serve_bench: its options and help are in benchmarks.commands.serve_bench."""
-    from kvstore.models.registry import load_model
-    from pipeline.backends import set_threads
 
     stall = StallPlan(newcomer_tokens=stall_tokens, chunk=prefill_chunk) if stall_tokens else None
     admission = (

@@ -22,6 +22,9 @@ from benchmarks.memtrack import rss_mib
 from benchmarks.plans import AdmissionPlan
 from benchmarks.serve_client import ServedError, Timed, stream_chat
 from benchmarks.serve_workload import Conversation
+from kvstore.session.config import MemorySettings
+from server.app import Server
+from server.config import ServeConfig
 
 SETTLE_S = 10.0  # seconds after the clients close before the last RSS reading
 
@@ -40,9 +43,6 @@ def converse(url: str, conv: Conversation, plan: AdmissionPlan, stamps: list[flo
 
 def measure_admission(model, tokenizer, name: str, convs: list[Conversation], plan: AdmissionPlan) -> dict[str, Any]:
     """Run `plan.clients` conversations at once on a server of `plan.max_sessions` resident sessions."""
-    from kvstore.session.config import MemorySettings
-    from server.app import Server
-    from server.config import ServeConfig
 
     config = ServeConfig(port=0, memory=MemorySettings(model=name), max_sessions=plan.max_sessions,
                          max_batch=plan.max_batch, chunk_size=plan.chunk,

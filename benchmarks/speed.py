@@ -25,6 +25,7 @@ import kvstore
 from benchmarks.common import console, table, tiny_qwen3, write_json
 from kvstore.defaults import DEFAULT_MODEL
 from kvstore.errors import KVStoreError
+from kvstore.models.registry import load_model
 
 
 @dataclass
@@ -46,7 +47,6 @@ def load(name: str, max_positions: int = 8192):
     if name == "tiny":
         model = tiny_qwen3(max_positions=max_positions, layers=4)
         return model, model.config.vocab_size
-    from kvstore.models.registry import load_model
 
     model, tok, _ = load_model(name)
     return model, len(tok)

@@ -17,6 +17,7 @@ from typing import Any
 from benchmarks.common import console, table, write_json
 from benchmarks.plans import TurnsPlan
 from kvstore.defaults import parse_budget
+from kvstore.models.registry import load_model
 from kvstore.session.session import Session, SessionConfig
 
 RUNS = {  # run name -> (policy, protocol)
@@ -165,7 +166,6 @@ def main(
     json_path: Path | None,
 ) -> None:
     """The run of `nexus-agent bench` turns_cmd: its options and help are in benchmarks.commands.turns_cmd."""
-    from kvstore.models.registry import load_model
 
     nexus_budget = parse_budget(budget)
     plan = TurnsPlan(

@@ -9,10 +9,15 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import signal
+import sys
 
 import click
 import typer
 from typer.core import TyperGroup
+
+from cli import errors
+from cli.console import quiet_progress_bars
 
 # name -> ("module:attribute", one-line help). The attribute is a command function, a typer.Typer (a group) or a
 # click.Command.
@@ -173,11 +178,6 @@ def _root(
 
 def main() -> None:
     """Console-script entry point: user errors print one line and exit 2, never a traceback."""
-    import signal
-    import sys
-
-    from cli import errors
-    from cli.console import quiet_progress_bars
 
     quiet_progress_bars()
     # SIGTERM unwinds like Ctrl-C does (finally blocks and atexit run: sandboxes close, trajectories are flushed);

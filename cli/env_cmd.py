@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -110,7 +111,6 @@ def _from_file(task) -> bool:
 @env_app.command("status")
 def status(as_json: bool = typer.Option(False, "--json", help="Print the status as JSON (for scripts).")) -> None:
     """What sandboxes can run here: docker daemon and images, bubblewrap, debootstrap, leftovers."""
-    import json
 
     from cli.console import console
     from pipeline.env_status import environment_status

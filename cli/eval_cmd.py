@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from cli.console import console as make_console
+from cli.errors import Interrupted
 from cli.options import run_options
 from cli.safe_text import safe_text, say_to
 from pipeline.config import RunConfig
@@ -55,7 +56,6 @@ def eval_cmd(
 
 def _run_batch(console: Console, batch) -> dict:
     """Say what the batch will do, run it with the live view; its summary. Ctrl-C: one line on what is left."""
-    from cli.errors import Interrupted
     from pipeline.eval_files import finished, read_report
 
     cfg, out = batch.cfg, batch.out

@@ -11,13 +11,14 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from agent.trajectory import load_trajectory
 from cli.console import console as make_console
-from cli.live import STATUS_STYLE, exit_words, plural
+from cli.live import STATUS_STYLE, exit_words, plural, solve_view
 from cli.options import run_options
 from cli.safe_text import safe_text, say_to
 from pipeline.config import DEFAULT_MAX_STEPS, DEFAULT_TASK, RunConfig
 from pipeline.errors import RunError
-from pipeline.files import new_run_folder
+from pipeline.files import TRAJECTORY, new_run_folder
 
 
 @run_options(
@@ -99,7 +100,6 @@ def _solve(console: Console, task, cfg: RunConfig, out: Path) -> tuple[dict[str,
 
 
 def _run_live(console: Console, task, cfg: RunConfig, out: Path, on_finish) -> dict[str, Any]:
-    from cli.live import solve_view
     from pipeline.backends import describe_model
     from pipeline.run import run_task
 
@@ -114,7 +114,6 @@ def _run_live(console: Console, task, cfg: RunConfig, out: Path, on_finish) -> d
 
 def _learn(console: Console, cfg: RunConfig, backend, out: Path, statement: str) -> str | None:
     """Learn a memory profile from this run when it may teach one (pipeline.profiles.learn); `statement`: the issue."""
-    from pipeline.files import TRAJECTORY
     from pipeline.profiles.learn import learn_after
 
     if not (cfg.learns or cfg.teaches_server):
@@ -190,6 +189,5 @@ def _memory_line(report: dict[str, Any], lacks_profile: bool) -> str | None:
 def _recorded_task(replay: Path | None) -> str | None:
     if replay is None:
         return None
-    from agent.trajectory import load_trajectory
 
     return load_trajectory(replay).header.get("task_id")

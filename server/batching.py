@@ -19,6 +19,9 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
+from kvstore.session.batch import batched_decode, can_batch
+from kvstore.session.reply import ReplyInProgress
+from kvstore.session.session import Session
 from server import api, heap
 from server.admission import session_lost, take_slot
 from server.calls import Calls
@@ -38,7 +41,6 @@ class Scheduler(threading.Thread):
 
     def __init__(self, model, tokenizer, config: ServeConfig, registry: Registry, metrics: Metrics) -> None:
         super().__init__(name="nexus-scheduler", daemon=True)
-        from kvstore.session.session import Session
 
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.registry, self.metrics = registry, metrics
@@ -241,8 +243,6 @@ class Scheduler(threading.Thread):
 
     # --- turns ------------------------------------------------------------------------------------------------------
     def _start(self, job: Job) -> None:
-        from kvstore.session.reply import ReplyInProgress
-        from kvstore.session.session import Session
 
         entry = job.entry
         job.started = time.monotonic()
@@ -296,7 +296,6 @@ class Scheduler(threading.Thread):
 
     def _step(self) -> None:
         """One decode step of every active reply: batched where the caches allow, else one by one."""
-        from kvstore.session.batch import batched_decode, can_batch
 
         t0 = time.perf_counter()
         rows = [j for j in self.active if j.reply.next_input is not None and not j.cancelled]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from swebench.harness.log_parsers import python as py_parsers
+
 from swe_env.envs.recipes import recipe_for
 from tasks.schema import Task
 
@@ -37,7 +39,6 @@ def test_directives(task: Task) -> list[str]:
 
 def log_parser(task: Task) -> Parser:
     """swebench's log parser for the task's repo; pytest's for built-in and unknown repos."""
-    from swebench.harness.log_parsers import python as py_parsers
 
     table = getattr(py_parsers, "MAP_REPO_TO_PARSER_PY", None)
     if table is None:  # older swebench keeps one table for every language

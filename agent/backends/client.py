@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import openai
+
 from agent.errors import AgentError
 
 API_KEY_ENV = "OPENAI_API_KEY"  # where every client of this project finds the server's API key
@@ -69,7 +71,6 @@ class ServerClient:
     ) -> Any:  # fmt: skip
         """The answer's JSON; with `consume`, a streamed request whose events (dicts) it reads, and what it returns.
         ServerError, one line, for an HTTP error or no answer, after the retries."""
-        import openai
 
         url = self.url(path)
         for attempt in range(self.retries + 1):
@@ -100,7 +101,6 @@ class ServerClient:
         raise AssertionError("unreachable")
 
     def _send(self, method, path, body, headers, timeout_s, stream: bool) -> Any:
-        import openai
 
         sent: dict[str, Any] = {} if self.key else {"Authorization": openai.Omit()}  # no key: no Authorization
         options: dict[str, Any] = {"headers": sent | (headers or {})}
@@ -121,7 +121,6 @@ class ServerClient:
 def _openai_client(base_url: str, key: str, trust: tuple[str | None, str | None]):
     """One openai client per server, key and trusted certificates (`trust`) in this process: its connections are
     kept and shared by threads."""
-    import openai
 
     return openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
 

@@ -31,8 +31,10 @@ import json
 from collections.abc import Collection
 from typing import Any
 
+import llguidance
 import numpy as np
 import torch
+from llguidance import LLMatcher
 
 from kvstore.errors import KVStoreError
 
@@ -63,7 +65,6 @@ class Constraint:
 
     def __init__(self, grammar: str, tokenizer: Any, *, what: str = "grammar") -> None:
         """`grammar`: an llguidance grammar (llguidance.grammar_from(...)); `what` names it in errors."""
-        import llguidance
 
         self.tokenizer, self.what = tokenizer, what
         self._ll = ll_tokenizer(tokenizer)
@@ -76,14 +77,12 @@ class Constraint:
     @classmethod
     def lark(cls, text: str, tokenizer: Any) -> Constraint:
         """A Lark grammar (llguidance's dialect: docs/constrained.md)."""
-        from llguidance import LLMatcher
 
         return cls(LLMatcher.grammar_from_lark(text), tokenizer, what="Lark grammar")
 
     @classmethod
     def json_schema(cls, schema: dict[str, Any] | str, tokenizer: Any) -> Constraint:
         """Text that parses as JSON and validates against `schema` (a dict, or its JSON text)."""
-        from llguidance import LLMatcher
 
         if isinstance(schema, str):
             try:
@@ -106,7 +105,6 @@ class Constraint:
     @classmethod
     def regex(cls, pattern: str, tokenizer: Any) -> Constraint:
         """Text that matches `pattern` as a whole (Rust `regex` syntax)."""
-        from llguidance import LLMatcher
 
         return cls(LLMatcher.grammar_from_regex(pattern), tokenizer, what="regex")
 

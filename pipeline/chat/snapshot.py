@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pipeline.files import atomic_write
+from swe_env.sandbox.common import open_inside
+from swe_env.sandbox.overlay_sync import remove_entry
 
 UNDO_DIR = "undo"  # in the session folder: manifest.json, turns/ (each turn's, pipeline.chat.checkpoints), blobs/
 MAX_FILE_BYTES = 32 * 2**20  # a larger file is left out of the snapshot (not restorable)
@@ -179,7 +181,6 @@ def _collect(store: Path, keep: set[str]) -> None:
 
 def read_inside(repo: Path, rel: str) -> bytes | None:
     """The bytes of the regular file `rel` of the repo, never through a symlink (None: missing, a link, unreadable)."""
-    from swe_env.sandbox.common import open_inside
 
     try:
         fd = open_inside(f"{INSIDE}/{rel}", INSIDE, {INSIDE: repo}, os.O_RDONLY | os.O_NONBLOCK)
@@ -339,13 +340,11 @@ def _safe_parent(repo: Path, rel: str) -> Path:
 
 def _remove(repo: Path, rel: str) -> None:
     """Remove what is at `rel` now (a file, a link, or a folder the turn put where a file was)."""
-    from swe_env.sandbox.overlay_sync import remove_entry
 
     remove_entry(_safe_parent(repo, rel))
 
 
 def _put(repo: Path, rel: str, entry: Entry, store: Path, owner: tuple[int, int]) -> None:
-    from swe_env.sandbox.common import open_inside
 
     path = _safe_parent(repo, rel)
     if entry.kind == "link":
