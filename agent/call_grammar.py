@@ -22,6 +22,7 @@ from typing import Any
 
 from agent.tool_specs import TOOLS, Param, ToolSpec
 from kvstore.defaults import DEFAULT_MODEL
+from kvstore.errors import SettingError
 from kvstore.session.grammar import Constraint
 
 MAX_OPTIONAL = 2  # optional parameters one call may give (file_editor's str_replace needs two: old_str and new_str)
@@ -63,8 +64,6 @@ def call_budget(max_new_tokens: int, count_tokens: Callable[[str], int], tools: 
     thought = min(THOUGHT_CHARS, (max_new_tokens - max(fixed.values())) // 4)
     value = {name: (max_new_tokens - fixed[name] - thought) // _values(spec) for name, spec in tools.items()}
     if thought < 0 or min(value.values()) < 1:
-        from kvstore.errors import SettingError
-
         raise SettingError(
             "max_new_tokens",
             f"{max_new_tokens}: a reply of that many tokens cannot hold every tool call under the call grammar (the "

@@ -23,12 +23,13 @@ from rich.console import Console
 
 import kvstore
 from benchmarks.common import console, median_time, table, tiny_qwen3, write_json
+from benchmarks.gpu_measure import SHAPES, random_qwen3
 from benchmarks.machine import machine
 from benchmarks.timing import sync
 from kvstore.cache.config import parse_policy_spec
 from kvstore.defaults import DEFAULT_MODEL, ENGINES
 from kvstore.errors import KVStoreError
-from kvstore.models.registry import load_model
+from kvstore.models.registry import load_model, pick_attention
 from kvstore.session.batch import batched_decode
 
 
@@ -58,9 +59,6 @@ QUICK = {"model": "tiny", "dtype": None, "contexts": (256, 512), "steps": 40, "b
 def load(cfg: DecodeConfig):
     """(model, vocab size): a random model of cfg.shape, the registry model in cfg.dtype, or a random tiny Qwen3."""
     if cfg.shape:
-        from benchmarks.gpu_measure import SHAPES, random_qwen3
-        from kvstore.models.registry import pick_attention
-
         if cfg.shape not in SHAPES:
             raise KVStoreError(f"unknown shape {cfg.shape!r}; known: {', '.join(SHAPES)}")
         shapes = SHAPES[cfg.shape]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, Qwen3Config
+from transformers import AutoModelForCausalLM, DynamicCache, Qwen3Config
 
 import kvstore
 from benchmarks.shapes import QWEN3_8B, QWEN3_TINY, SHAPES  # noqa: F401 (SHAPES: imported from here)
@@ -88,8 +88,6 @@ def cache_bytes(cache: Any) -> int:
 def new_cache(model: torch.nn.Module, policy: str, cfg: GpuBenchConfig) -> Any:
 
     if policy == "dense":
-        from transformers import DynamicCache
-
         return DynamicCache(config=model.config)
 
     name, options = parse_policy_spec(policy)  # e.g. nexus-agent@observe_batch=1

@@ -32,7 +32,7 @@ from benchmarks.gpu_measure import SHAPES, random_qwen3
 from benchmarks.memtrack import peak_extra_bytes
 from kvstore import POLICIES
 from kvstore.cache.snapshot import export_state, restore_cache
-from kvstore.models.registry import pick_attention
+from kvstore.models.registry import load_model, pick_attention
 
 PREFILL_CHUNK = 512
 PREFILL_CHUNK_REPEATS = 3
@@ -230,8 +230,6 @@ def main(
             measure(random_model, label, ctx, repeats, names, rows, save, **options)
         del random_model
     if model:
-        from kvstore.models.registry import load_model
-
         real, _, _info = load_model(model)
         limit = real.config.max_position_embeddings
         for ctx in (int(c) for c in real_contexts.split(",")):

@@ -8,6 +8,7 @@ import time
 from cli.chat_output import diff_text, full
 from cli.safe_text import safe_text
 from pipeline.chat import sessions as chat_sessions
+from pipeline.errors import RunError
 
 HELP = """\
 commands (or type a request for the agent):
@@ -118,7 +119,6 @@ def _sessions(chat, args: list[str]) -> None:
         if len(args) != 2:
             chat.say(("usage: /sessions delete NAME", "yellow"))
             return
-        from pipeline.errors import RunError
 
         try:
             gone = chat.runner.delete_session(args[1])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,6 @@ def show_cmd(
         return
     console = make_console()
     if pager and console.is_terminal:
-        import os
-
         os.environ.setdefault("LESS", "-RFX")  # less shows the colours, and leaves a run of one screen printed
         with console.pager(styles=True):
             _render(console, view, None if full else lines, full)

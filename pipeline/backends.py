@@ -18,6 +18,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from agent.backends.client import API_KEY_ENV, ServerClient, ServerError, tls_hint
 from agent.backends.local import LocalModel
+from agent.backends.openai_compat import OpenAICompatConfig, OpenAICompatModel
 from agent.backends.replay import ReplayModel
 from agent.calls import AUTO
 from agent.calls_tools import tool_schemas
@@ -26,7 +27,8 @@ from agent.protocols import ModelBackend
 from agent.trajectory import load_trajectory
 from kvstore.defaults import describe_memory
 from kvstore.errors import KVStoreError
-from kvstore.models.registry import DEFAULT_MODEL, hub_offline, resolve
+from kvstore.models.registry import DEFAULT_MODEL, hub_offline, load_model, resolve
+from kvstore.policies import policy_defaults
 from kvstore.session.session import Session
 from pipeline.config import RunConfig
 from pipeline.errors import RunError
@@ -51,8 +53,6 @@ def make_backend(
             "call_format": meta.get("call_format", "xml"),
         }
     if cfg.server is not None:
-        from agent.backends.openai_compat import OpenAICompatConfig, OpenAICompatModel
-
         model = served(cfg)["id"]
         config = OpenAICompatConfig(model=model, base_url=cfg.server, seed=cfg.memory.seed, api_key=cfg.api_key)
         backend = OpenAICompatModel(config)
@@ -199,8 +199,6 @@ def load_once(name: str, device: str | None = None) -> tuple[Any, Any]:
     """(model, tokenizer) for `name`, loaded on the first call in this process."""
     key = (name, device)
     if key not in _LOADED:
-        from kvstore.models.registry import load_model
-
         model, tokenizer, _ = load_model(name, device=device)
         _LOADED[key] = (model, tokenizer)
     return _LOADED[key]
@@ -263,8 +261,6 @@ def check_policy(cfg: RunConfig) -> None:
     """Fail fast (KVStoreError naming the known ones) on an unknown --policy of a run that loads its model here (a
     --server runs its own; a replay runs none), before any sandbox starts or task is recorded."""
     if cfg.server is None and not cfg.replaying:
-        from kvstore.policies import policy_defaults
-
         policy_defaults(cfg.memory.policy)
 
 

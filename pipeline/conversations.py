@@ -19,7 +19,9 @@ from typing import Any
 
 import torch
 
+from agent.errors import AgentError
 from agent.prompts import system_prompt
+from agent.trajectory import load_trajectory
 from kvstore.errors import KVStoreError
 from kvstore.profiles.calibrate import calibrate, statement_variants
 from pipeline.files import TRAJECTORY  # the file every solve / eval run folder holds
@@ -68,9 +70,6 @@ def load_conversation(path: Path) -> Conversation:
     if not path.is_file():
         raise KVStoreError(f"no conversation file at {path}")
     if path.suffix == ".jsonl":
-        from agent.errors import AgentError
-        from agent.trajectory import load_trajectory
-
         try:
             messages = [_plain(m) for m in load_trajectory(path).messages()]
         except AgentError as e:  # a bad line or record: the file is not a trajectory

@@ -21,6 +21,7 @@ from pipeline.config import RunConfig
 from pipeline.errors import RunError
 from pipeline.executors import Job
 from pipeline.executors.local import run_local
+from pipeline.executors.ray_exec import run_ray
 from pipeline.folder_lock import hold_folder
 from pipeline.profiles.warmup import check, stages
 from pipeline.run import preflight
@@ -110,8 +111,6 @@ def _execute(jobs, workers: int, executor: str, ray_address: str | None, on_even
     if not jobs:
         return iter(())
     if executor == "ray":
-        from pipeline.executors.ray_exec import run_ray
-
         return run_ray(jobs, ray_address, workers, on_event)
 
     return run_local(jobs, workers, on_event)

@@ -19,6 +19,8 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
+from kvstore.cache.evicting import model_identity
+from kvstore.profiles.profile import load_profiles
 from kvstore.session.batch import batched_decode, can_batch
 from kvstore.session.reply import ReplyInProgress
 from kvstore.session.session import Session
@@ -47,9 +49,6 @@ class Scheduler(threading.Thread):
         self.session_config = config.session_config()  # every session's memory, built once
         profile = config.memory.profile
         if profile is not None:  # a missing, corrupt or foreign profile stops the server before it listens
-            from kvstore.cache.evicting import model_identity
-            from kvstore.profiles.profile import load_profiles
-
             load_profiles(profile, model_identity(model))
         self.reference = Session(model, tokenizer, self.session_config)  # renders and sizes turns, never runs
         self.per_token = bytes_per_token(model)

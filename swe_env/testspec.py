@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from swebench.harness import log_parsers
 from swebench.harness.log_parsers import python as py_parsers
 
 from swe_env.envs.recipes import recipe_for
@@ -42,7 +43,5 @@ def log_parser(task: Task) -> Parser:
 
     table = getattr(py_parsers, "MAP_REPO_TO_PARSER_PY", None)
     if table is None:  # older swebench keeps one table for every language
-        from swebench.harness import log_parsers
-
         table = getattr(log_parsers, "MAP_REPO_TO_PARSER", {})
     return table.get(task.repo, py_parsers.parse_log_pytest)

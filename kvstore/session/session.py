@@ -21,7 +21,7 @@ from kvstore.cache.evicting import model_identity, open_cache
 from kvstore.cache.forwarding import chunk_end, prefill_steps
 from kvstore.errors import KVStoreError, SettingError
 from kvstore.models.registry import load_model
-from kvstore.profiles.profile import load_profiles
+from kvstore.profiles.profile import best_match, load_profiles
 from kvstore.session.config import SessionConfig
 from kvstore.session.persist import load_session, save_session
 from kvstore.session.render import ChatRenderer
@@ -109,8 +109,6 @@ class Session:
                 self.cache.signals.add_reply(start + a, start + b)
         self.messages.extend(dict(m) for m in messages)
         if profiles is not None:  # the opening is complete: its template tokens get the best profile's weights
-            from kvstore.profiles.profile import best_match
-
             first_user = next(i for i, m in enumerate(self.messages) if m["role"] == "user")
             opening = self.renderer.encode_messages(self.messages[: first_user + 1], first=True)
             prior, self.profile_status = best_match(profiles, self.tokens[: len(opening)])

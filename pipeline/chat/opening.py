@@ -24,6 +24,7 @@ from pipeline.chat.env import describe, ensure
 from pipeline.chat.local import LocalConversation
 from pipeline.chat.runner import ChatRunner
 from pipeline.chat.sandbox import open_repo_sandbox
+from pipeline.chat.served import open_served
 from pipeline.chat.settings import ChatSettings
 from pipeline.config import memory_conflicts
 from pipeline.errors import RunError, RunSettingError
@@ -87,8 +88,6 @@ def open_conversation(settings: ChatSettings, folder: Path):
     cfg = settings.run_config()
     given = settings.given()
     if settings.server is not None or (settings.resume and cs.ChatState.load(folder).server):
-        from pipeline.chat.served import open_served
-
         given["profile"] = None if cfg.memory.profile is None else str(cfg.memory.profile)
         state, conversation = open_served(folder, settings.repo, settings.server, settings.resume, settings.seed,
                                           given, cfg.learn, settings.api_key, settings.call_format)  # fmt: skip

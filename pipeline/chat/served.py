@@ -34,6 +34,7 @@ from typing import Any
 from agent.backends.client import ServerClient, ServerError
 from agent.backends.openai_compat import OpenAICompatConfig, OpenAICompatModel
 from agent.calls import AUTO, CallFormat, call_format
+from agent.calls_tools import tool_schemas
 from agent.errors import AgentError
 from agent.protocols import Message, ModelReply, Sampling
 from kvstore.defaults import describe_memory
@@ -140,8 +141,6 @@ class ServedConversation:
         )
         self.inner = OpenAICompatModel(config)
         if self.calls.name == "tools":  # sent with every request, a resumed chat's too (the history keeps none)
-            from agent.calls_tools import tool_schemas
-
             self.inner.tools = tool_schemas()
         self.client = ServerClient(record.server, api_key, timeout_s=30)  # the nexus-only /v1/sessions
         self.inner.history = record.messages

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pipeline.files import atomic_write
+from swe_env.safegit import GitError, run_git
 from swe_env.sandbox.common import open_inside
 from swe_env.sandbox.overlay_sync import remove_entry
 
@@ -89,8 +90,6 @@ def list_files(repo: Path, dirs: tuple[Path, Path] | None) -> list[str]:
     """The repo's files a snapshot covers: `git ls-files` (tracked + untracked not ignored) through the safe git
     with the git dirs found when the chat opened, or every file but .git when the repo is not a git repo."""
     if dirs is not None:
-        from swe_env.safegit import GitError, run_git
-
         try:
             res = run_git(repo, "ls-files", "-z", "--cached", "--others", "--exclude-standard", timeout=120, dirs=dirs)
         except GitError as exc:
