@@ -8,13 +8,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from kvstore.errors import KVStoreError, NamesSetting
+from server.errors import ServeError
+
 _err = Console(stderr=True)
 
 
 def user_error_types() -> tuple[type[BaseException], ...]:
     """The exception types that mean 'bad input or environment', collected from the packages that define them."""
-    from kvstore.errors import KVStoreError
-    from server.errors import ServeError
     from swe_env.sandbox.base import SandboxError
     from tasks.schema import TaskError
 
@@ -36,7 +37,6 @@ class Interrupted(Exception):
 
 def _worded(exc: BaseException) -> str:
     """The message of a user error, a bad setting named by its flag (`budget` -> `--budget`)."""
-    from kvstore.errors import NamesSetting
 
     if isinstance(exc, NamesSetting):
         from cli.options import flag_of

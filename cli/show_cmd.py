@@ -14,6 +14,7 @@ from rich.text import Text
 from cli.console import console as make_console
 from cli.live import STATUS_STYLE, exit_words, plural
 from cli.safe_text import safe_text
+from pipeline.run_view import read_run
 
 
 def show_cmd(
@@ -26,7 +27,6 @@ def show_cmd(
     """Show a run: its task, model, memory and result, then each step with its call (command and arguments), the
     tool's output (cut to --lines), times and the cache after it. Works while the run is still going (no result
     yet) and on an eval's task folders; --json gives the same for scripts."""
-    from pipeline.run_view import read_run
 
     view = read_run(folder)
     if as_json:

@@ -19,6 +19,8 @@ from cli.safe_text import safe_text, say_to
 from pipeline.config import DEFAULT_MAX_STEPS, DEFAULT_TASK, RunConfig
 from pipeline.errors import RunError
 from pipeline.files import TRAJECTORY, new_run_folder
+from pipeline.folder_lock import hold_folder
+from pipeline.profiles.learn import learn_after
 
 
 @run_options(
@@ -49,7 +51,6 @@ def solve_cmd(
     used unless --memory-profile names one (or 'auto': the profile store), and none is learned unless
     --learn-profile is given. On a terminal a live table shows each step and what runs now; otherwise (a log file)
     one line per step."""
-    from pipeline.folder_lock import hold_folder
     from pipeline.run import preflight
 
     console = make_console(stderr=as_json)  # with --json, stdout carries the report alone
@@ -114,7 +115,6 @@ def _run_live(console: Console, task, cfg: RunConfig, out: Path, on_finish) -> d
 
 def _learn(console: Console, cfg: RunConfig, backend, out: Path, statement: str) -> str | None:
     """Learn a memory profile from this run when it may teach one (pipeline.profiles.learn); `statement`: the issue."""
-    from pipeline.profiles.learn import learn_after
 
     if not (cfg.learns or cfg.teaches_server):
         return None

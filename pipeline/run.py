@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.calls import call_format
+from agent.environment import SandboxEnvironment
 from agent.loop import Agent, AgentConfig
 from agent.trajectory import TrajectoryWriter
 from pipeline.config import DEFAULT_MAX_STEPS, RunConfig, run_memory
@@ -139,7 +140,6 @@ def run_task(
 
 def _run_held(task: Task, cfg: RunConfig, out_dir: Path, on_step, on_token, on_finish, on_event) -> dict[str, Any]:
     """run_task's work, in a folder this process holds."""
-    from agent.environment import SandboxEnvironment
     from pipeline.backends import call_format_of, make_backend, served
     from swe_env.pyenv import build_progress
 
