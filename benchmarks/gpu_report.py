@@ -51,7 +51,7 @@ def environment(cfg: GpuBenchConfig, attn: str, layers: int) -> dict[str, Any]:
 
     triton_version = None
     if importlib.util.find_spec("triton") is not None:
-        import triton
+        import triton  # lazy: triton is optional
 
         triton_version = triton.__version__
     return machine(cfg.device) | {

@@ -43,7 +43,7 @@ def measure_stall(model, tokenizer, name: str, plan: StallPlan, prompt_tokens: i
 
 
 def _one(model, tokenizer, name: str, plan: StallPlan, interleave: bool, actives, newcomer) -> dict[str, Any]:
-    from server.app import Server
+    from server.app import Server  # lazy: torch, transformers, off --help
 
     memory = MemorySettings(model=name, budget=plan.density)
     config = ServeConfig(port=0, memory=memory, chunk_size=plan.chunk, interleave_prefill=interleave)

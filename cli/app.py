@@ -158,6 +158,7 @@ app.add_typer(bench_app, name="bench")
 
 def _print_version(given: bool) -> None:
     if given:
+        # lazy: importlib.metadata (+35 modules), only for --version
         from importlib.metadata import PackageNotFoundError, version
 
         try:

@@ -74,7 +74,7 @@ def _diff(chat, args: list[str]) -> None:
 
 
 def _undo(chat, args: list[str]) -> None:
-    from pipeline.chat import snapshot as snap
+    from pipeline.chat import snapshot as snap  # lazy: git, urllib, off --help
 
     if args and (not args[0].isdigit() or int(args[0]) < 1 or len(args) > 1):
         chat.say(("usage: /undo [N] (N: how many turns to go back, default 1)", "yellow"))

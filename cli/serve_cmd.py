@@ -89,9 +89,9 @@ def serve_cmd(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every HTTP request and dropped connection."),
 ) -> None:
     """Serve one model to many agent sessions at /v1/chat/completions (see docs/server.md)."""
-    from pipeline.backends import set_threads
-    from server.app import Server
-    from server.listen import raise_fd_limit
+    from pipeline.backends import set_threads  # lazy: torch, transformers, off --help
+    from server.app import Server  # lazy: torch, transformers, off --help
+    from server.listen import raise_fd_limit  # lazy: torch, transformers, off --help
 
     memory = MemorySettings(
         model=model, policy=policy, budget=budget, protocol=protocol, protect=protect,

@@ -51,7 +51,7 @@ def solve_cmd(
     used unless --memory-profile names one (or 'auto': the profile store), and none is learned unless
     --learn-profile is given. On a terminal a live table shows each step and what runs now; otherwise (a log file)
     one line per step."""
-    from pipeline.run import preflight
+    from pipeline.run import preflight  # lazy: urllib, off --help
 
     console = make_console(stderr=as_json)  # with --json, stdout carries the report alone
     with _task(console, cfg, instance_id, repo, issue, test_cmd) as (task, cfg):
@@ -74,13 +74,13 @@ def _task(console: Console, cfg: RunConfig, instance_id, repo: Path | None, issu
     if repo is None:
         if issue is not None or test_cmd is not None:
             raise RunError("--issue and --test-cmd go with --repo")
-        from tasks import get_task
+        from tasks import get_task  # lazy: urllib, off --help
 
         yield get_task(instance_id or _recorded_task(cfg.replay) or DEFAULT_TASK, cfg.dataset), cfg
         return
     if instance_id is not None or cfg.dataset is not None or issue is None:
         raise RunError("--repo takes an --issue (text or file) and no task id or --dataset")
-    from pipeline.own_repo import OwnRepo, own_task
+    from pipeline.own_repo import OwnRepo, own_task  # lazy: docker, pyarrow, off --help
 
     with own_task(OwnRepo(repo, issue, test_cmd), cfg) as (task, own_cfg, note):
         if note:
@@ -101,8 +101,8 @@ def _solve(console: Console, task, cfg: RunConfig, out: Path) -> tuple[dict[str,
 
 
 def _run_live(console: Console, task, cfg: RunConfig, out: Path, on_finish) -> dict[str, Any]:
-    from pipeline.backends import describe_model
-    from pipeline.run import run_task
+    from pipeline.backends import describe_model  # lazy: torch, transformers, off --help
+    from pipeline.run import run_task  # lazy: urllib, off --help
 
     label = describe_model(cfg)
     steps = cfg.max_steps or (None if cfg.replaying else DEFAULT_MAX_STEPS)
@@ -129,7 +129,7 @@ def print_summary(
     console: Console, report: dict[str, Any], out: Path | None = None, lacks_profile: bool = False
 ) -> None:
     """The verdict, the episode, per-turn cache stats and totals."""
-    from kvstore.session.session import TurnStats
+    from kvstore.session.session import TurnStats  # lazy: torch, transformers, off --help
 
     status = report["status"]
     style = STATUS_STYLE.get(status, "white")

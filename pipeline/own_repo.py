@@ -22,6 +22,7 @@ from pathlib import Path
 from pipeline.config import RunConfig
 from pipeline.errors import RunError
 from swe_env.grading import GradeReport
+from swe_env.patching import apply_patch
 from swe_env.safegit import GitError, run_git
 from swe_env.sandbox.base import SandboxError
 from swe_env.sandbox.factory import SandboxConfig, open_sandbox
@@ -102,7 +103,6 @@ def is_own(task: Task) -> bool:
 def grade_own(task: Task, patch: str, sandbox: str, repo_cache: Path | None, timeout: float) -> GradeReport:
     """The user's test command on the patched repo in a fresh sandbox: resolved when it exits 0; "not graded"
     without one; empty_patch, patch_failed and error as SWE-bench-style grading says them."""
-    from swe_env.patching import apply_patch
 
     start = time.monotonic()
     report = GradeReport(task.instance_id, NOT_GRADED, False, backend="none", test_cmd=task.test_cmd or "")

@@ -80,7 +80,7 @@ def _read_jsonl(text: str, path: Path) -> list[Any]:
 
 
 def _read_parquet(path: Path) -> list[dict[str, Any]]:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # lazy: pyarrow, off --help
 
     try:
         return pq.read_table(path).to_pylist()
@@ -113,7 +113,7 @@ def read_hub_dataset(source: str) -> list[dict[str, Any]]:
                 f"cannot load dataset {name}: the Hugging Face hub is unreachable ({unreachable}); "
                 "pass a local .json/.jsonl/.parquet file with --dataset instead"
             )
-    import datasets
+    import datasets  # lazy: datasets is optional
 
     try:
         rows = datasets.load_dataset(name, split=split)

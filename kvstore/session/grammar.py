@@ -32,6 +32,7 @@ from collections.abc import Collection
 from typing import Any
 
 import llguidance
+import llguidance.hf
 import numpy as np
 import torch
 from llguidance import LLMatcher
@@ -50,8 +51,6 @@ def ll_tokenizer(tokenizer: Any) -> Any:
     """The llguidance form of a Hugging Face fast tokenizer, built once per tokenizer object."""
     entry = _TOKENIZERS.get(id(tokenizer))
     if entry is None or entry[0] is not tokenizer:
-        import llguidance.hf
-
         try:
             entry = (tokenizer, llguidance.hf.from_tokenizer(tokenizer))
         except ValueError as exc:

@@ -19,9 +19,9 @@ def open_repo_sandbox(repo: Path, name: str, env=None):
     """A bubblewrap sandbox whose /testbed IS the user's repo (edits land there), tools installed, no network, the
     shell tool allowed read-only git; `env`: the repo's Python env (pipeline.chat.env), first on PATH after the
     tools."""
-    from pipeline.chat.env import sandbox_settings
-    from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
-    from tasks.schema import Task
+    from pipeline.chat.env import sandbox_settings  # lazy: git, urllib, off --help
+    from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox  # lazy: git, urllib, off --help
+    from tasks.schema import Task  # lazy: urllib, off --help
 
     head = _git(repo, "rev-parse", "HEAD") or "HEAD"
     task = Task(instance_id=f"chat:{name}", repo=f"local/{repo.name}", base_commit=head, problem_statement="chat")
@@ -66,7 +66,7 @@ class ChatEnvironment:
     last: ToolResult | None = None
 
     def execute(self, call: ToolCall, timeout: float) -> ToolResult:
-        from agent.environment import SandboxEnvironment
+        from agent.environment import SandboxEnvironment  # lazy: urllib, off --help
 
         self.last = SandboxEnvironment(self.sandbox).execute(call, timeout)
         return self.last
