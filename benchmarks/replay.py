@@ -1,7 +1,8 @@
 """`nexus-agent bench replay`: fidelity of each memory on recorded agent conversations.
 
 Each conversation, rendered as the model would see it (benchmarks.replay_trace: the recorded system message, tools,
-tool calls and reasoning through the chat template; `--system project` for this project's prompt and call format), is
+tool calls and reasoning through the chat template; `--system project` for this project's prompt and call format,
+`--system agent` for the built-in agent's whole opening, which its shipped memory profiles match), is
 replayed teacher-forced through a Session in true-eviction mode, once on the full cache (the
 reference) and once per spec x budget x seed; every assistant token's next-token distribution is compared with the
 full cache's: mean KL(full || policy), extra NLL of the recorded token, top-1 agreement (benchmarks.replay_run).
@@ -12,7 +13,7 @@ from __future__ import annotations
 import tempfile
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -61,19 +62,25 @@ class ReplayConfig:
 
 
 def parse_spec(text: str) -> Spec:
-    """`POLICY[@key=value,...]`: CacheConfig options, protect=system+task|system|none, or
-    protocol=true-eviction|re-prefill. research/'s variants: run `python research/nexus_agent.py bench replay`."""
+    """`POLICY[@key=value,...]`: CacheConfig options, protect=system+task|system|none,
+    protocol=true-eviction|re-prefill, or profile=none (this spec runs without the run's memory profile, so one run
+    compares a memory with and without it). research/'s variants: run `python research/nexus_agent.py bench replay`."""
     session = {"protect": "none", "protocol": DEFAULT_PROTOCOL}
-    policy, options = parse_policy_spec(text, session)  # an unknown policy or a bad option fails here, one message
+    policy_text, _, option_text = text.partition("@")
+    given = [o for o in option_text.split(",") if o.strip()]
+    kept = [o for o in given if o.replace(" ", "") != "profile=none"]
+    # an unknown policy or a bad option fails here, one message
+    policy, options = parse_policy_spec(policy_text + ("@" + ",".join(kept) if kept else ""), session)
     if session["protocol"] not in PROTOCOLS:
         raise KVStoreError(f"spec {text!r}: protocol must be one of {', '.join(PROTOCOLS)}")
-    return Spec(policy, tuple(sorted(options.items())), session["protect"], text.strip(), session["protocol"])
+    spec = Spec(policy, tuple(sorted(options.items())), session["protect"], text.strip(), session["protocol"])
+    return replace(spec, profiled=len(kept) == len(given))
 
 
 def spec_label(spec: Spec, profiled: bool, learned: bool = False) -> str:
     """`run_label` for a replayed spec: a policy that ignores memory profiles (the baselines) keeps its plain name,
     since a profile changes nothing it does."""
-    reads = uses_profile(spec.policy)
+    reads = uses_profile(spec.policy) and spec.profiled
     return run_label(spec.name, profiled and reads, learned and reads)
 
 
@@ -119,8 +126,8 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
     limit = min(cfg.max_tokens or 10**9, int(model.config.max_position_embeddings))
     result: dict = {"conversations": [], "runs": [], "failed": []}
     for path in cfg.traces:
-        profile = cfg.fold_profiles.get(path, cfg.profile)
-        profile = None if profile is None else str(profile)
+        run_profile = cfg.fold_profiles.get(path, cfg.profile)
+        run_profile = None if run_profile is None else str(run_profile)
         prepared = prepare(path, cfg, tokenizer, limit, result)
         if prepared is None:
             continue
@@ -138,6 +145,7 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
         for budget in cfg.budgets:
             tokens = budget_tokens(budget, p.tokens)
             for spec in cfg.specs:
+                profile = run_profile if spec.profiled else None
                 for seed in range(cfg.seeds):
                     t1 = time.perf_counter()
                     label = spec_label(spec, profile is not None, cfg.learn > 0)
@@ -150,7 +158,7 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
                         console.print(f"[yellow]{conv.name} {spec.name} @ {budget}: {e}")
                         continue
                     run_ |= {"conversation": conv.name, "seconds": time.perf_counter() - t1}
-                    if profile is not None:  # a cross-fitted fold's profile by its file name (fold1.pt, ...)
+                    if profile is not None and uses_profile(spec.policy):  # a fold's profile by its file name
                         shown = Path(profile).name if path in cfg.fold_profiles else profile
                         run_ |= {"profile": shown, "profile_status": session.profile_status}
                     result["runs"].append(run_ | {"turns": [t.to_dict() for t in turns]})
@@ -256,7 +264,8 @@ def replay_cmd(
         str,
         typer.Option(
             help="recorded: each trace's own system message, tools and tool calls through the chat template; "
-            "project: this project's system prompt and call format"
+            "project: this project's system prompt and call format; agent: also the built-in agent's task message "
+            "(what its shipped memory profiles match)"
         ),
     ] = "recorded",
     quick: Annotated[bool, typer.Option(help="1 conversation, 3072 tokens, 3 specs, budget 0.5")] = False,

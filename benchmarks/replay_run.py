@@ -27,6 +27,7 @@ class Spec:
     protect: str = "none"  # SessionConfig.protect
     label: str = ""  # the name in tables (the spec string)
     protocol: str = "true-eviction"  # SessionConfig.protocol ("re-prefill": the whole history again each turn)
+    profiled: bool = True  # takes the run's memory profile (--profile, --cross-fit, --learn); `@profile=none`: never
 
     @property
     def name(self) -> str:

@@ -9,6 +9,9 @@ A mini-swe-agent `.traj.json` (OpenAI messages: native `tool_calls`, `tool` resu
 - `--system project`: this project's system prompt (its tools and call format), each tool call in the agent's
   `<function=...>` format and each tool result as the next user message (the observation, as agent.loop sends it);
   the reasoning as above.
+- `--system agent`: as `project`, and the first user message is the built-in agent's instance prompt around the
+  recorded task statement (`<pr_description>`): the opening `solve` would have had, whose fixed text the shipped
+  memory profiles are calibrated on (pipeline.profiles.builtin).
 
 A reply becomes one plain assistant message holding that text, so a Session keeps every reply's thinking as chat and
 solve keep a generated reply's (kvstore.session.render): the reasoning tokens are in the cache and are scored. Where
@@ -30,7 +33,7 @@ from kvstore.errors import KVStoreError
 from kvstore.session.render import ChatRenderer
 from pipeline.conversations import Conversation, conversation_name, load_conversation, render_call
 
-SYSTEMS = ("recorded", "project")  # --system: the recorded system message, or this project's
+SYSTEMS = ("recorded", "project", "agent")  # --system: the recorded system message, this project's, its agent's
 # the tool mini-swe-agent (v2, tool-call models) sends with every request (minisweagent.models.utils.actions_toolcall)
 MINI_SWE_BASH = {
     "type": "function",
@@ -77,12 +80,27 @@ def load_replayed(path: Path, tokenizer, system: str = "recorded") -> Replayed:
     calls = any(isinstance(m, dict) and m.get("tool_calls") for m in raw)
     tools = [MINI_SWE_BASH] if system == "recorded" and calls else []
     renderer = ChatRenderer(tokenizer, {"tools": tools} if tools else None)
-    writer = _Writer(renderer, system)
+    writer = _Writer(renderer, "project" if system == "agent" else system)
     if tools and renderer.render(_CONTEXT) == ChatRenderer(tokenizer).render(_CONTEXT):
         writer.warn("the chat template does not render tool definitions: the bash tool's is left out")
     messages = writer.messages(raw)
+    if system == "agent":
+        messages = _agent_opening(conversation_name(path), messages, writer)
     warnings = [f"{text} ({n} times)" if n > 1 else text for text, n in writer.warnings.items()]
     return Replayed(Conversation(conversation_name(path), messages), renderer, warnings, writer.reasoning_chars)
+
+
+def _agent_opening(name: str, messages: list[dict], writer: _Writer) -> list[dict]:
+    """`--system agent`: the first user message as the built-in agent's instance prompt around the recorded task
+    statement (left as recorded, with a warning, when the trace marks none)."""
+    from pipeline.conversations import task_statement
+    from pipeline.profiles.builtin import agent_opening
+
+    statement = task_statement(Conversation(name, messages))
+    if statement is None:
+        writer.warn("no <pr_description> in the task message: the recorded task message is kept")
+        return messages
+    return agent_opening(messages, statement)
 
 
 def _raw_messages(path: Path) -> list:

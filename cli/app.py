@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tasks": ("cli.tasks_cmd:tasks_app", "Browse tasks: built-in, a local JSON/JSONL/parquet file, or a HF dataset."),
     "serve": ("cli.serve_cmd:serve_cmd", "Serve one model to many agent sessions (OpenAI API, batched, evicting)."),
     "calibrate": ("cli.calibrate_cmd:calibrate_cmd", "Memory profile: what agent replies need of a fixed prompt."),
-    "profiles": ("cli.profiles_cmd:profiles_cmd", "Memory profiles in the store (used by default) or a folder."),
+    "profiles": ("cli.profiles_cmd:profiles_cmd", "Memory profiles: the store, the shipped ones, a folder."),
     "env": ("cli.env_cmd:env_app", "Sandbox environments: build the offline docker images, prune leftovers, status."),
 }
 BENCH_COMMANDS: dict[str, tuple[str, str]] = {

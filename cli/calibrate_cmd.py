@@ -34,6 +34,15 @@ def calibrate_cmd(
     ] = None,
     threads: Annotated[int | None, typer.Option(min=1, help="torch CPU threads (default: torch's)")] = None,
     dtype: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp32 (default: the machine's choice)")] = None,
+    builtin: Annotated[
+        bool,
+        typer.Option(
+            "--builtin",
+            help="build the shipped profile of the built-in agent for --model (what --memory-profile builtin, the "
+            "default, uses): mini-swe-agent traces rendered with this project's prompts, written into the package's "
+            "shipped folder and its manifest (docs/memory.md, 'Shipped profiles')",
+        ),
+    ] = False,
 ) -> None:
     """Measure what an agent's replies need of its fixed opening text (the system prompt and instructions every
     conversation shares) on the full cache, and write it as a memory profile.
@@ -62,6 +71,11 @@ def calibrate_cmd(
     if threads:
         torch.set_num_threads(threads)
     files = conversation_files(traces)[:limit]
+    if builtin:
+        from cli.calibrate_builtin import calibrate_builtin
+
+        calibrate_builtin(files, traces, model, max_tokens, limit, dtype, console)
+        return
     conversations = [load_conversation(p) for p in files]  # a bad file fails here, before the model loads
     variants = marked_variants(conversations[0]) if len(conversations) == 1 else []
     if len(conversations) == 1 and not variants:  # one opening alone cannot tell the fixed text from the task's
@@ -74,7 +88,7 @@ def calibrate_cmd(
 
         out = profile_store() / store_name(profile)
         used = (
-            "runs with --memory-profile auto (not the default, none) use it for every session of this model whose "
+            "runs with --memory-profile auto (not the default, builtin) use it for every session of this model whose "
             "opening carries this template"
         )
     else:

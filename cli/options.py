@@ -45,8 +45,9 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
         str,
         typer.Option(
             "--memory-profile",
-            help="Memory profile for the default memory: a file or a directory of them (nexus-agent calibrate); "
-            "'auto': the profile store when it has one; 'none' (the default: a run never reads the store unasked).",
+            help="Memory profile for the default memory: 'builtin' (the default: the profile shipped for the "
+            "built-in agent and this model, if any), 'none', a file or a directory of them (nexus-agent calibrate), "
+            "or 'auto': the profile store when it has one (never read unasked).",
         ),
     ),
     "sandbox": (str, typer.Option("--sandbox", "-s", help="auto, docker, bwrap, or local (no isolation).")),

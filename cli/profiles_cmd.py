@@ -16,8 +16,12 @@ from cli.console import console as make_console
 def profiles_cmd(
     folder: Path = typer.Argument(None, help="a folder of profiles (default: the profile store)"),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as a JSON list (for scripts)."),
+    builtin: bool = typer.Option(
+        False, "--builtin", help="The profiles shipped for the built-in agent (--memory-profile builtin, the default)."
+    ),
 ) -> None:
-    """List memory profiles, by default the store's (what sessions use with --memory-profile auto).
+    """List memory profiles, by default the store's (what sessions use with --memory-profile auto); with --builtin
+    the package's shipped ones, each with whether a run would use it or why it is refused.
 
     One row per profile file: the model it was calibrated with, its template tokens (the fixed opening text),
     how many conversations it averages, and when it was written. A damaged file is listed as such (a
@@ -26,10 +30,16 @@ def profiles_cmd(
     from pipeline.profiles.listing import profile_files, profile_rows
     from pipeline.profiles.store import profile_store
 
+    if builtin:
+        from pipeline.profiles.builtin import SHIPPED
+
+        folder = SHIPPED
     where = folder if folder is not None else profile_store()
     if folder is not None and not folder.is_dir():
         raise KVStoreError(f"{folder}: no such folder")
     rows = profile_rows(profile_files(where))
+    if builtin:
+        rows = [r | {"builtin": _verdict(r)} for r in rows]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -43,6 +53,19 @@ def profiles_cmd(
         console.print(f"no memory profiles in {where}{hint}", highlight=False)
         return
     console.print(_table(rows, where))
+    for r in rows if builtin else []:
+        console.print(f"{r['file']}: {r['builtin']}", highlight=False, soft_wrap=True)
+
+
+def _verdict(row: dict[str, Any]) -> str:
+    """Whether a run of the shipped profile's model uses it (pipeline.profiles.builtin.resolve_builtin), or why not."""
+    from pipeline.profiles.builtin import resolve_builtin
+
+    said: list[str] = []
+    model = row.get("model")
+    if row["damaged"] or model is None or resolve_builtin(str(model), say=said.append) is None:
+        return said[0] if said else "not in the manifest: no run uses it"
+    return f"used by runs of {model} (checksum and the agent's template match)"
 
 
 def _table(rows: list[dict[str, Any]], where: Path) -> Table:

@@ -26,7 +26,8 @@ def serve_cmd(
     profile: str = shared(
         "profile",
         help="Memory profile (a file or a directory of them; nexus-agent calibrate) for every session whose opening "
-        "matches; 'auto': the profile store, also where POST /v1/nexus/profiles saves; 'none'.",
+        "matches; 'auto': the profile store, also where POST /v1/nexus/profiles saves; 'builtin': the profile shipped "
+        "for the built-in agent (solve/eval --server) and this model; 'none'.",
     ),
     max_sessions: int = typer.Option(
         _D.max_sessions, "--max-sessions", help="Most resident sessions (then the least recently used idle is parked)."
@@ -95,7 +96,7 @@ def serve_cmd(
 
     memory = MemorySettings(
         model=model, policy=policy, budget=budget, protocol=protocol, protect=protect,
-        profile=resolve_profile(profile, SERVE), seed=seed, device=device,
+        profile=resolve_profile(profile, SERVE, model), seed=seed, device=device,
     )  # fmt: skip
     config = ServeConfig(
         host=host, port=port, memory=memory, served_name=served_name, max_sessions=max_sessions, max_batch=max_batch,

@@ -47,10 +47,10 @@ def solve_cmd(
 ) -> None:
     """Solve one task: the agent works in a sandbox, its patch is graded, files go to --out.
 
-    Every option is checked before anything starts (a bad one: one line, exit 2, no folder). No memory profile is
-    used unless --memory-profile names one (or 'auto': the profile store), and none is learned unless
-    --learn-profile is given. On a terminal a live table shows each step and what runs now; otherwise (a log file)
-    one line per step."""
+    Every option is checked before anything starts (a bad one: one line, exit 2, no folder). The memory profile
+    shipped for the built-in agent and the model is used (the default, 'builtin'), or the one --memory-profile names
+    ('auto': the profile store; 'none'), and none is learned unless --learn-profile is given. On a terminal a live
+    table shows each step and what runs now; otherwise (a log file) one line per step."""
     from pipeline.run import preflight  # lazy: urllib, off --help
 
     console = make_console(stderr=as_json)  # with --json, stdout carries the report alone

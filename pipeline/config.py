@@ -17,7 +17,7 @@ from agent.calls import AUTO, CALL_FORMATS
 from kvstore.defaults import DEFAULT_POLICY
 from kvstore.session.config import MemorySettings, SessionConfig
 from pipeline.errors import RunError, RunSettingError
-from pipeline.profiles.store import AUTO_PROFILE, CLIENT, LOCAL, NO_PROFILE, resolve_profile
+from pipeline.profiles.store import AUTO_PROFILE, BUILTIN_PROFILE, CLIENT, LOCAL, NO_PROFILE, resolve_profile
 
 DEFAULT_TASK = "nexus-demo__pagekit-1"  # the built-in task `nexus-agent solve` runs with no argument
 DEFAULT_MAX_STEPS = 5  # the default run of the small CPU model finishes in minutes (it will not solve the task)
@@ -30,9 +30,10 @@ CHAT_MAX_NEW_TOKENS = 512  # most tokens in one chat reply
 
 
 def run_memory(**settings: Any) -> MemorySettings:
-    """A run's memory settings: the session defaults (no memory profile unless one is asked for: a file, a folder or
-    "auto", the profile store), but for `settings` (`RunConfig(memory=run_memory(policy="snapkv", budget=64))`)."""
-    return MemorySettings(**{"profile": NO_PROFILE, **settings})
+    """A run's memory settings: the session defaults (the shipped profile of the built-in agent for the run's model,
+    "builtin"; "none", a file, a folder or "auto", the profile store, when asked for), but for `settings`
+    (`RunConfig(memory=run_memory(policy="snapkv", budget=64))`)."""
+    return MemorySettings(**{"profile": BUILTIN_PROFILE, **settings})
 
 
 @dataclass
@@ -80,7 +81,8 @@ class RunConfig:
             self._check_warmup()
         if self.learn:
             self._check_learn()
-        profile = resolve_profile(self.memory.profile, CLIENT if self.server is not None else LOCAL)  # before any task
+        mode = CLIENT if self.server is not None else LOCAL
+        profile = resolve_profile(self.memory.profile, mode, self.memory.model)  # before any task
         self.memory = replace(self.memory, profile=profile)  # a copy: the caller's settings stay as given
         if self.workers < 1:
             raise RunSettingError("workers", f"must be at least 1, got {self.workers}")
@@ -103,7 +105,7 @@ class RunConfig:
         if self.replaying:
             raise RunError("--warmup calibrates with a model: it excludes --replay-dir")
         if isinstance(self.memory.profile, str):  # as given; a learned one is a Path (pipeline.profiles.warmup)
-            if self.memory.profile not in (AUTO_PROFILE, NO_PROFILE):
+            if self.memory.profile not in (AUTO_PROFILE, NO_PROFILE, BUILTIN_PROFILE):
                 raise RunError("--warmup learns this run's memory profile: leave --memory-profile out")
             self.memory = replace(self.memory, profile=None)
 
@@ -113,7 +115,7 @@ class RunConfig:
             raise RunError("--learn-profile learns with a model: it excludes --replay/--replay-dir")
         if self.server is None and self.memory.policy != DEFAULT_POLICY:
             raise RunError(f"--learn-profile learns a profile of the default memory: leave --policy {DEFAULT_POLICY}")
-        if str(self.memory.profile) not in (AUTO_PROFILE, NO_PROFILE):
+        if str(self.memory.profile) not in (AUTO_PROFILE, NO_PROFILE, BUILTIN_PROFILE):
             raise RunError("--learn-profile learns into the profile store: give no --memory-profile file (or 'auto')")
 
     def to_dict(self) -> dict[str, Any]:
@@ -205,7 +207,7 @@ def chat_config(
     given = {name: value for name, value in memory.items() if value is not None}
     if resume and given.get("profile") == AUTO_PROFILE:
         del given["profile"]
-    learn = learn and str(memory.get("profile") or NO_PROFILE) in (AUTO_PROFILE, NO_PROFILE)
+    learn = learn and str(memory.get("profile") or NO_PROFILE) in (AUTO_PROFILE, NO_PROFILE, BUILTIN_PROFILE)
     learn = learn and (server is not None or given.get("policy", DEFAULT_POLICY) == DEFAULT_POLICY)
     return RunConfig(
         memory=run_memory(**given, seed=seed), server=server, learn=learn, constrain=constrain,

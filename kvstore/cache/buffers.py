@@ -10,9 +10,9 @@ Two engines hold the same contents (CacheConfig.engine):
   that does not evict in decode, by doubling. Names whose new tokens take one value (a decode step's position, a
   policy's fresh state, the head mask: `append`'s `filled`) are written with one fill, and a buffer's slots past the
   held tokens are kept zero for them, so a fresh zero state is not written at all: on a GPU every write is a kernel
-  launch per layer and decode step (tests/kvstore/test_launches.py counts them).
+  launch per layer and decode step (tests/kvstore/cache/test_launches.py counts them).
 - `ConcatStore` ("eager", the earlier path): every write concatenates into new tensors, every eviction gathers into
-  new tensors. Kept to compare against (tests/kvstore/test_engine.py) and for whoever needs its exact behaviour.
+  new tensors. Kept to compare against (tests/kvstore/cache/test_engine.py) and for whoever needs its exact behaviour.
 """
 
 from __future__ import annotations

@@ -94,7 +94,8 @@ class MemoryProfile:
         few task tokens by chance (two tasks that start with the same word), which a new task need not have. The
         suffix may also differ in a few tokens near its end (SUFFIX_SLACK), such as the step limit an agent states
         after its instructions ("Steps Remaining: 40" where the profile's runs had 5): its text before them matches
-        still. None when less than half of the template tokens match: the opening is another agent's."""
+        still. None when less than half of the template tokens match: the opening is another agent's; for an `exact`
+        profile, when its prefix does not match in full or more than SUFFIX_SLACK suffix tokens do not."""
         n = len(opening)
         a = _agree(self.prefix, opening[: len(self.prefix)])
         out = torch.zeros(*self.prefix_weight.shape[:2], n)
@@ -104,9 +105,17 @@ class MemoryProfile:
             o_end, s_end = n - o0, len(self.suffix) - s0
             out[..., o_end - size : o_end] = self.suffix_weight[..., s_end - size : s_end]
             matched += size
-        if 2 * matched < self.template_tokens:
+        whole = a == len(self.prefix) and matched + SUFFIX_SLACK >= self.template_tokens
+        if 2 * matched < self.template_tokens or (self.exact and not whole):
             return None
         return out, matched
+
+    @property
+    def exact(self) -> bool:
+        """Applies only to an opening that carries its whole template, but for up to SUFFIX_SLACK tokens near its end
+        (the step limit an agent states last): a shipped profile of the built-in agent (pipeline.profiles.builtin),
+        which another harness that shares its system prompt only does not get."""
+        return bool(self.meta.get("exact"))
 
     def digest(self) -> str:
         """A digest of what a session takes from this profile: its template tokens and their weights."""

@@ -1,6 +1,7 @@
 """The profile store, $NEXUS_AGENT_HOME/profiles: where `nexus-agent calibrate` and `--learn-profile` write profiles
-and where sessions read them when asked to (--memory-profile auto; the default is none); and the one reading of
---memory-profile's value (solve, eval, chat and serve)."""
+and where sessions read them when asked to (--memory-profile auto; the default is builtin, the package's shipped
+profile of the built-in agent, pipeline.profiles.builtin); and the one reading of --memory-profile's value (solve,
+eval, chat and serve)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from kvstore.defaults import PROFILE_SUFFIX
 from pipeline.home import home
 
 AUTO_PROFILE = "auto"  # --memory-profile auto: the profile store, when it holds a profile
-NO_PROFILE = "none"  # --memory-profile's default: no profile (a run uses the store only when asked to)
+NO_PROFILE = "none"  # --memory-profile none: no profile
+BUILTIN_PROFILE = "builtin"  # the default: the shipped profile of the run's model, if any (a run never reads the store
+# unasked, and nothing is learned or written unless asked)
 LOCAL, CLIENT, SERVE = "local", "client", "serve"  # where the model runs: here, in a --server, here for a server
 PROFILE_NEEDS_LOCAL_MODEL = (
     "--memory-profile needs the model in this process; a --server runs its own memory settings "
@@ -23,7 +26,7 @@ def profile_store() -> Path:
     return home() / "profiles"
 
 
-def resolve_profile(value: str | Path | None, mode: str = LOCAL) -> Path | None:
+def resolve_profile(value: str | Path | None, mode: str = LOCAL, model: str | None = None) -> Path | None:
     """--memory-profile's value as the file or directory of profiles sessions read
     (kvstore.profiles.profile.load_profiles:
     each session takes the profile whose template its opening carries, if any), checked readable.
@@ -31,11 +34,18 @@ def resolve_profile(value: str | Path | None, mode: str = LOCAL) -> Path | None:
     "none" or None: none. "auto": the profile store; for a run (LOCAL) only while it holds a profile; for a CLIENT
     of a --server none (the server applies its own); for a server (SERVE) the store even while empty, created, so
     that a profile calibrated later is used without a restart. A path: itself, which must exist (a CLIENT: an
-    error)."""
+    error). "builtin": the shipped profile of `model` (pipeline.profiles.builtin.resolve_builtin; None for a CLIENT,
+    whose server applies its own, for a model with none shipped, and for one refused, with one line)."""
     from pipeline.errors import RunError, RunSettingError
 
     if value is None or str(value) == NO_PROFILE:
         return None
+    if str(value) == BUILTIN_PROFILE:
+        if mode == CLIENT or model is None:
+            return None
+        from pipeline.profiles.builtin import resolve_builtin
+
+        return resolve_builtin(model)
     if str(value) == AUTO_PROFILE:
         path = profile_store()
         if mode == SERVE:

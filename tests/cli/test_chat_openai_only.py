@@ -1,4 +1,4 @@
-"""`nexus-agent chat --server` against a stand-in that speaks only the OpenAI API (tests/cli/standin.py), as vLLM or
+"""`nexus-agent chat --server` against a stand-in that speaks only the OpenAI API (tests/standin.py), as vLLM or
 SGLang do: the real chat in a real bubblewrap sandbox, the served model picked by --model, the key from --api-key or
 $OPENAI_API_KEY, native tool calls by default, and a resume that re-sends the saved conversation (no nexus endpoint
 is asked: /v1/sessions would answer 404 here)."""

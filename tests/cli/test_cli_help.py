@@ -32,7 +32,7 @@ def _help(command: str) -> str:
 
 def test_help_says_the_defaults_a_user_must_know() -> None:
     solve = _help("solve")
-    assert "--learn-profile" in solve and "Off by default" in solve and "'none' (the default" in solve
+    assert "--learn-profile" in solve and "Off by default" in solve and "'builtin' (the default" in solve
     grade = _help("grade")
     assert "0 resolved; 1 not resolved" in grade and "2 the grading could not run" in grade
     evaluate = _help("eval")

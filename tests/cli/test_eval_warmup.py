@@ -43,13 +43,14 @@ def test_warmup_settings_and_label(tmp_path: Path) -> None:
 
 def test_eval_suggests_a_warmup_only_where_one_could_help(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))  # an empty profile store
-    assert RunConfig().lacks_profile
+    assert not RunConfig().lacks_profile  # the default model's shipped profile (pipeline.profiles.builtin)
+    assert RunConfig(memory=run_memory(profile="none")).lacks_profile
     assert not RunConfig(warmup=2).lacks_profile and not RunConfig(memory=run_memory(policy="h2o")).lacks_profile
     assert not RunConfig(server="http://127.0.0.1:9/v1").lacks_profile
     assert not RunConfig(replay_dir=tmp_path).lacks_profile
     save_tiny_profile(tmp_path / "home" / "profiles" / "agent.pt")
     assert not RunConfig(memory=run_memory(profile="auto")).lacks_profile  # asked for: the store's profile is used
-    assert RunConfig().lacks_profile  # not asked for: the store is not read
+    assert RunConfig(memory=run_memory(profile="none")).lacks_profile  # not asked for: the store is not read
 
 
 def _fake_calibration(calls: list) -> callable:

@@ -87,3 +87,25 @@ def test_eval_workers_share_the_server_in_the_tools_format(stand_in: StandIn, tm
     assert {p["model_name_or_path"] for p in predictions} == {"nexus-agent__coder-7b__server"}
     assert not [f for f in out.rglob("*") if f.is_file() and KEY in f.read_text(errors="replace")]
     assert {p["body"]["model"] for p in stand_in.seen if p["body"]} == {MODELS[0]}
+
+
+def test_an_eval_on_an_openai_only_server_resumes_where_it_stopped(stand_in: StandIn, tmp_path: Path) -> None:
+    """The same eval folder again with one more task: the finished task is kept as it was and never asked again."""
+    out, done, new = tmp_path / "eval", "nexus-demo__pagekit-1", "nexus-demo__memocache-1"
+
+    def run_eval(ids: list[str]):
+        return nexus("eval", "--server", url(stand_in), "--model", MODELS[0], "--api-key", KEY,
+                     "--instances", ",".join(ids), "--max-steps", "1", "--sandbox", "bwrap", "--out", str(out),
+                     env=cli_env(tmp_path), cwd=tmp_path)  # fmt: skip
+
+    first = run_eval([done])
+    assert first.returncode == 0, first.stdout + first.stderr
+    kept, asked = (out / done / "report.json").read_bytes(), len(stand_in.seen)
+    again = run_eval([done, new])
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "HTTP Request:" not in again.stderr  # the HTTP library's log lines stay off the user's terminal
+    assert (out / done / "report.json").read_bytes() == kept
+    assert json.loads((out / new / "report.json").read_text())["steps"] == 1
+    later = [json.dumps(p["body"]) for p in stand_in.seen[asked:] if p["body"]]
+    assert later, "the new task asked the server nothing"
+    assert not [body for body in later if "pagekit" in body]
