@@ -22,6 +22,8 @@ from typing import Any
 
 from agent.tool_specs import TOOLS, Param, ToolSpec
 from kvstore.defaults import DEFAULT_MODEL
+from kvstore.errors import SettingError
+from kvstore.session.grammar import Constraint
 
 MAX_OPTIONAL = 2  # optional parameters one call may give (file_editor's str_replace needs two: old_str and new_str)
 THOUGHT_CHARS = 80  # most characters of the thought before the call (fewer when the reply's budget is small)
@@ -62,8 +64,6 @@ def call_budget(max_new_tokens: int, count_tokens: Callable[[str], int], tools: 
     thought = min(THOUGHT_CHARS, (max_new_tokens - max(fixed.values())) // 4)
     value = {name: (max_new_tokens - fixed[name] - thought) // _values(spec) for name, spec in tools.items()}
     if thought < 0 or min(value.values()) < 1:
-        from kvstore.errors import SettingError
-
         raise SettingError(
             "max_new_tokens",
             f"{max_new_tokens}: a reply of that many tokens cannot hold every tool call under the call grammar (the "
@@ -75,7 +75,6 @@ def call_budget(max_new_tokens: int, count_tokens: Callable[[str], int], tools: 
 def call_constraint(tokenizer: Any, max_new_tokens: int, tools: dict[str, ToolSpec] = TOOLS):
     """The compiled call grammar for replies of at most `max_new_tokens` tokens (a kvstore.session.grammar
     Constraint; `.fresh()` one per reply)."""
-    from kvstore.session.grammar import Constraint
 
     def count(text: str) -> int:
         return len(tokenizer.encode(text, add_special_tokens=False))

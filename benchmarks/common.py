@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.timing import sync
+from kvstore.models.tiny import tiny_model
 
 console = Console()
 
@@ -34,7 +35,6 @@ def median_time(fn: Callable[[], Any], repeats: int, device: torch.device | str 
 
 def tiny_qwen3(max_positions: int = 40_000, layers: int = 4, dtype: torch.dtype = torch.float32):
     """A random-weight Qwen3 of tiny width (fast to build, any context length)."""
-    from kvstore.models.tiny import tiny_model
 
     shapes = dict(hidden_size=128, head_dim=32, vocab_size=1024, max_positions=max_positions)
     return tiny_model("qwen3", layers=layers, dtype=dtype, **shapes)

@@ -16,20 +16,20 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import torch
-import typer
 from rich.console import Console
 
 import kvstore
 from benchmarks.common import console, median_time, table, tiny_qwen3, write_json
+from benchmarks.gpu_measure import SHAPES, random_qwen3
 from benchmarks.machine import machine
 from benchmarks.timing import sync
-from kvstore.cache.buffers import ENGINES
 from kvstore.cache.config import parse_policy_spec
-from kvstore.defaults import DEFAULT_MODEL
+from kvstore.defaults import DEFAULT_MODEL, ENGINES
 from kvstore.errors import KVStoreError
+from kvstore.models.registry import load_model, pick_attention
 from kvstore.session.batch import batched_decode
 
 
@@ -59,9 +59,6 @@ QUICK = {"model": "tiny", "dtype": None, "contexts": (256, 512), "steps": 40, "b
 def load(cfg: DecodeConfig):
     """(model, vocab size): a random model of cfg.shape, the registry model in cfg.dtype, or a random tiny Qwen3."""
     if cfg.shape:
-        from benchmarks.gpu_measure import SHAPES, random_qwen3
-        from kvstore.models.registry import pick_attention
-
         if cfg.shape not in SHAPES:
             raise KVStoreError(f"unknown shape {cfg.shape!r}; known: {', '.join(SHAPES)}")
         shapes = SHAPES[cfg.shape]
@@ -70,7 +67,6 @@ def load(cfg: DecodeConfig):
     if cfg.model == "tiny":
         model = tiny_qwen3(max_positions=max(cfg.contexts) + cfg.steps + 64, layers=4)
         return model, model.config.vocab_size
-    from kvstore.models.registry import load_model
 
     model, tok, _ = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
     return model, len(tok)
@@ -245,23 +241,23 @@ def _csv(text: str, cast=str) -> tuple:
         raise KVStoreError(f"expected a comma-separated list, got {text!r}") from None
 
 
-def decode_cmd(
-    model: Annotated[str, typer.Option(help="Model registry name, HF id, local directory, or 'tiny'.")] = DEFAULT_MODEL,
-    dtype: Annotated[str | None, typer.Option(help="Model dtype (default: bf16 where native, else fp32).")] = None,
-    contexts: Annotated[str, typer.Option(help="Comma-separated prompt lengths.")] = "1024,2048,4096",
-    policies: Annotated[str, typer.Option(help="Comma-separated POLICY[@key=value] specs.")] = "full,nexus-agent,h2o",
-    density: Annotated[float, typer.Option(min=0.01, max=1.0, help="Budget of evicting policies.")] = 0.25,
-    engines: Annotated[str, typer.Option(help="KV storage engines compared: eager, static.")] = ",".join(ENGINES),
-    steps: Annotated[int, typer.Option(min=2, help="Decoded tokens per measurement.")] = 64,
-    batch: Annotated[int, typer.Option(min=1, help="Sessions of the batched decode (1: batch 1 only).")] = 4,
-    threads: Annotated[int, typer.Option(min=1, help="torch CPU threads.")] = 1,
-    shape: Annotated[str | None, typer.Option(help="Random weights of a real shape: qwen3-8b, qwen3-32b.")] = None,
-    layers: Annotated[int | None, typer.Option(min=1, help="Decoder layers of --shape (default: all).")] = None,
-    device: Annotated[str, typer.Option(help="Where the model and caches live: cpu, cuda.")] = "cpu",
-    quick: Annotated[bool, typer.Option(help="Tiny random model, short contexts (checks the machinery).")] = False,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+def main(
+    model: str,
+    dtype: str | None,
+    contexts: str,
+    policies: str,
+    density: float,
+    engines: str,
+    steps: int,
+    batch: int,
+    threads: int,
+    shape: str | None,
+    layers: int | None,
+    device: str,
+    quick: bool,
+    json_path: Path | None,
 ) -> None:
-    """Decode tokens/s and ms/step per policy and KV engine, batch 1 and N, against the memory-bandwidth bound."""
+    """The run of `nexus-agent bench` decode_cmd: its options and help are in benchmarks.commands.decode_cmd."""
     chosen = _csv(engines)
     if unknown := [e for e in chosen if e not in ENGINES]:
         raise KVStoreError(f"unknown engine(s) {', '.join(unknown)}; known: {', '.join(ENGINES)}")

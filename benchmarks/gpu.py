@@ -1,19 +1,23 @@
 """`nexus-agent bench gpu`: one prepared device run (decode speed, cache memory, scoring kernel) of dense vs
 Nexus at 20% on a random-weight Qwen3-8B-shaped model; `--quick` runs the same machinery on tiny CPU shapes.
 
-The options are defined once, by `benchmarks.gpu_report.run` (argparse, so the run also works where only the ML
-stack is installed: `python -m benchmarks.gpu_report`); this command hands its arguments over unchanged.
+The options are defined once, in `benchmarks/gpu_options.py` (argparse, so the run also works where only the ML
+stack is installed: `python -m benchmarks.gpu_report`); this command parses its arguments there (--help imports no
+torch), then runs them.
 """
 
 from __future__ import annotations
 
 import click
 
+from benchmarks.gpu_options import parse
+
 
 def _run(args: tuple[str, ...]) -> None:
-    from benchmarks.gpu_report import run
+    parsed = parse(list(args), prog="nexus-agent bench gpu")
+    from benchmarks.gpu_report import run_parsed  # lazy: torch, off --help
 
-    run(list(args), prog="nexus-agent bench gpu")
+    run_parsed(parsed)
 
 
 gpu = click.Command(

@@ -12,38 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers import AutoModelForCausalLM, DynamicCache, Qwen3Config
 
+import kvstore
+from benchmarks.shapes import QWEN3_8B, QWEN3_TINY, SHAPES  # noqa: F401 (SHAPES: imported from here)
 from benchmarks.timing import sync
-
-# Qwen3-8B (config.json of Qwen/Qwen3-8B), written out so nothing is downloaded
-QWEN3_8B = dict(
-    hidden_size=4096,
-    intermediate_size=12288,
-    num_hidden_layers=36,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    head_dim=128,
-    vocab_size=151936,
-    max_position_embeddings=40960,
-    rope_theta=1_000_000.0,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=False,
-)
-# Qwen3-32B (config.json of Qwen/Qwen3-32B; DeepSWE-Preview, the product's model, is a fine-tune of it)
-QWEN3_32B = QWEN3_8B | dict(hidden_size=5120, intermediate_size=25600, num_hidden_layers=64, num_attention_heads=64)
-SHAPES = {"qwen3-8b": QWEN3_8B, "qwen3-32b": QWEN3_32B}  # the real shapes a random-weight model can take
-# a tiny Qwen3 for --quick (CPU, seconds)
-QWEN3_TINY = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    vocab_size=512,
-    max_position_embeddings=4096,
-    tie_word_embeddings=False,
-)
+from kvstore.attention.dispatch import fused_window_block_scores
+from kvstore.attention.scoring import window_block_scores
+from kvstore.cache.config import parse_policy_spec
 
 
 @dataclass
@@ -81,7 +57,6 @@ def random_qwen3(
 ) -> tuple[torch.nn.Module, int]:
     """A random-weight Qwen3 of `shapes` (Qwen3Config fields), built on `device` (no download), with `layers`
     decoder layers (None: the shape's own count); returns it (eval mode) and its decoder layer count."""
-    from transformers import AutoModelForCausalLM, Qwen3Config
 
     shapes = dict(shapes)
     if layers:
@@ -111,13 +86,9 @@ def cache_bytes(cache: Any) -> int:
 
 
 def new_cache(model: torch.nn.Module, policy: str, cfg: GpuBenchConfig) -> Any:
-    import kvstore
 
     if policy == "dense":
-        from transformers import DynamicCache
-
         return DynamicCache(config=model.config)
-    from kvstore.cache.config import parse_policy_spec
 
     name, options = parse_policy_spec(policy)  # e.g. nexus-agent@observe_batch=1
     return kvstore.make_cache(model, name, None if name == "full" else cfg.density, seed=cfg.seed, **options)
@@ -149,7 +120,6 @@ def run_policy(model: torch.nn.Module, policy: str, cfg: GpuBenchConfig) -> dict
 
     peak_mib_span: torch.cuda.max_memory_allocated above the weights during the decode span since the previous
     mark (flat under eviction, growing with a dense cache)."""
-    import kvstore
 
     gen = torch.Generator().manual_seed(cfg.seed)
     ids = torch.randint(0, model.config.vocab_size, (1, cfg.prefill), generator=gen).to(cfg.device)
@@ -191,7 +161,6 @@ def run_policy(model: torch.nn.Module, policy: str, cfg: GpuBenchConfig) -> dict
 def warm_up_kernel(cfg: GpuBenchConfig) -> None:
     """Compile the scoring kernel for the model's shapes, so no run's first eviction pays for it (through the
     cache's own dispatch: a kernel that fails here sends the runs to the torch path, see kvstore.attention.dispatch)."""
-    from kvstore.attention.dispatch import fused_window_block_scores
 
     hq, hkv, d = cfg.shapes["num_attention_heads"], cfg.shapes["num_key_value_heads"], cfg.shapes["head_dim"]
     dtype = getattr(torch, cfg.dtype)
@@ -221,7 +190,6 @@ def _measure(fn, args: tuple, reps: int, device: str) -> tuple[float, float | No
 @torch.inference_mode()
 def kernel_rows(cfg: GpuBenchConfig, use_triton: bool) -> list[dict[str, Any]]:
     """Time the torch scoring path and (when `use_triton`) the fused kernel at each T, Qwen shapes of `cfg`."""
-    from kvstore.attention.scoring import window_block_scores
 
     hq, hkv, d = cfg.shapes["num_attention_heads"], cfg.shapes["num_key_value_heads"], cfg.shapes["head_dim"]
     dtype, gen = getattr(torch, cfg.dtype), torch.Generator().manual_seed(cfg.seed)

@@ -1,6 +1,6 @@
 """The device benchmark as one plain run: `python -m benchmarks.gpu_report [options]` (what scripts/gpu_bench.sh
-calls, needing only torch, transformers and triton) or `nexus-agent bench gpu`. Prints plain-text tables side by side
-and optionally writes the result as JSON."""
+calls, needing only torch, transformers and triton) or `nexus-agent bench gpu`; its options and their help are in
+benchmarks/gpu_options.py."""
 
 from __future__ import annotations
 
@@ -15,15 +15,19 @@ from typing import Any
 
 import torch
 
-from benchmarks.gpu_measure import SHAPES, GpuBenchConfig, build_model, kernel_rows, run_policy, warm_up_kernel
+from benchmarks.gpu_measure import GpuBenchConfig, build_model, kernel_rows, run_policy, warm_up_kernel
+from benchmarks.gpu_options import parse
 from benchmarks.machine import machine
+from benchmarks.shapes import SHAPES
+from kvstore.attention.dispatch import triton_error, use_triton
+from kvstore.cache.config import parse_policy_spec
 from kvstore.errors import KVStoreError
+from kvstore.models.registry import pick_attention
 
 
 def make_config(quick: bool = False, **overrides: Any) -> GpuBenchConfig:
     """The full device config (or the `quick` CPU one) with the options that were given (None = default); every
     policy spec is checked here, so a misspelt one fails before the model is built, not minutes into a device run."""
-    from kvstore.cache.config import parse_policy_spec
 
     cfg = GpuBenchConfig.quick() if quick else GpuBenchConfig()
     cfg = replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
@@ -44,11 +48,10 @@ def parse_ints(text: str | None) -> tuple[int, ...] | None:
 
 def environment(cfg: GpuBenchConfig, attn: str, layers: int) -> dict[str, Any]:
     """What ran: versions, device, attention kernel, scoring path, and how many of the model's layers were built."""
-    from kvstore.attention.dispatch import triton_error, use_triton
 
     triton_version = None
     if importlib.util.find_spec("triton") is not None:
-        import triton
+        import triton  # lazy: triton is optional
 
         triton_version = triton.__version__
     return machine(cfg.device) | {
@@ -64,8 +67,6 @@ def environment(cfg: GpuBenchConfig, attn: str, layers: int) -> dict[str, Any]:
 
 def run_bench(cfg: GpuBenchConfig) -> dict[str, Any]:
     """Build the model, run every policy, time the scoring kernel; returns the JSON-able result."""
-    from kvstore.attention.dispatch import use_triton
-    from kvstore.models.registry import pick_attention
 
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
         raise KVStoreError("no CUDA GPU here: run `nexus-agent bench gpu --quick` for the CPU check of the machinery")
@@ -166,30 +167,14 @@ def run_and_report(cfg: GpuBenchConfig, json_path: Path | None) -> dict[str, Any
     return result
 
 
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return int(text)
-
-
 def run(argv: list[str] | None = None, prog: str = "python -m benchmarks.gpu_report") -> None:
-    """The options of `nexus-agent bench gpu` (defined only here), parsed and run; KVStoreError on a bad setup."""
-    p = argparse.ArgumentParser(prog=prog, description=__doc__)
-    p.add_argument("--quick", action="store_true", help="tiny shapes on the CPU")
-    p.add_argument("--shape", choices=SHAPES, help="the random model's shape (default qwen3-8b)")
-    p.add_argument("--layers", type=_positive_int, help="decoder layers to build (default: all of the shape's)")
-    p.add_argument("--prefill", type=_positive_int, help="prompt tokens (default 8192)")
-    p.add_argument("--decode", help="decode lengths to report, comma-separated (default 4096,8192)")
-    p.add_argument(
-        "--policies",
-        help="comma-separated: dense (DynamicCache), full, nexus, ..., or POLICY@key=value,... specs (cache options) "
-        "separated by ';' (default dense,nexus)",
-    )
-    p.add_argument("--density", type=float, help="budget of the evicting policies (default 0.2)")
-    p.add_argument("--max-decode-s", type=float, help="stop a decode run after this many seconds (default 240)")
-    p.add_argument("--kernel-lengths", help="held-key lengths of the kernel timing (default 8192,32768)")
-    p.add_argument("--json", type=Path, help="also write the result as JSON here")
-    a = p.parse_args(argv)
+    """The options of `nexus-agent bench gpu` (benchmarks/gpu_options.py), parsed and run; KVStoreError on a bad
+    setup."""
+    run_parsed(parse(argv, prog))
+
+
+def run_parsed(a: argparse.Namespace) -> None:
+    """A run of the parsed options."""
     policies = tuple(x.strip() for x in a.policies.split(";" if ";" in a.policies else ",")) if a.policies else None
     shapes = dict(SHAPES[a.shape]) if a.shape else None
     cfg = make_config(

@@ -3,19 +3,18 @@
 
 from __future__ import annotations
 
+import os
+import platform
 from typing import Any
 
 import torch
+import transformers
 
 
 def machine(device: torch.device | str = "cpu") -> dict[str, Any]:
     """What a measurement ran on, for its JSON: versions, the device (GPU name or CPU model), torch's CPU kernel
     level and threads. Results in bf16 move by a few per cent between CPUs with other instruction sets (research/
     replay-notebook.md, "Reproducing a replay"), so a figure is reproducible only on the machine kind it names."""
-    import os
-    import platform
-
-    import transformers
 
     device = torch.device(device)
     model, flags = _cpu()

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Annotated
 
 import torch
 import typer
@@ -29,9 +28,11 @@ from rich.console import Console
 
 import kvstore
 from benchmarks.common import console, median_time, table, tiny_qwen3, write_json
+from benchmarks.gpu_measure import SHAPES, random_qwen3
 from benchmarks.memtrack import peak_extra_bytes
+from kvstore import POLICIES
 from kvstore.cache.snapshot import export_state, restore_cache
-from kvstore.defaults import DEFAULT_MODEL
+from kvstore.models.registry import load_model, pick_attention
 
 PREFILL_CHUNK = 512
 PREFILL_CHUNK_REPEATS = 3
@@ -181,8 +182,6 @@ COLUMNS = [
 
 def _random_model(shape: str, layers: int, device: str, positions: int) -> tuple[torch.nn.Module, str]:
     """The random-weight model the contexts are measured on, and its label in the table."""
-    from benchmarks.gpu_measure import SHAPES, random_qwen3
-    from kvstore.models.registry import pick_attention
 
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise typer.BadParameter("no CUDA GPU here; use --device cpu", param_hint="--device")
@@ -195,33 +194,20 @@ def _random_model(shape: str, layers: int, device: str, positions: int) -> tuple
     return model, f"{shape} random, {built} of {SHAPES[shape]['num_hidden_layers']} layers"
 
 
-def overhead(
-    contexts: Annotated[
-        str, typer.Option(help="Comma-separated context lengths for the random model ('' to skip it).")
-    ] = "2048,8192,32768",
-    shape: Annotated[
-        str,
-        typer.Option(
-            help="The random model: 'tiny' (4 narrow layers, fp32) or a real shape in bf16: qwen3-8b, qwen3-32b."
-        ),
-    ] = "tiny",
-    layers: Annotated[int, typer.Option(min=0, help="Decoder layers of a real shape (0 = all of them).")] = 0,
-    device: Annotated[str, typer.Option(help="Device of the random model: cpu or cuda.")] = "cpu",
-    triton: Annotated[
-        bool, typer.Option(help="Use the fused Triton kernels where they run (CUDA); --no-triton: the torch paths.")
-    ] = True,
-    model: Annotated[str, typer.Option(help="Real model to measure too ('' to skip).")] = DEFAULT_MODEL,
-    real_contexts: Annotated[
-        str, typer.Option(help="Context lengths for the real model (within its limit).")
-    ] = "2048,7168",
-    policies: Annotated[str, typer.Option(help="Comma-separated policies ('' = every registered one).")] = "",
-    repeats: Annotated[int, typer.Option(min=1, help="Timed repetitions (median reported).")] = 9,
-    threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (0 = torch's default).")] = 1,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON here.")] = None,
+def main(
+    contexts: str,
+    shape: str,
+    layers: int,
+    device: str,
+    triton: bool,
+    model: str,
+    real_contexts: str,
+    policies: str,
+    repeats: int,
+    threads: int,
+    json_path: Path | None,
 ) -> None:
-    """Time every policy's eviction step and attention statistics beside one decode step and one 512-token prefill
-    chunk; print the amortized overhead per decoded token, the share of a prefill chunk and the peak extra memory."""
-    from kvstore import POLICIES
+    """The run of `nexus-agent bench` overhead: its options and help are in benchmarks.commands.overhead."""
 
     names = [p for p in (policies.split(",") if policies else POLICIES) if p and p != "full"]
     unknown = [p for p in names if p not in POLICIES]
@@ -244,8 +230,6 @@ def overhead(
             measure(random_model, label, ctx, repeats, names, rows, save, **options)
         del random_model
     if model:
-        from kvstore.models.registry import load_model
-
         real, _, _info = load_model(model)
         limit = real.config.max_position_embeddings
         for ctx in (int(c) for c in real_contexts.split(",")):

@@ -6,13 +6,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
 
 import torch
-import typer
 from rich.console import Console
 
 from benchmarks.common import console, write_json
+from benchmarks.plans import MODES
 from benchmarks.quality_report import density_table, plot, summarize, with_average
 from benchmarks.quality_run import QUERY_AWARE, RunSpec, run_item
 from benchmarks.quality_tasks import TASKS, make_item
@@ -20,8 +19,7 @@ from kvstore import POLICIES, CacheConfig
 from kvstore.cache.config import SHARED, declared, is_stochastic, own_options
 from kvstore.defaults import DEFAULT_MODEL
 from kvstore.errors import KVStoreError
-
-MODES = ("unaware", "aware")  # question after compression (the agent setting) / inside the compressed prompt
+from kvstore.models.registry import load_model
 
 
 @dataclass
@@ -133,28 +131,22 @@ def _parse(cfg: QualityConfig) -> None:
         raise KVStoreError(f"densities must be in (0, 1], got {cfg.densities}")
 
 
-def quality(
-    policies: Annotated[str, typer.Option(help="Comma-separated policies (default: all, ablations included).")] = "",
-    densities: Annotated[str, typer.Option(help="Comma-separated densities (shares of the context kept).")] = "",
-    tasks: Annotated[str, typer.Option(help=f"Comma-separated tasks of {', '.join(TASKS)}.")] = "",
-    items: Annotated[int | None, typer.Option(min=1, help="Items per task.")] = None,
-    seeds: Annotated[int | None, typer.Option(min=1, help="Seeds for the stochastic policies.")] = None,
-    context_tokens: Annotated[int | None, typer.Option(min=128, help="Context length in tokens.")] = None,
-    model: Annotated[str, typer.Option(help="Model registry name, HF id or local directory.")] = DEFAULT_MODEL,
-    threads: Annotated[int, typer.Option(min=1, help="torch CPU threads.")] = 1,
-    quick: Annotated[
-        bool, typer.Option(help="A few items at tiny sizes: checks the machinery, not the numbers.")
-    ] = False,
-    cache_option: Annotated[
-        list[str] | None, typer.Option(help="KEY=VALUE CacheConfig knob for evicting policies (repeatable).")
-    ] = None,
-    modes: Annotated[
-        str, typer.Option(help="unaware (question after compression), aware (question inside), or both.")
-    ] = ",".join(MODES),
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write rows + summary as JSON here.")] = None,
-    plot_path: Annotated[Path | None, typer.Option("--plot", help="Write the accuracy-vs-density PNG here.")] = None,
+def main(
+    policies: str,
+    densities: str,
+    tasks: str,
+    items: int | None,
+    seeds: int | None,
+    context_tokens: int | None,
+    model: str,
+    threads: int,
+    quick: bool,
+    cache_option: list[str] | None,
+    modes: str,
+    json_path: Path | None,
+    plot_path: Path | None,
 ) -> None:
-    """Eviction quality: RULER-style retrieval over stdlib sources and multi-turn recall, every policy."""
+    """The run of `nexus-agent bench` quality: its options and help are in benchmarks.commands.quality."""
     base = QualityConfig(model=model, threads=threads, **(QUICK if quick else {}))
     overrides = {
         "policies": tuple(policies.split(",")) if policies else None,
@@ -169,7 +161,6 @@ def quality(
     cfg = QualityConfig(**(base.__dict__ | {k: v for k, v in overrides.items() if v is not None}))
     _parse(cfg)
     torch.set_num_threads(cfg.threads)
-    from kvstore.models.registry import load_model
 
     mdl, tok, info = load_model(cfg.model)
     console.print(f"{info.name} ({info.dtype}, {cfg.threads} thread(s)): {len(cfg.specs())} runs per item")

@@ -6,6 +6,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+import matplotlib
+import matplotlib.pyplot as plt
 from rich.table import Table
 
 SHORT = {
@@ -84,10 +86,8 @@ def _fmt(s: dict) -> str:
 
 def plot(summary: list[dict], policies: list[str], tasks: list[str], path: Path) -> None:
     """Accuracy vs density per policy: the average over tasks, then one panel per task (full: dashed line)."""
-    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     panels = ["avg", *tasks]
     cols = 4

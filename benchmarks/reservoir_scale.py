@@ -9,22 +9,22 @@ For each n and scale it reports the overlap of the kept set with top-K and the s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
 import torch
 import typer
 
+import kvstore
 from benchmarks.common import console, table, write_json
 from benchmarks.replay_data import default_traces
 from kvstore.attention.scoring import nexus_weights, window_block_scores
+from kvstore.models.registry import load_model
 from kvstore.policies.selection import select
+from kvstore.session.render import ChatRenderer
 from pipeline.conversations import load_conversation
 
 
 def real_weights(model, tokenizer, messages: list[dict], tokens: int, block: int = 32) -> list[torch.Tensor]:
     """Nexus weights [N_k] of every layer after the first `tokens` tokens of a conversation (full cache)."""
-    import kvstore
-    from kvstore.session.render import ChatRenderer
 
     ids = ChatRenderer(tokenizer).encode_messages(messages, first=True)[:tokens]
     cache = kvstore.make_cache(model, policy="nexus", budget=None)  # never evicts; keeps Nexus's window of queries
@@ -50,17 +50,8 @@ def kept_vs_topk(w: torch.Tensor, k: int, n: int, mean: float | None, draws: int
     return overlap / draws, mass / draws
 
 
-def reservoir_cmd(
-    model: Annotated[str, typer.Option(help="model registry name / HF id / local directory")] = "smollm2-135m",
-    tokens: Annotated[int, typer.Option(help="prefix of the conversation whose scores are used")] = 2048,
-    share: Annotated[float, typer.Option(help="K as a share of the blocks")] = 0.25,
-    ns: Annotated[str, typer.Option(help="uniforms averaged per candidate, comma-separated")] = "1,5,25,100,1000",
-    means: Annotated[str, typer.Option(help="weight scales: 'raw' and/or mean values")] = "raw,1,0.1",
-    draws: Annotated[int, typer.Option(help="reservoir draws per layer")] = 20,
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
-) -> None:
-    """Reservoir kept set vs top-K at the real weight scale, and rescaled."""
-    from kvstore.models.registry import load_model
+def main(model: str, tokens: int, share: float, ns: str, means: str, draws: int, json_out: Path | None) -> None:
+    """The run of `nexus-agent bench` reservoir_cmd: its options and help are in benchmarks.commands.reservoir_cmd."""
 
     traces = default_traces()
     if not traces:

@@ -19,39 +19,22 @@ from __future__ import annotations
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from benchmarks.common import console, table, write_json
 from benchmarks.memtrack import rss_mib
-from benchmarks.serve_admission import AdmissionPlan, admission_line, measure_admission
+from benchmarks.plans import AdmissionPlan, ServePlan
+from benchmarks.serve_admission import admission_line, measure_admission
 from benchmarks.serve_client import Timed, stream_chat
 from benchmarks.serve_stall import StallPlan, measure_stall, stall_line
 from benchmarks.serve_workload import Conversation, conversations
-from kvstore.defaults import DEFAULT_DENSITY, DEFAULT_MODEL
-
-
-@dataclass
-class ServePlan:
-    """What `bench serve` runs."""
-
-    clients: tuple[int, ...] = (1, 4, 16, 64)  # concurrent sessions per phase
-    turns: int = 3  # requests per session (the later ones continue the session)
-    prompt_tokens: int = 1000  # tokens of each conversation's task message (cut from the trace)
-    obs_tokens: int = 150  # tokens of each tool observation
-    reply_tokens: int = 32  # max_tokens of each reply (greedy; a reply may end earlier at EOS)
-    density: float = DEFAULT_DENSITY  # nexus budget of every session (fraction of the first prompt kept)
-    fit_cap_mib: float = 128.0  # the KV memory cap of the fit test
-    fit_max: int = 40  # most sessions the fit test opens
-
-    @classmethod
-    def quick(cls) -> ServePlan:
-        return cls(
-            clients=(1, 4), turns=2, prompt_tokens=500, obs_tokens=40, reply_tokens=8, fit_cap_mib=64, fit_max=12
-        )
+from kvstore.models.registry import load_model
+from kvstore.session.config import MemorySettings
+from pipeline.backends import set_threads
+from server.app import Server
+from server.config import ServeConfig
 
 
 def replay(url: str, conv: Conversation, plan: ServePlan) -> list[Timed]:
@@ -94,9 +77,6 @@ def phase(server, convs: list[Conversation], plan: ServePlan) -> dict[str, Any]:
 
 def fit(model, tokenizer, name: str, policy: str, budget, convs: list[Conversation], plan: ServePlan) -> dict:
     """Open sessions one by one under the KV cap until one must be parked; how many were resident then."""
-    from kvstore.session.config import MemorySettings
-    from server.app import Server
-    from server.config import ServeConfig
 
     cap = int(plan.fit_cap_mib * 2**20)
     config = ServeConfig(port=0, memory=MemorySettings(model=name, policy=policy, budget=budget), memory_cap=cap,
@@ -122,9 +102,6 @@ def run_bench(
 ) -> dict[str, Any]:
     """The whole benchmark on a loaded model; a JSON-able result (`stall`: also the newcomer-stall measurement;
     `admission`: also the many-clients admission test)."""
-    from kvstore.session.config import MemorySettings
-    from server.app import Server
-    from server.config import ServeConfig
 
     top = max(plan.clients)
     n = max(top, plan.fit_max, admission.clients if admission else 0)
@@ -203,34 +180,24 @@ def print_report(result: dict[str, Any]) -> None:
         console.print(admission_line(result["admission"]), highlight=False)
 
 
-def serve_bench(
-    model: Annotated[str, typer.Option(help="Registry name, HF id or local model directory.")] = DEFAULT_MODEL,
-    quick: Annotated[bool, typer.Option("--quick", help="A small plan (CI): 1 and 4 clients, short turns.")] = False,
-    clients: Annotated[str, typer.Option(help="Comma-separated concurrent sessions per phase.")] = "1,4,16,64",
-    turns: Annotated[int, typer.Option(min=1, help="Requests per session.")] = ServePlan.turns,
-    prompt_tokens: Annotated[int, typer.Option(min=1, help="Tokens of each task message.")] = ServePlan.prompt_tokens,
-    reply_tokens: Annotated[int, typer.Option(min=1, help="max_tokens of each reply.")] = ServePlan.reply_tokens,
-    fit_cap: Annotated[float, typer.Option(help="KV cap of the fit test in MiB.")] = ServePlan.fit_cap_mib,
-    stall_tokens: Annotated[
-        int, typer.Option(min=0, help="Newcomer prompt of the stall test, interleaved vs whole prefill (0: skip).")
-    ] = StallPlan.newcomer_tokens,
-    prefill_chunk: Annotated[
-        int, typer.Option(min=1, help="Prefill chunk of the stall and admission tests.")
-    ] = StallPlan.chunk,
-    admission_clients: Annotated[
-        int, typer.Option(min=0, help="Clients of the admission test, all at once (0: skip).")
-    ] = AdmissionPlan.clients,
-    admission_sessions: Annotated[
-        int, typer.Option(min=1, help="--max-sessions of the admission test's server.")
-    ] = AdmissionPlan.max_sessions,
-    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: all cores, 1 if busy).")] = None,
-    device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: a GPU when present).")] = None,
-    dtype: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp32 (default: bf16 where supported).")] = None,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON here.")] = None,
+def main(
+    model: str,
+    quick: bool,
+    clients: str,
+    turns: int,
+    prompt_tokens: int,
+    reply_tokens: int,
+    fit_cap: float,
+    stall_tokens: int,
+    prefill_chunk: int,
+    admission_clients: int,
+    admission_sessions: int,
+    threads: int | None,
+    device: str | None,
+    dtype: str | None,
+    json_path: Path | None,
 ) -> None:
-    """N concurrent agent sessions on one server: batched vs one at a time, TTFT, sessions that fit a KV cap."""
-    from kvstore.models.registry import load_model
-    from pipeline.backends import set_threads
+    """The run of `nexus-agent bench` serve_bench: its options and help are in benchmarks.commands.serve_bench."""
 
     stall = StallPlan(newcomer_tokens=stall_tokens, chunk=prefill_chunk) if stall_tokens else None
     admission = (

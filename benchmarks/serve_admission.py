@@ -15,28 +15,18 @@ from __future__ import annotations
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from benchmarks.memtrack import rss_mib
+from benchmarks.plans import AdmissionPlan
 from benchmarks.serve_client import ServedError, Timed, stream_chat
 from benchmarks.serve_workload import Conversation
+from kvstore.session.config import MemorySettings
+from server.app import Server
+from server.config import ServeConfig
 
 SETTLE_S = 10.0  # seconds after the clients close before the last RSS reading
-
-
-@dataclass
-class AdmissionPlan:
-    """What the admission test runs."""
-
-    clients: int = 128  # concurrent conversations
-    max_sessions: int = 8  # the server's resident sessions (--max-sessions)
-    max_batch: int = 16  # the server's batch (--max-batch)
-    turns: int = 3  # requests per conversation
-    reply_tokens: int = 16  # max_tokens of each reply
-    chunk: int = 128  # the server's prefill chunk: a newcomer's prefill runs one chunk per decode step of the others
-    queue_timeout_s: float = 3600.0  # the server's --queue-timeout: the test asks whether admission ever stalls
-    # (seconds without tokens), not whether a CPU prefills every newcomer within the default 120 s
 
 
 def converse(url: str, conv: Conversation, plan: AdmissionPlan, stamps: list[float]) -> tuple[list[Timed], str]:
@@ -53,9 +43,6 @@ def converse(url: str, conv: Conversation, plan: AdmissionPlan, stamps: list[flo
 
 def measure_admission(model, tokenizer, name: str, convs: list[Conversation], plan: AdmissionPlan) -> dict[str, Any]:
     """Run `plan.clients` conversations at once on a server of `plan.max_sessions` resident sessions."""
-    from kvstore.session.config import MemorySettings
-    from server.app import Server
-    from server.config import ServeConfig
 
     config = ServeConfig(port=0, memory=MemorySettings(model=name), max_sessions=plan.max_sessions,
                          max_batch=plan.max_batch, chunk_size=plan.chunk,

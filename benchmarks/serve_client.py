@@ -34,7 +34,7 @@ def stream_chat(
     on_piece: Callable[[str], None] | None = None,
 ) -> Timed:
     """POST a streaming greedy request and read its server-sent events to the end (`on_piece`: each text piece)."""
-    from agent.backends.client import ServerClient, ServerError
+    from agent.backends.client import ServerClient, ServerError  # lazy: openai, urllib, off --help
 
     body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True}
     body["stream_options"] = {"include_usage": True}

@@ -17,6 +17,8 @@ from typing import Any
 
 from benchmarks.serve_client import stream_chat
 from benchmarks.serve_workload import conversations
+from kvstore.session.config import MemorySettings
+from server.config import ServeConfig
 
 
 @dataclass
@@ -41,9 +43,7 @@ def measure_stall(model, tokenizer, name: str, plan: StallPlan, prompt_tokens: i
 
 
 def _one(model, tokenizer, name: str, plan: StallPlan, interleave: bool, actives, newcomer) -> dict[str, Any]:
-    from kvstore.session.config import MemorySettings
-    from server.app import Server
-    from server.config import ServeConfig
+    from server.app import Server  # lazy: torch, transformers, off --help
 
     memory = MemorySettings(model=name, budget=plan.density)
     config = ServeConfig(port=0, memory=memory, chunk_size=plan.chunk, interleave_prefill=interleave)

@@ -61,7 +61,7 @@ def from_traces(folder: Path, n: int, turns: int, prompt_tokens: int, obs_tokens
 
 def synthetic_conversations(n: int, turns: int, prompt_tokens: int, obs_tokens: int, tokenizer) -> list[Conversation]:
     """`n` deterministic agent-like conversations (benchmarks.turns' synthetic text)."""
-    from benchmarks.turns import synthetic
+    from benchmarks.turns import synthetic  # lazy: torch, transformers, off --help
 
     out = []
     for i in range(n):

@@ -17,16 +17,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
 
 import torch
-import typer
 from rich.console import Console
 
 import kvstore
 from benchmarks.common import console, table, tiny_qwen3, write_json
 from kvstore.defaults import DEFAULT_MODEL
 from kvstore.errors import KVStoreError
+from kvstore.models.registry import load_model
 
 
 @dataclass
@@ -48,7 +47,6 @@ def load(name: str, max_positions: int = 8192):
     if name == "tiny":
         model = tiny_qwen3(max_positions=max_positions, layers=4)
         return model, model.config.vocab_size
-    from kvstore.models.registry import load_model
 
     model, tok, _ = load_model(name)
     return model, len(tok)
@@ -207,17 +205,17 @@ def show(result: dict) -> None:
     out.print(table("Prefill memory (peak cache bytes; RSS high-water in a fresh process)", cols, rows))
 
 
-def speed(
-    model: Annotated[str, typer.Option(help="Model registry name, HF id, local directory, or 'tiny'.")] = DEFAULT_MODEL,
-    contexts: Annotated[str, typer.Option(help="Comma-separated prompt lengths.")] = "1024,2048,4096,7168",
-    steps: Annotated[int, typer.Option(min=2, help="Decoded tokens per measurement.")] = 64,
-    memory_context: Annotated[int, typer.Option(min=64, help="Prompt length of the memory comparison.")] = 7168,
-    threads: Annotated[int, typer.Option(min=1, help="torch CPU threads.")] = 1,
-    rss: Annotated[bool, typer.Option(help="Also measure RSS high-water marks in fresh subprocesses.")] = True,
-    quick: Annotated[bool, typer.Option(help="Tiny random model, short contexts (checks the machinery).")] = False,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+def main(
+    model: str,
+    contexts: str,
+    steps: int,
+    memory_context: int,
+    threads: int,
+    rss: bool,
+    quick: bool,
+    json_path: Path | None,
 ) -> None:
-    """Decode tokens/s and step latency (nexus vs full), prefill peak memory, cache bytes; ratios from one run."""
+    """The run of `nexus-agent bench` speed: its options and help are in benchmarks.commands.speed."""
     cfg = SpeedConfig(
         model=model,
         contexts=tuple(int(c) for c in contexts.split(",")),

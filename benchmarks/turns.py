@@ -10,14 +10,14 @@ prefill the model must do before it could answer. All ratios come from this one 
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from benchmarks.common import console, table, write_json
-from kvstore.defaults import DEFAULT_MODEL, parse_budget
+from benchmarks.plans import TurnsPlan
+from kvstore.defaults import parse_budget
+from kvstore.models.registry import load_model
 from kvstore.session.session import Session, SessionConfig
 
 RUNS = {  # run name -> (policy, protocol)
@@ -27,17 +27,6 @@ RUNS = {  # run name -> (policy, protocol)
 }
 _NAMES = ["parse_config", "load_rows", "merge", "TaskRunner", "cache", "validate", "path", "items", "result", "index"]
 _WORDS = "the a file test fails because value is wrong when empty list returns None so check first line".split()
-
-
-@dataclass
-class TurnsPlan:
-    """The simulated agent session every run plays."""
-
-    turns: int = 30  # agent turns (each: prefill, then a forced reply and a tool observation)
-    prompt_tokens: int = 1500  # system prompt + task before the first turn (30 turns then fit 8192 positions)
-    obs_tokens: int = 140  # tokens per tool observation
-    reply_tokens: int = 50  # tokens per forced assistant reply
-    seed: int = 0  # seed of the synthetic text and of the caches
 
 
 def synthetic(rng: random.Random, kind: str, n_tokens: int, tokenizer) -> str:
@@ -164,20 +153,19 @@ def print_report(result: dict[str, Any]) -> None:
     )
 
 
-def turns_cmd(
-    model: Annotated[str, typer.Option(help="Registry name, HF id or local model directory.")] = DEFAULT_MODEL,
-    turns: Annotated[int, typer.Option(min=1, help="Agent turns.")] = TurnsPlan.turns,
-    budget: Annotated[str, typer.Option(help="Nexus budget: tokens per layer (1024) or density (0.2 / 20%).")] = "1024",
-    prompt_tokens: Annotated[int, typer.Option(min=1, help="Tokens of the opening prompt.")] = TurnsPlan.prompt_tokens,
-    obs_tokens: Annotated[int, typer.Option(min=1, help="Tokens per tool observation.")] = TurnsPlan.obs_tokens,
-    reply_tokens: Annotated[int, typer.Option(min=1, help="Tokens per forced reply.")] = TurnsPlan.reply_tokens,
-    seed: Annotated[int, typer.Option(help="Seed of the text and the caches.")] = 0,
-    device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: a GPU when present).")] = None,
-    dtype: Annotated[str | None, typer.Option(help="bf16 | fp16 | fp32 (default: bf16 where supported).")] = None,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the results as JSON here.")] = None,
+def main(
+    model: str,
+    turns: int,
+    budget: str,
+    prompt_tokens: int,
+    obs_tokens: int,
+    reply_tokens: int,
+    seed: int,
+    device: str | None,
+    dtype: str | None,
+    json_path: Path | None,
 ) -> None:
-    """Simulated agent session: per-turn prefill and cache size under true eviction, re-prefill and full cache."""
-    from kvstore.models.registry import load_model
+    """The run of `nexus-agent bench` turns_cmd: its options and help are in benchmarks.commands.turns_cmd."""
 
     nexus_budget = parse_budget(budget)
     plan = TurnsPlan(

@@ -9,10 +9,15 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import signal
+import sys
 
 import click
 import typer
 from typer.core import TyperGroup
+
+from cli import errors
+from cli.console import quiet_progress_bars
 
 # name -> ("module:attribute", one-line help). The attribute is a command function, a typer.Typer (a group) or a
 # click.Command.
@@ -29,14 +34,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("cli.env_cmd:env_app", "Sandbox environments: build the offline docker images, prune leftovers, status."),
 }
 BENCH_COMMANDS: dict[str, tuple[str, str]] = {
-    "overhead": ("benchmarks.overhead:overhead", "Every policy's eviction step and statistics beside a decode step."),
-    "turns": ("benchmarks.turns:turns_cmd", "Multi-turn session: true eviction vs re-prefill vs full cache."),
-    "quality": ("benchmarks.quality:quality", "Accuracy of every policy at several densities on retrieval tasks."),
-    "speed": ("benchmarks.speed:speed", "Decode throughput, latency and memory: nexus vs full cache."),
-    "decode": ("benchmarks.decode:decode_cmd", "Decode tokens/s by policy and KV engine, batch 1 and N, vs the bound."),
+    "overhead": ("benchmarks.commands:overhead", "Every policy's eviction step and statistics beside a decode step."),
+    "turns": ("benchmarks.commands:turns_cmd", "Multi-turn session: true eviction vs re-prefill vs full cache."),
+    "quality": ("benchmarks.commands:quality", "Accuracy of every policy at several densities on retrieval tasks."),
+    "speed": ("benchmarks.commands:speed", "Decode throughput, latency and memory: nexus vs full cache."),
+    "decode": (
+        "benchmarks.commands:decode_cmd",
+        "Decode tokens/s by policy and KV engine, batch 1 and N, vs the bound.",
+    ),
     "replay": ("benchmarks.replay:replay_cmd", "Replay recorded agent conversations: each memory's fidelity to full."),
-    "reservoir": ("benchmarks.reservoir_scale:reservoir_cmd", "Reservoir vs top-K at the real Nexus weight scale."),
-    "serve": ("benchmarks.serve:serve_bench", "N concurrent agent sessions on one server: batched vs serial, KV fit."),
+    "reservoir": ("benchmarks.commands:reservoir_cmd", "Reservoir vs top-K at the real Nexus weight scale."),
+    "serve": (
+        "benchmarks.commands:serve_bench",
+        "N concurrent agent sessions on one server: batched vs serial, KV fit.",
+    ),
     "gpu": ("benchmarks.gpu:gpu", "The GPU benchmark (Qwen3-8B shapes, Triton kernel); --quick on the CPU."),
 }
 
@@ -147,6 +158,7 @@ app.add_typer(bench_app, name="bench")
 
 def _print_version(given: bool) -> None:
     if given:
+        # lazy: importlib.metadata (+35 modules), only for --version
         from importlib.metadata import PackageNotFoundError, version
 
         try:
@@ -167,11 +179,6 @@ def _root(
 
 def main() -> None:
     """Console-script entry point: user errors print one line and exit 2, never a traceback."""
-    import signal
-    import sys
-
-    from cli import errors
-    from cli.console import quiet_progress_bars
 
     quiet_progress_bars()
     # SIGTERM unwinds like Ctrl-C does (finally blocks and atexit run: sandboxes close, trajectories are flushed);

@@ -13,7 +13,9 @@ from rich.console import Console
 
 from cli.chat_loop import Chat
 from cli.options import raw_options
+from pipeline.chat import approval
 from pipeline.config import CHAT_MAX_NEW_TOKENS, CHAT_MAX_STEPS
+from pipeline.errors import RunError
 
 
 @raw_options(
@@ -58,10 +60,8 @@ def chat_cmd(
     With --learn-profile (off by default), leaving a chat that has no memory profile and made a valid tool call learns
     one into the profile store (with --server the server learns it); later sessions use it with --memory-profile auto.
     """
-    from pipeline.chat import approval
-    from pipeline.chat.opening import open_chat
-    from pipeline.chat.settings import ChatSettings
-    from pipeline.errors import RunError
+    from pipeline.chat.opening import open_chat  # lazy: torch, transformers, off --help
+    from pipeline.chat.settings import ChatSettings  # lazy: urllib, off --help
 
     if message is not None and not message.strip():
         raise RunError("--message is empty: give the request's text")

@@ -8,6 +8,7 @@ import time
 from cli.chat_output import diff_text, full
 from cli.safe_text import safe_text
 from pipeline.chat import sessions as chat_sessions
+from pipeline.errors import RunError
 
 HELP = """\
 commands (or type a request for the agent):
@@ -73,7 +74,7 @@ def _diff(chat, args: list[str]) -> None:
 
 
 def _undo(chat, args: list[str]) -> None:
-    from pipeline.chat import snapshot as snap
+    from pipeline.chat import snapshot as snap  # lazy: git, urllib, off --help
 
     if args and (not args[0].isdigit() or int(args[0]) < 1 or len(args) > 1):
         chat.say(("usage: /undo [N] (N: how many turns to go back, default 1)", "yellow"))
@@ -118,7 +119,6 @@ def _sessions(chat, args: list[str]) -> None:
         if len(args) != 2:
             chat.say(("usage: /sessions delete NAME", "yellow"))
             return
-        from pipeline.errors import RunError
 
         try:
             gone = chat.runner.delete_session(args[1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -9,6 +10,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from cli.console import console
 
 env_app = typer.Typer(
     no_args_is_help=True, help="Sandbox environments: build the offline docker images, prune leftovers, show status."
@@ -21,8 +24,8 @@ def build(
     cache_dir: Path = typer.Option(None, "--cache-dir", help="Where the rootfs tarball is kept between runs."),
 ) -> None:
     """Build nexus-agent/base:bookworm (debootstrap -> docker import) and the built-in task image FROM it."""
-    from swe_env.dockerd import connect
-    from swe_env.images import ImageBuildConfig, build_images
+    from swe_env.dockerd import connect  # lazy: docker, urllib, off --help
+    from swe_env.images import ImageBuildConfig, build_images  # lazy: docker, urllib, off --help
 
     console = Console()
     cfg = ImageBuildConfig(force=force)
@@ -44,7 +47,7 @@ def prune(
     envs: bool = typer.Option(False, "--envs", help="Also remove the cached task Python envs."),
 ) -> None:
     """Remove every container labelled nexus-agent=1 (leftovers of interrupted runs)."""
-    from swe_env.dockerd import connect
+    from swe_env.dockerd import connect  # lazy: docker, urllib, off --help
 
     client = connect()
     containers = client.containers.list(all=True, filters={"label": "nexus-agent=1"})
@@ -52,7 +55,7 @@ def prune(
         container.remove(force=True)
     typer.echo(f"removed {len(containers)} container(s)")
     if envs:
-        from swe_env.pyenv import default_cache_dir
+        from swe_env.pyenv import default_cache_dir  # lazy: urllib, off --help
 
         cached = [p for p in default_cache_dir().glob("*") if p.is_dir()] if default_cache_dir().is_dir() else []
         for path in cached:
@@ -77,9 +80,9 @@ def recipe(
     dataset: str = typer.Option(None, "--dataset", "-d", help="Task source (default: built-in tasks)."),
 ) -> None:
     """The task's environment: its recipe (and source), the interpreter found for it, its cache key, built or not."""
-    from swe_env.pyenv import plan_env
-    from swe_env.testspec import test_command
-    from tasks import get_task
+    from swe_env.pyenv import plan_env  # lazy: urllib, off --help
+    from swe_env.testspec import test_command  # lazy: docker, pyarrow, off --help
+    from tasks import get_task  # lazy: urllib, off --help
 
     task = get_task(instance_id, dataset)
     env = plan_env(task, Path("/nonexistent"))  # requirement files are read from the working copy at build time
@@ -102,7 +105,7 @@ def recipe(
 
 
 def _from_file(task) -> bool:
-    from swe_env.envs.recipes import swebench_specs
+    from swe_env.envs.recipes import swebench_specs  # lazy: urllib, off --help
 
     return (swebench_specs(task.repo, task.version) or {}).get("packages") == "requirements.txt"
 
@@ -110,10 +113,8 @@ def _from_file(task) -> bool:
 @env_app.command("status")
 def status(as_json: bool = typer.Option(False, "--json", help="Print the status as JSON (for scripts).")) -> None:
     """What sandboxes can run here: docker daemon and images, bubblewrap, debootstrap, leftovers."""
-    import json
 
-    from cli.console import console
-    from pipeline.env_status import environment_status
+    from pipeline.env_status import environment_status  # lazy: docker, urllib, off --help
 
     found = environment_status()
     if as_json:

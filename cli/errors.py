@@ -8,15 +8,16 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from kvstore.errors import KVStoreError, NamesSetting
+from server.errors import ServeError
+
 _err = Console(stderr=True)
 
 
 def user_error_types() -> tuple[type[BaseException], ...]:
     """The exception types that mean 'bad input or environment', collected from the packages that define them."""
-    from kvstore.errors import KVStoreError
-    from server.errors import ServeError
-    from swe_env.sandbox.base import SandboxError
-    from tasks.schema import TaskError
+    from swe_env.sandbox.base import SandboxError  # lazy: urllib, off --help
+    from tasks.schema import TaskError  # lazy: urllib, off --help
 
     # No FileNotFoundError: a missing file the user named is reported where it is opened, as one of these; any
     # other is a bug and keeps its traceback.
@@ -36,10 +37,9 @@ class Interrupted(Exception):
 
 def _worded(exc: BaseException) -> str:
     """The message of a user error, a bad setting named by its flag (`budget` -> `--budget`)."""
-    from kvstore.errors import NamesSetting
 
     if isinstance(exc, NamesSetting):
-        from cli.options import flag_of
+        from cli.options import flag_of  # lazy: cli.options (+20 modules), only on a setting error
 
         return f"{flag_of(exc.setting)} {exc.detail}"
     return str(exc)

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from cli.console import console as make_console
+from cli.errors import Interrupted
 from cli.options import run_options
 from cli.safe_text import safe_text, say_to
 from pipeline.config import RunConfig
@@ -40,7 +41,7 @@ def eval_cmd(
     Exit code: 0 when every selected task finished, 1 when some task's run failed (listed with its reason at the
     end), 2 for a bad option or --out folder (nothing runs), 130 when interrupted (Ctrl-C: the finished tasks' files
     are complete; the same command continues)."""
-    from pipeline.eval import plan_eval
+    from pipeline.eval import plan_eval  # lazy: torch, transformers, off --help
 
     console = make_console(stderr=as_json)  # with --json, stdout carries the summary alone
     with plan_eval(cfg, out, instances, slice_, executor, ray_address) as batch:
@@ -55,8 +56,7 @@ def eval_cmd(
 
 def _run_batch(console: Console, batch) -> dict:
     """Say what the batch will do, run it with the live view; its summary. Ctrl-C: one line on what is left."""
-    from cli.errors import Interrupted
-    from pipeline.eval_files import finished, read_report
+    from pipeline.eval_files import finished, read_report  # lazy: torch, transformers, off --help
 
     cfg, out = batch.cfg, batch.out
     retried = sum(read_report(out, t.instance_id) is not None for t in batch.todo)
@@ -81,15 +81,15 @@ def _run_batch(console: Console, batch) -> dict:
 
 
 def _run(console: Console, batch, done: int) -> dict:
-    from cli.live import EvalView
-    from pipeline.eval import run_eval
+    from cli.live import EvalView  # lazy: rich.live (+65 modules), off --help
+    from pipeline.eval import run_eval  # lazy: torch, transformers, off --help
 
     with EvalView(console, len(batch.tasks), done, batch.cfg.workers) as view:
         return run_eval(batch, view.event, view.finished_one, say_to(console))
 
 
 def _print_summary(console: Console, summary: dict, out: Path) -> None:
-    from cli.live import plural
+    from cli.live import plural  # lazy: rich.live (+65 modules), off --help
 
     t = summary["totals"]
     console.print()

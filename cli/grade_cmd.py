@@ -29,9 +29,9 @@ def grade_cmd(
 
     Exit code: 0 resolved; 1 not resolved (unresolved, empty patch, patch did not apply); 2 the grading could not run
     (status error, or a bad option)."""
-    from swe_env.grading import GradeConfig, grade
-    from swe_env.sandbox.factory import SandboxConfig
-    from tasks import get_task
+    from swe_env.grading import GradeConfig, grade  # lazy: docker, pyarrow, off --help
+    from swe_env.sandbox.factory import SandboxConfig  # lazy: urllib, off --help
+    from tasks import get_task  # lazy: urllib, off --help
 
     task = get_task(instance_id, dataset)
     cfg = GradeConfig(
@@ -61,7 +61,7 @@ def _patch_text(patch: str, task) -> str:
         return task.patch
     if patch == "empty":
         return ""
-    from tasks.schema import TaskError
+    from tasks.schema import TaskError  # lazy: urllib, off --help
 
     path = Path(patch)
     if not path.is_file():

@@ -121,7 +121,7 @@ class TaskNow:
         return f"step {self.step}/{self.max_steps}" if self.max_steps else f"step {self.step}"
 
     def _model(self) -> str:
-        from pipeline.executors.progress import model_progress
+        from pipeline.executors.progress import model_progress  # lazy: torch, transformers, off --help
 
         if self.chars:
             return f"the model writes its reply ({plural(self.chars, 'character')} so far)"
@@ -321,7 +321,7 @@ class EvalView:
 
     def eta(self) -> str:
         """The batch's ETA in words (pipeline.executors.progress.eta_seconds)."""
-        from pipeline.executors.progress import eta_seconds
+        from pipeline.executors.progress import eta_seconds  # lazy: torch, transformers, off --help
 
         seconds = eta_seconds(self.durations, self.total - self.done, self.workers_at_once)
         if seconds is None:

@@ -7,7 +7,9 @@ from pathlib import Path
 import typer
 
 from cli.options import shared
-from server.config import ServeConfig
+from kvstore.session.config import MemorySettings
+from pipeline.profiles.store import SERVE, resolve_profile
+from server.config import ServeConfig, parse_size
 
 _D = ServeConfig()  # the defaults, defined once in ServeConfig (the memory options': in MemorySettings)
 
@@ -88,12 +90,9 @@ def serve_cmd(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every HTTP request and dropped connection."),
 ) -> None:
     """Serve one model to many agent sessions at /v1/chat/completions (see docs/server.md)."""
-    from kvstore.session.config import MemorySettings
-    from pipeline.backends import set_threads
-    from pipeline.profiles.store import SERVE, resolve_profile
-    from server.app import Server
-    from server.config import parse_size
-    from server.listen import raise_fd_limit
+    from pipeline.backends import set_threads  # lazy: torch, transformers, off --help
+    from server.app import Server  # lazy: torch, transformers, off --help
+    from server.listen import raise_fd_limit  # lazy: torch, transformers, off --help
 
     memory = MemorySettings(
         model=model, policy=policy, budget=budget, protocol=protocol, protect=protect,

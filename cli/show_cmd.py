@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from rich.text import Text
 from cli.console import console as make_console
 from cli.live import STATUS_STYLE, exit_words, plural
 from cli.safe_text import safe_text
+from pipeline.run_view import read_run
 
 
 def show_cmd(
@@ -25,7 +27,6 @@ def show_cmd(
     """Show a run: its task, model, memory and result, then each step with its call (command and arguments), the
     tool's output (cut to --lines), times and the cache after it. Works while the run is still going (no result
     yet) and on an eval's task folders; --json gives the same for scripts."""
-    from pipeline.run_view import read_run
 
     view = read_run(folder)
     if as_json:
@@ -33,8 +34,6 @@ def show_cmd(
         return
     console = make_console()
     if pager and console.is_terminal:
-        import os
-
         os.environ.setdefault("LESS", "-RFX")  # less shows the colours, and leaves a run of one screen printed
         with console.pager(styles=True):
             _render(console, view, None if full else lines, full)

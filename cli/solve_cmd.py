@@ -11,13 +11,16 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from agent.trajectory import load_trajectory
 from cli.console import console as make_console
-from cli.live import STATUS_STYLE, exit_words, plural
+from cli.live import STATUS_STYLE, exit_words, plural, solve_view
 from cli.options import run_options
 from cli.safe_text import safe_text, say_to
 from pipeline.config import DEFAULT_MAX_STEPS, DEFAULT_TASK, RunConfig
 from pipeline.errors import RunError
-from pipeline.files import new_run_folder
+from pipeline.files import TRAJECTORY, new_run_folder
+from pipeline.folder_lock import hold_folder
+from pipeline.profiles.learn import learn_after
 
 
 @run_options(
@@ -48,8 +51,7 @@ def solve_cmd(
     shipped for the built-in agent and the model is used (the default, 'builtin'), or the one --memory-profile names
     ('auto': the profile store; 'none'), and none is learned unless --learn-profile is given. On a terminal a live
     table shows each step and what runs now; otherwise (a log file) one line per step."""
-    from pipeline.folder_lock import hold_folder
-    from pipeline.run import preflight
+    from pipeline.run import preflight  # lazy: urllib, off --help
 
     console = make_console(stderr=as_json)  # with --json, stdout carries the report alone
     with _task(console, cfg, instance_id, repo, issue, test_cmd) as (task, cfg):
@@ -72,13 +74,13 @@ def _task(console: Console, cfg: RunConfig, instance_id, repo: Path | None, issu
     if repo is None:
         if issue is not None or test_cmd is not None:
             raise RunError("--issue and --test-cmd go with --repo")
-        from tasks import get_task
+        from tasks import get_task  # lazy: urllib, off --help
 
         yield get_task(instance_id or _recorded_task(cfg.replay) or DEFAULT_TASK, cfg.dataset), cfg
         return
     if instance_id is not None or cfg.dataset is not None or issue is None:
         raise RunError("--repo takes an --issue (text or file) and no task id or --dataset")
-    from pipeline.own_repo import OwnRepo, own_task
+    from pipeline.own_repo import OwnRepo, own_task  # lazy: docker, pyarrow, off --help
 
     with own_task(OwnRepo(repo, issue, test_cmd), cfg) as (task, own_cfg, note):
         if note:
@@ -99,9 +101,8 @@ def _solve(console: Console, task, cfg: RunConfig, out: Path) -> tuple[dict[str,
 
 
 def _run_live(console: Console, task, cfg: RunConfig, out: Path, on_finish) -> dict[str, Any]:
-    from cli.live import solve_view
-    from pipeline.backends import describe_model
-    from pipeline.run import run_task
+    from pipeline.backends import describe_model  # lazy: torch, transformers, off --help
+    from pipeline.run import run_task  # lazy: urllib, off --help
 
     label = describe_model(cfg)
     steps = cfg.max_steps or (None if cfg.replaying else DEFAULT_MAX_STEPS)
@@ -114,8 +115,6 @@ def _run_live(console: Console, task, cfg: RunConfig, out: Path, on_finish) -> d
 
 def _learn(console: Console, cfg: RunConfig, backend, out: Path, statement: str) -> str | None:
     """Learn a memory profile from this run when it may teach one (pipeline.profiles.learn); `statement`: the issue."""
-    from pipeline.files import TRAJECTORY
-    from pipeline.profiles.learn import learn_after
 
     if not (cfg.learns or cfg.teaches_server):
         return None
@@ -130,7 +129,7 @@ def print_summary(
     console: Console, report: dict[str, Any], out: Path | None = None, lacks_profile: bool = False
 ) -> None:
     """The verdict, the episode, per-turn cache stats and totals."""
-    from kvstore.session.session import TurnStats
+    from kvstore.session.session import TurnStats  # lazy: torch, transformers, off --help
 
     status = report["status"]
     style = STATUS_STYLE.get(status, "white")
@@ -190,6 +189,5 @@ def _memory_line(report: dict[str, Any], lacks_profile: bool) -> str | None:
 def _recorded_task(replay: Path | None) -> str | None:
     if replay is None:
         return None
-    from agent.trajectory import load_trajectory
 
     return load_trajectory(replay).header.get("task_id")

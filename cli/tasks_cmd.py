@@ -31,7 +31,7 @@ def list_tasks(
 ) -> None:
     """One row per task: id, repo, number of FAIL_TO_PASS / PASS_TO_PASS tests, the issue's first line. Piped or
     redirected, the table keeps whole ids and lines (no terminal width to fit)."""
-    from tasks import load_tasks
+    from tasks import load_tasks  # lazy: urllib, off --help
 
     tasks = load_tasks(dataset)
     if as_json:
@@ -63,7 +63,7 @@ def show_task(
     as_json: bool = typer.Option(False, "--json", help="Print the SWE-bench record as JSON."),
 ) -> None:
     """The full record of one task: metadata, the issue, the test lists and the patches."""
-    from tasks import get_task
+    from tasks import get_task  # lazy: urllib, off --help
 
     task = get_task(instance_id, dataset)
     if as_json:

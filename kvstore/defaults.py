@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from kvstore.errors import SettingError
 
+ENGINES = ("static", "eager")  # the KV storage engines of kvstore/cache/buffers.py (light: bench --help lists them)
+
 DEFAULT_MODEL = "smollm2-135m"  # the offline default model (a GGUF inside a PyPI package; see kvstore.models.registry)
 DEFAULT_POLICY = "nexus-agent"  # eviction policy of a new cache or session: the measured default (docs/memory.md)
 DEFAULT_PROTECT = "none"  # what of the opening a session never evicts: "system+task", "system", "none" (docs/memory.md)

@@ -20,11 +20,11 @@ __all__ = ["RunConfig", "RunError", "run_memory", "run_task"]
 
 def __getattr__(name: str) -> Any:
     if name in ("RunConfig", "RunError", "run_memory"):
-        from pipeline import config
+        from pipeline import config  # lazy: the package's names load on first use
 
         return getattr(config, name)
     if name == "run_task":
-        from pipeline.run import run_task
+        from pipeline.run import run_task  # lazy: urllib, off --help
 
         return run_task
     raise AttributeError(f"module 'pipeline' has no attribute {name!r}")

@@ -7,13 +7,29 @@ A process loads each model once (`eval` workers solve many tasks with one model)
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+from huggingface_hub import try_to_load_from_cache
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from agent.backends.client import API_KEY_ENV, ServerClient, ServerError, tls_hint
+from agent.backends.local import LocalModel
+from agent.backends.openai_compat import OpenAICompatConfig, OpenAICompatModel
+from agent.backends.replay import ReplayModel
 from agent.calls import AUTO
+from agent.calls_tools import tool_schemas
+from agent.prompts import initial_messages
 from agent.protocols import ModelBackend
+from agent.trajectory import load_trajectory
 from kvstore.defaults import describe_memory
+from kvstore.errors import KVStoreError
+from kvstore.models.registry import DEFAULT_MODEL, hub_offline, load_model, resolve
+from kvstore.policies import policy_defaults
+from kvstore.session.session import Session
 from pipeline.config import RunConfig
 from pipeline.errors import RunError
 
@@ -24,8 +40,6 @@ def make_backend(
     cfg: RunConfig, instance_id: str, on_token: Callable[[str], None] | None = None
 ) -> tuple[ModelBackend, dict[str, Any] | None]:
     """The backend for one task, and the recorded agent config (with its "call_format") when replaying (else None)."""
-    from agent.backends.replay import ReplayModel
-    from agent.trajectory import load_trajectory
 
     if cfg.replay is not None or cfg.replay_dir is not None:
         path = cfg.replay if cfg.replay is not None else replay_file(cfg.replay_dir, instance_id)
@@ -39,14 +53,11 @@ def make_backend(
             "call_format": meta.get("call_format", "xml"),
         }
     if cfg.server is not None:
-        from agent.backends.openai_compat import OpenAICompatConfig, OpenAICompatModel
-
         model = served(cfg)["id"]
         config = OpenAICompatConfig(model=model, base_url=cfg.server, seed=cfg.memory.seed, api_key=cfg.api_key)
         backend = OpenAICompatModel(config)
         backend.name = describe_model(cfg)
         return backend, None
-    from agent.backends.local import LocalModel
 
     constrain = False if cfg.call_format == "tools" else cfg.constrain  # the call grammar is XML's
     return LocalModel(new_session(cfg), on_token=on_token, constrain=constrain), None
@@ -93,7 +104,6 @@ def server_settings(url: str, model: str | None = None, api_key: str | None = No
 
 def _served_models(url: str, api_key: str | None) -> list[dict[str, Any]]:
     """The `data` of the server's GET /models."""
-    from agent.backends.client import API_KEY_ENV, ServerClient, ServerError, tls_hint
 
     client = ServerClient(url, api_key, timeout_s=30)
     try:
@@ -127,7 +137,6 @@ def _no_server(url: str, why: str) -> RunError:
 def post_profiles(server: str, body: dict[str, Any], api_key: str | None = None) -> dict[str, Any]:
     """POST /v1/nexus/profiles of a `nexus-agent serve` (server/profiles.py): its answer, or a RunError with the
     server's message. A calibration runs on the server's model between its sessions' steps: minutes, not seconds."""
-    from agent.backends.client import ServerClient, ServerError
 
     try:
         return ServerClient(server, api_key, timeout_s=3600).post("/nexus/profiles", body)
@@ -165,7 +174,6 @@ def run_label(cfg: RunConfig) -> str:
 
 def new_session(cfg: RunConfig):
     """A fresh kvstore Session on the (once per process) loaded model."""
-    from kvstore.session.session import Session
 
     config = cfg.session_config()
     set_threads(cfg.threads, cfg.workers)
@@ -178,9 +186,6 @@ def set_threads(threads: int | None, workers: int = 1) -> int:
 
     Oversubscribed OpenMP threads spin against each other: on a busy machine one thread decodes many times faster.
     """
-    import os
-
-    import torch
 
     if threads is None:
         cores = os.cpu_count() or 1
@@ -194,8 +199,6 @@ def load_once(name: str, device: str | None = None) -> tuple[Any, Any]:
     """(model, tokenizer) for `name`, loaded on the first call in this process."""
     key = (name, device)
     if key not in _LOADED:
-        from kvstore.models.registry import load_model
-
         model, tokenizer, _ = load_model(name, device=device)
         _LOADED[key] = (model, tokenizer)
     return _LOADED[key]
@@ -228,7 +231,6 @@ def check_device(device: str | None) -> None:
         if index and (not index.isdigit() or int(index) >= _cuda_count()):
             raise RunError(f"--device {device}: this machine has {_cuda_count()} CUDA GPU(s), cuda:0 to cuda:N-1")
         return
-    import torch
 
     try:
         torch.device(device)
@@ -237,20 +239,16 @@ def check_device(device: str | None) -> None:
 
 
 def _cuda_count() -> int:
-    import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def check_model_available(name: str) -> None:
     """Fail fast (KVStoreError) when the model cannot be loaded offline, before any worker starts."""
-    from kvstore.errors import KVStoreError
-    from kvstore.models.registry import DEFAULT_MODEL, hub_offline, resolve
 
     source = resolve(name)
     if isinstance(source, Path) or not hub_offline():
         return
-    from huggingface_hub import try_to_load_from_cache
 
     if not isinstance(try_to_load_from_cache(source, "config.json"), str):
         raise KVStoreError(
@@ -263,8 +261,6 @@ def check_policy(cfg: RunConfig) -> None:
     """Fail fast (KVStoreError naming the known ones) on an unknown --policy of a run that loads its model here (a
     --server runs its own; a replay runs none), before any sandbox starts or task is recorded."""
     if cfg.server is None and not cfg.replaying:
-        from kvstore.policies import policy_defaults
-
         policy_defaults(cfg.memory.policy)
 
 
@@ -276,12 +272,6 @@ def check_protected_opening(cfg: RunConfig, issues: list[str]) -> None:
     memory = cfg.memory
     if memory.protect == "none" or not isinstance(memory.budget, int) or cfg.replaying or cfg.server is not None:
         return
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from agent.prompts import initial_messages
-    from kvstore.models.registry import resolve
-    from kvstore.session.session import Session
 
     source = resolve(cfg.memory.model)
     local = isinstance(source, Path)
@@ -297,10 +287,6 @@ def check_tools_template(cfg: RunConfig) -> None:
     (SmolLM2's does): the model would never learn what it may call. Only loads the tokenizer."""
     if cfg.call_format != "tools" or cfg.server is not None or cfg.replaying:
         return
-    from transformers import AutoTokenizer
-
-    from agent.calls_tools import tool_schemas
-    from kvstore.models.registry import resolve
 
     source = resolve(cfg.memory.model)
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=isinstance(source, Path))

@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from agent.errors import AgentError
+from agent.prompts import system_prompt
+from agent.trajectory import load_trajectory
 from kvstore.errors import KVStoreError
+from kvstore.profiles.calibrate import calibrate, statement_variants
 from pipeline.files import TRAJECTORY  # the file every solve / eval run folder holds
 
 
@@ -64,9 +70,6 @@ def load_conversation(path: Path) -> Conversation:
     if not path.is_file():
         raise KVStoreError(f"no conversation file at {path}")
     if path.suffix == ".jsonl":
-        from agent.errors import AgentError
-        from agent.trajectory import load_trajectory
-
         try:
             messages = [_plain(m) for m in load_trajectory(path).messages()]
         except AgentError as e:  # a bad line or record: the file is not a trajectory
@@ -106,7 +109,6 @@ def marked_variants(conversation: Conversation) -> list[list[dict]]:
     """The conversation's opening with its marked task statement replaced
     (kvstore.profiles.calibrate.statement_variants):
     what calibrating this one conversation alone needs; [] when its statement is not marked."""
-    from kvstore.profiles.calibrate import statement_variants
 
     return statement_variants(conversation.messages, task_statement(conversation))
 
@@ -128,9 +130,6 @@ def calibrate_recorded(
     """kvstore.profiles.calibrate over recorded conversations, saying of each whether it was calibrated or left out (no
     opening and reply inside the replayed tokens); the profile's meta names them as its sources. `variants`: as
     kvstore.profiles.calibrate takes them (openings that mark the task's text, for a single conversation)."""
-    import torch
-
-    from kvstore.profiles.calibrate import calibrate
 
     def progress(done: int, total: int, used: bool) -> None:
         name = conversations[done - 1].name
@@ -149,7 +148,6 @@ def calibrate_recorded(
 def mini_swe_messages(raw: list) -> list[dict[str, str]]:
     """mini-swe-agent messages in this project's format (see the module docstring); ValueError for a message that
     is not an object with a text (or text parts) content."""
-    from agent.prompts import system_prompt
 
     out = [{"role": "system", "content": system_prompt()}]
     for n, m in enumerate(raw):

@@ -5,13 +5,16 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
+from swe_env.dockerd import connect
+from swe_env.images import BASE_IMAGE, BUILTIN_IMAGE, image_exists
+from swe_env.sandbox.base import SandboxError
+
 TOOLS = ("bwrap", "debootstrap", "dockerd")
 
 
 def environment_status() -> dict[str, Any]:
     """{"tools": {name: installed}, "docker": {"answers", "url" | "problem", "images": {tag: present},
     "leftover_containers"}}; a daemon that does not answer is a record with its problem, never an error."""
-    from swe_env.sandbox.base import SandboxError
 
     status: dict[str, Any] = {"tools": {tool: shutil.which(tool) is not None for tool in TOOLS}}
     try:
@@ -22,8 +25,6 @@ def environment_status() -> dict[str, Any]:
 
 
 def _docker() -> dict[str, Any]:
-    from swe_env.dockerd import connect
-    from swe_env.images import BASE_IMAGE, BUILTIN_IMAGE, image_exists
 
     client = connect(timeout=10)
     left = client.containers.list(all=True, filters={"label": "nexus-agent=1"})

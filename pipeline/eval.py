@@ -16,8 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import eval_files as ef
+from pipeline.backends import served
 from pipeline.config import RunConfig
 from pipeline.errors import RunError
+from pipeline.executors import Job
+from pipeline.executors.local import run_local
+from pipeline.executors.ray_exec import run_ray
+from pipeline.folder_lock import hold_folder
+from pipeline.profiles.warmup import check, stages
+from pipeline.run import preflight
+from swe_env.sandbox.owners import sweep
+from tasks import load_tasks
 from tasks.schema import Task
 
 EXECUTORS = ("local", "ray")
@@ -56,11 +65,6 @@ def plan_eval(
     hit (no sandbox, no model, no recordings, a budget below the protected opening, --out holding another run or in
     use by one) before any work. The batch holds --out (pipeline.folder_lock) until it is closed: `with plan_eval(...)
     as batch:`."""
-    from pipeline.folder_lock import hold_folder
-    from pipeline.profiles.warmup import check
-    from pipeline.run import preflight
-    from swe_env.sandbox.owners import sweep
-    from tasks import load_tasks
 
     if executor not in EXECUTORS:
         raise RunError(f"unknown --executor {executor!r}; use local or ray")
@@ -90,8 +94,6 @@ def run_eval(
     """Run the batch's unfinished tasks; the summary. `on_event`: the workers' progress events; `on_report`: each
     finished task's report; `say`: lines for people (the warm-up's calibration). Interrupted (Ctrl-C), the files
     still describe exactly the finished tasks (`batch.summary`), and the same batch resumes the rest."""
-    from pipeline.executors import Job
-    from pipeline.profiles.warmup import stages
 
     cfg, out, start = batch.cfg, batch.out, time.monotonic()
     try:
@@ -109,15 +111,11 @@ def _execute(jobs, workers: int, executor: str, ray_address: str | None, on_even
     if not jobs:
         return iter(())
     if executor == "ray":
-        from pipeline.executors.ray_exec import run_ray
-
         return run_ray(jobs, ray_address, workers, on_event)
-    from pipeline.executors.local import run_local
 
     return run_local(jobs, workers, on_event)
 
 
 def _served(cfg: RunConfig) -> dict | None:
-    from pipeline.backends import served
 
     return served(cfg) if cfg.server else None  # the --model it names, with its --api-key

@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kvstore.models.registry import architecture_of
+from kvstore.profiles.profile import fingerprint
 from pipeline.config import RunConfig
 from pipeline.errors import RunError
 from pipeline.files import PATCH, REPORT, atomic_write, safe_name
@@ -116,8 +118,6 @@ def _fingerprint(path: Path | None, model: str) -> tuple[dict[str, str] | None, 
     machine yet), and the names of the others (kvstore.profiles.profile.fingerprint)."""
     if path is None:
         return None, set()
-    from kvstore.models.registry import architecture_of  # torch: only for a run with profiles
-    from kvstore.profiles.profile import fingerprint
 
     return fingerprint(path, architecture_of(model))
 

@@ -22,6 +22,10 @@ from pathlib import Path
 from pipeline.config import RunConfig
 from pipeline.errors import RunError
 from swe_env.grading import GradeReport
+from swe_env.patching import apply_patch
+from swe_env.safegit import GitError, run_git
+from swe_env.sandbox.base import SandboxError
+from swe_env.sandbox.factory import SandboxConfig, open_sandbox
 from tasks.schema import Task
 
 SOURCE_PREFIX = "repo:"  # Task.source of a user's repo: grading runs the user's command, not SWE-bench's parser
@@ -73,7 +77,6 @@ def own_task(own: OwnRepo, cfg: RunConfig) -> Iterator[tuple[Task, RunConfig, st
 
 def _head(repo: Path, given: Path) -> tuple[str, bool]:
     """The HEAD commit of `repo`, and whether its tracked files differ from it; through safe git only."""
-    from swe_env.safegit import GitError, run_git
 
     try:
         head = run_git(repo, "rev-parse", "--verify", "HEAD^{commit}")
@@ -87,7 +90,6 @@ def _head(repo: Path, given: Path) -> tuple[str, bool]:
 
 def _bundle(repo: Path, bundle: Path, given: Path) -> None:
     """The HEAD commit and its history as one bundle file, which the sandboxes unpack like a task's mirror."""
-    from swe_env.safegit import run_git
 
     made = run_git(repo, "bundle", "create", str(bundle), "HEAD", timeout=600)
     if made.returncode != 0:
@@ -101,9 +103,6 @@ def is_own(task: Task) -> bool:
 def grade_own(task: Task, patch: str, sandbox: str, repo_cache: Path | None, timeout: float) -> GradeReport:
     """The user's test command on the patched repo in a fresh sandbox: resolved when it exits 0; "not graded"
     without one; empty_patch, patch_failed and error as SWE-bench-style grading says them."""
-    from swe_env.patching import apply_patch
-    from swe_env.sandbox.base import SandboxError
-    from swe_env.sandbox.factory import SandboxConfig, open_sandbox
 
     start = time.monotonic()
     report = GradeReport(task.instance_id, NOT_GRADED, False, backend="none", test_cmd=task.test_cmd or "")

@@ -8,16 +8,23 @@ atomically, so its presence means the task finished.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent.loop import AgentConfig
-from pipeline.config import DEFAULT_MAX_STEPS, RunConfig
+from agent.calls import call_format
+from agent.environment import SandboxEnvironment
+from agent.loop import Agent, AgentConfig
+from agent.trajectory import TrajectoryWriter
+from pipeline.config import DEFAULT_MAX_STEPS, RunConfig, run_memory
 from pipeline.errors import RunError, RunSettingError
 from pipeline.files import PATCH, REPORT, TRAJECTORY, atomic_write
+from pipeline.folder_lock import hold_folder
 from pipeline.report import build_report
+from swe_env.sandbox.base import SandboxError
+from swe_env.sandbox.factory import BACKENDS, SandboxConfig, open_sandbox
 from tasks.schema import Task
 
 
@@ -44,7 +51,6 @@ def preflight(cfg: RunConfig, tasks: list[Task]) -> None:
     """The errors every task would hit, raised once before anything starts (no folder made, no model loaded): an
     unknown sandbox, one this machine lacks, memory settings a --server would ignore, a --device this machine lacks,
     an unknown policy or model, no recordings, a token budget below the protected opening."""
-    from swe_env.sandbox.factory import BACKENDS
 
     if cfg.sandbox not in BACKENDS:
         raise RunSettingError("sandbox", f"{cfg.sandbox!r} is unknown: use one of {', '.join(BACKENDS)}")
@@ -58,7 +64,7 @@ def preflight(cfg: RunConfig, tasks: list[Task]) -> None:
     if cfg.server is not None:
         _check_served(cfg)
         return
-    from pipeline.backends import (
+    from pipeline.backends import (  # lazy: torch, transformers, off --help
         check_device,
         check_model_available,
         check_policy,
@@ -75,23 +81,20 @@ def preflight(cfg: RunConfig, tasks: list[Task]) -> None:
 
 
 def _check_sandbox(backend: str) -> None:
-    import shutil
-
-    from swe_env.sandbox.base import SandboxError
 
     if backend == "docker":
-        from swe_env.dockerd import connect
+        from swe_env.dockerd import connect  # lazy: docker, urllib, off --help
 
         connect(timeout=10).close()
     elif backend == "bwrap" and shutil.which("bwrap") is None:
-        from swe_env.sandbox.bwrap import INSTALL_HINT
+        from swe_env.sandbox.bwrap import INSTALL_HINT  # lazy: git, urllib, off --help
 
         raise SandboxError(INSTALL_HINT)
 
 
 def _check_model_name(name: str) -> None:
     """A --model that is no registered name, no local directory and no hub id (owner/name) is refused here."""
-    from kvstore.models.registry import REGISTRY
+    from kvstore.models.registry import REGISTRY  # lazy: torch, transformers, off --help
 
     if name in REGISTRY or "/" in name or Path(name).expanduser().exists():
         return
@@ -104,8 +107,7 @@ def _check_model_name(name: str) -> None:
 def _check_served(cfg: RunConfig) -> None:
     """Under --server the model's cache settings are the server's: options that set them are refused (as chat
     refuses them); the server must answer and serve the --model named (or just one model)."""
-    from pipeline.backends import served
-    from pipeline.config import run_memory
+    from pipeline.backends import served  # lazy: torch, transformers, off --help
 
     default = run_memory()
     given = [f"--{n.replace('_', '-')}" for n in _SERVER_OWNS if getattr(cfg.memory, n) != getattr(default, n)]
@@ -131,7 +133,6 @@ def run_task(
     env, swe_env.pyenv.build_progress). The run
     holds `out_dir` (pipeline.folder_lock): another process's run there is refused (RunError) before anything
     starts."""
-    from pipeline.folder_lock import hold_folder
 
     with hold_folder(out_dir):
         return _run_held(task, cfg, out_dir, on_step, on_token, on_finish, on_event)
@@ -139,13 +140,8 @@ def run_task(
 
 def _run_held(task: Task, cfg: RunConfig, out_dir: Path, on_step, on_token, on_finish, on_event) -> dict[str, Any]:
     """run_task's work, in a folder this process holds."""
-    from agent.calls import call_format
-    from agent.environment import SandboxEnvironment
-    from agent.loop import Agent
-    from agent.trajectory import TrajectoryWriter
-    from pipeline.backends import call_format_of, make_backend, served
-    from swe_env.pyenv import build_progress
-    from swe_env.sandbox.factory import SandboxConfig, open_sandbox
+    from pipeline.backends import call_format_of, make_backend, served  # lazy: torch, transformers, off --help
+    from swe_env.pyenv import build_progress  # lazy: urllib, off --help
 
     start = time.monotonic()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -184,7 +180,7 @@ def _run_held(task: Task, cfg: RunConfig, out_dir: Path, on_step, on_token, on_f
 
 def grading_words(task: Task) -> str:
     """What grades the patch, for people: the task's tests, the user's --test-cmd, or nothing (solve --repo)."""
-    from pipeline.own_repo import is_own
+    from pipeline.own_repo import is_own  # lazy: docker, pyarrow, off --help
 
     if not is_own(task):
         return "the task's tests"
@@ -192,9 +188,8 @@ def grading_words(task: Task) -> str:
 
 
 def _grade(task: Task, patch: str, cfg: RunConfig):
-    from pipeline.own_repo import grade_own, is_own
-    from swe_env.grading import GradeConfig, grade
-    from swe_env.sandbox.factory import SandboxConfig
+    from pipeline.own_repo import grade_own, is_own  # lazy: docker, pyarrow, off --help
+    from swe_env.grading import GradeConfig, grade  # lazy: docker, pyarrow, off --help
 
     if is_own(task):  # solve --repo: the user's --test-cmd decides, by its exit code
         return grade_own(task, patch, cfg.sandbox, cfg.repo_cache, cfg.test_timeout)

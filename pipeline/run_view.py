@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agent.trajectory import load_trajectory
 from pipeline.errors import RunError
 from pipeline.files import REPORT, TRAJECTORY
 
@@ -26,7 +27,6 @@ def read_run(folder: Path) -> dict[str, Any]:
         raise RunError(f"{folder}: no such run folder")
     if not (folder / TRAJECTORY).is_file():
         raise RunError(_not_a_run(folder))
-    from agent.trajectory import load_trajectory
 
     traj = load_trajectory(folder / TRAJECTORY)  # AgentError (one line) on a corrupt file
     report = _report(folder)

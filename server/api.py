@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from kvstore.session.sampling import LogitAdjust
 from server import limits
 from server.config import ServeConfig, ServeError
 from server.grammars import make_constraint
@@ -241,7 +242,6 @@ def reply_options(req: ChatRequest, constraint: Any = None) -> dict[str, Any]:
     """The request's sampling options as kvstore.session.reply.ReplyInProgress arguments: this reply's generator
     (seeded by `seed`, else by a fresh random seed), penalties and logit bias, logprobs, and `constraint` (compiled by
     check_for_model)."""
-    from kvstore.session.sampling import LogitAdjust
 
     seed = secrets.randbits(64) if req.seed is None else req.seed
     options = {

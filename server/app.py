@@ -14,6 +14,8 @@ import time
 from typing import Any
 
 from kvstore.errors import KVStoreError
+from kvstore.models.registry import load_model
+from server import profiles
 from server.api import ChatRequest, check_for_model
 from server.asgi import build_app
 from server.batching import Scheduler
@@ -64,7 +66,6 @@ class Server:
     @classmethod
     def load(cls, config: ServeConfig, verbose: bool = False) -> Server:
         """Load `config.memory.model` through kvstore's registry and build the server on it."""
-        from kvstore.models.registry import load_model
 
         tls = tls_context(config)  # a bad certificate is one line of error before the model loads
         if config.park_dir is not None:
@@ -179,7 +180,6 @@ class Server:
     def profiles(self, body: object) -> dict[str, Any]:
         """POST /v1/nexus/profiles (server.profiles): calibrate a memory profile on the served model from the
         conversations sent, or install one sent; either is saved where new sessions read their profiles."""
-        from server import profiles
 
         profiles.profile_dir(self.config)  # refused before any work
         kind, request = profiles.parse(body)

@@ -19,6 +19,11 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
+from kvstore.cache.evicting import model_identity
+from kvstore.profiles.profile import load_profiles
+from kvstore.session.batch import batched_decode, can_batch
+from kvstore.session.reply import ReplyInProgress
+from kvstore.session.session import Session
 from server import api, heap
 from server.admission import session_lost, take_slot
 from server.calls import Calls
@@ -38,16 +43,12 @@ class Scheduler(threading.Thread):
 
     def __init__(self, model, tokenizer, config: ServeConfig, registry: Registry, metrics: Metrics) -> None:
         super().__init__(name="nexus-scheduler", daemon=True)
-        from kvstore.session.session import Session
 
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.registry, self.metrics = registry, metrics
         self.session_config = config.session_config()  # every session's memory, built once
         profile = config.memory.profile
         if profile is not None:  # a missing, corrupt or foreign profile stops the server before it listens
-            from kvstore.cache.evicting import model_identity
-            from kvstore.profiles.profile import load_profiles
-
             load_profiles(profile, model_identity(model))
         self.reference = Session(model, tokenizer, self.session_config)  # renders and sizes turns, never runs
         self.per_token = bytes_per_token(model)
@@ -241,8 +242,6 @@ class Scheduler(threading.Thread):
 
     # --- turns ------------------------------------------------------------------------------------------------------
     def _start(self, job: Job) -> None:
-        from kvstore.session.reply import ReplyInProgress
-        from kvstore.session.session import Session
 
         entry = job.entry
         job.started = time.monotonic()
@@ -296,7 +295,6 @@ class Scheduler(threading.Thread):
 
     def _step(self) -> None:
         """One decode step of every active reply: batched where the caches allow, else one by one."""
-        from kvstore.session.batch import batched_decode, can_batch
 
         t0 = time.perf_counter()
         rows = [j for j in self.active if j.reply.next_input is not None and not j.cancelled]

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from inspect import isgenerator
 from typing import Any
 
+import torch
+
 from server.config import ServeError
 
 
@@ -96,7 +98,6 @@ class Calls:
         self.running.append(call)
 
     def _guarded(self, call: Call, work: Callable[[], None]) -> None:
-        import torch
 
         self.current = call
         try:

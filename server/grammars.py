@@ -12,6 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as CompileTimeout
 from typing import Any
 
+from kvstore.errors import KVStoreError
+from kvstore.session.grammar import Constraint, ll_tokenizer
 from server import limits
 from server.config import ServeError
 from server.tools import call_grammar, compact
@@ -27,8 +29,6 @@ def warm_grammars(tokenizer) -> None:
     """Build llguidance's form of `tokenizer` now, at the server's start: it takes seconds with the GIL held (measured
     here, Qwen3's: 4.1 s, other threads stalled 2.2 s), which the first request with a grammar would otherwise cost
     every stream in flight. A tokenizer it cannot take (not a fast one) is left: its grammar requests are 400s."""
-    from kvstore.errors import KVStoreError
-    from kvstore.session.grammar import ll_tokenizer
 
     try:
         ll_tokenizer(tokenizer)
@@ -57,8 +57,6 @@ def make_constraint(kind: str, schema: dict[str, Any], tokenizer) -> Any:
 
 def _compile(key: tuple[str, str, int], kind: str, schema: dict[str, Any], tokenizer) -> Any:
     """On a compiler thread: compile and cache (even when the request that asked no longer waits)."""
-    from kvstore.errors import KVStoreError
-    from kvstore.session.grammar import Constraint
 
     try:
         if kind == "tool_call":

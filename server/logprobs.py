@@ -6,6 +6,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from transformers.convert_slow_tokenizer import bytes_to_unicode
+
 FLOOR = -9999.0  # OpenAI's log-probability of a token the distribution excludes (JSON has no -inf)
 
 
@@ -33,6 +35,5 @@ def token_bytes(tokenizer, token: int) -> bytes:
 
 @lru_cache(maxsize=1)
 def _byte_decoder() -> dict[str, int]:
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     return {c: b for b, c in bytes_to_unicode().items()}

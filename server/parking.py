@@ -26,6 +26,8 @@ from typing import Any
 
 import kvstore
 from kvstore.errors import KVStoreError
+from kvstore.session.persist import check_session_file
+from kvstore.session.session import Session
 from server.errors import ServeError, ServeSettingError
 from server.messages import Said
 from server.sessions import Entry, Registry
@@ -84,8 +86,6 @@ def enforce_quota(registry: Registry) -> None:
 
 def restore(entry: Entry, model, tokenizer, config) -> None:
     """Bring a parked session back onto the model's device."""
-    import kvstore
-    from kvstore.session.session import Session
 
     if isinstance(entry.parked, Path):
         try:
@@ -170,7 +170,6 @@ def _remove(reason: str, *paths: Path) -> None:
 
 def _read_entry(sidecar: Path, path: Path, model, session_config) -> Entry:
     """The registry entry of a parked session, after checking its session file (format, checksum, model, config)."""
-    from kvstore.session.persist import check_session_file
 
     doc = json.loads(sidecar.read_text())
     if doc.get("format") != FORMAT or doc.get("version") != VERSION:

@@ -36,7 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from kvstore.cache.evicting import model_identity
+from kvstore.defaults import PROFILE_SUFFIX
 from kvstore.errors import KVStoreError
+from kvstore.profiles.calibrate import calibration_plans, calibration_steps, max_positions, statement_variants
+from kvstore.profiles.profile import MemoryProfile, best_fit, load_profiles, store_name
 from server.config import ServeConfig, ServeError
 from server.messages import normalize
 
@@ -101,7 +107,6 @@ def parse(body: object) -> tuple[str, Any]:
 
 
 def _variants(messages: list[dict[str, str]], statement: str) -> list[list[dict[str, str]]]:
-    from kvstore.profiles.calibrate import statement_variants
 
     variants = statement_variants(messages, statement)
     if not variants:
@@ -118,7 +123,6 @@ def calibrate(
     """Calibrate from the request's conversations on the served model and save the profile. A generator for
     Scheduler.call: one step per replayed message, so the sessions keep decoding in between; it returns the answer.
     `make_room(tokens)` first: the calibration holds a full cache of its longest conversation beside the sessions."""
-    from kvstore.profiles.calibrate import calibration_plans, calibration_steps, max_positions
 
     conversations, max_tokens, sources = request.conversations, request.max_tokens, request.sources
     folder = profile_dir(config)
@@ -151,8 +155,6 @@ def calibrate(
 
 def install(model, config: ServeConfig, data: bytes) -> dict[str, Any]:
     """Check a profile file sent by a client against the served model and save it; the answer."""
-    from kvstore.cache.evicting import model_identity
-    from kvstore.profiles.profile import MemoryProfile
 
     folder = profile_dir(config)
     check_sent(data, config.profile_max_bytes)
@@ -168,7 +170,6 @@ def check_sent(data: bytes, limit: int) -> None:
     """Refuse (413) a profile file that is, inflates to or expands to more than `limit` bytes, before it is read
     into a profile: its archive's directory gives each record's inflated size, and the tensors it holds (read
     without copying their storage) their size once expanded; 400 when it is no profile file at all."""
-    import torch
 
     what = "the memory profile sent"
     if len(data) > limit:
@@ -201,8 +202,6 @@ def _too_large(what: str, limit: int) -> ServeError:
 
 def _fitting(model, folder: Path, plan) -> dict[str, Any] | None:
     """The answer for the directory's profile that this plan's opening carries, or None."""
-    from kvstore.cache.evicting import model_identity
-    from kvstore.profiles.profile import best_fit, load_profiles
 
     try:
         profiles = load_profiles(folder, model_identity(model))
@@ -214,8 +213,6 @@ def _fitting(model, folder: Path, plan) -> dict[str, Any] | None:
 
 def _save(profile, folder: Path, config: ServeConfig) -> dict[str, Any]:
     """Save under the profile's store name, within the directory's limits (413: too large, 507: full)."""
-    from kvstore.defaults import PROFILE_SUFFIX
-    from kvstore.profiles.profile import store_name
 
     data = io.BytesIO()
     profile.save_to(data)

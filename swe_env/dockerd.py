@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 
+import docker
+import docker.errors
+
 from swe_env.sandbox.base import SandboxError
 
 START_HINT = 'start one with: eval "$(scripts/dockerd.sh start)"  (exports DOCKER_HOST), or use --sandbox bwrap'
@@ -11,8 +14,6 @@ START_HINT = 'start one with: eval "$(scripts/dockerd.sh start)"  (exports DOCKE
 
 def connect(timeout: float = 120.0):
     """A docker SDK client for DOCKER_HOST (or the default socket) that has answered a ping."""
-    import docker
-    import docker.errors
 
     where = os.environ.get("DOCKER_HOST") or "the default socket (DOCKER_HOST is unset)"
     try:

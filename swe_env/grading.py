@@ -12,6 +12,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from swebench.harness import grading as sg
+
 from swe_env import testspec
 from swe_env.patching import apply_patch, reset_files
 from swe_env.sandbox.base import Sandbox, SandboxError
@@ -107,7 +109,6 @@ def _grade_in(sandbox: Sandbox, task: Task, patch: str, cfg: GradeConfig, report
 
 def _judge(task: Task, log: str, exit_code: int, report: GradeReport) -> None:
     """Fill per-test results and the verdict from the test log."""
-    from swebench.harness import grading as sg
 
     status_map = testspec.log_parser(task)(log, None)
     if not status_map:

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import docker.errors
+
 from swe_env.sandbox.base import SandboxError
 
 BASE_IMAGE = "nexus-agent/base:bookworm"
@@ -72,7 +74,6 @@ def build_images(client, cfg: ImageBuildConfig, log: Callable[[str], None] = pri
 
 
 def image_exists(client, name: str) -> bool:
-    import docker.errors
 
     try:
         client.images.get(name)

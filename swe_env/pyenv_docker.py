@@ -16,6 +16,8 @@ import shutil
 import tarfile
 from pathlib import Path
 
+from docker.types import Ulimit
+
 from swe_env import images
 from swe_env.pyenv import PyEnv, PyEnvConfig, tail
 from swe_env.sandbox import index_proxy
@@ -82,7 +84,6 @@ def _proxy_mounts(proxy: IndexProxy) -> dict:
 
 def _limits(lim: StepLimits) -> dict:
     """The step's limits as docker options (as the task container gets them: swe_env/sandbox/docker.py)."""
-    from docker.types import Ulimit
 
     mem = f"{lim.memory_mb}m" if lim.memory_mb is not None else None
     ulimits = [Ulimit(name="cpu", soft=lim.cpu_s, hard=lim.cpu_s)] if lim.cpu_s is not None else []

@@ -9,6 +9,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from swebench.harness import log_parsers
+from swebench.harness.log_parsers import python as py_parsers
+
 from swe_env.envs.recipes import recipe_for
 from tasks.schema import Task
 
@@ -37,11 +40,8 @@ def test_directives(task: Task) -> list[str]:
 
 def log_parser(task: Task) -> Parser:
     """swebench's log parser for the task's repo; pytest's for built-in and unknown repos."""
-    from swebench.harness.log_parsers import python as py_parsers
 
     table = getattr(py_parsers, "MAP_REPO_TO_PARSER_PY", None)
     if table is None:  # older swebench keeps one table for every language
-        from swebench.harness import log_parsers
-
         table = getattr(log_parsers, "MAP_REPO_TO_PARSER", {})
     return table.get(task.repo, py_parsers.parse_log_pytest)

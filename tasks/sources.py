@@ -9,6 +9,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tasks.builtin import builtin_tasks
 from tasks.records import normalise_record
 from tasks.schema import Task, TaskError
 
@@ -20,8 +21,6 @@ HUB_PROBE_TIMEOUT_S = 5.0
 def load_tasks(source: str | None = None) -> list[Task]:
     """All tasks of a source: None or "builtin", a .json/.jsonl/.parquet path, or a HF dataset "owner/name[:split]"."""
     if source is None or source == "builtin":
-        from tasks.builtin import builtin_tasks
-
         return builtin_tasks()
     path = Path(source).expanduser()
     if path.suffix.lower() in FILE_SUFFIXES or path.exists():
@@ -81,7 +80,7 @@ def _read_jsonl(text: str, path: Path) -> list[Any]:
 
 
 def _read_parquet(path: Path) -> list[dict[str, Any]]:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # lazy: pyarrow, off --help
 
     try:
         return pq.read_table(path).to_pylist()
@@ -114,7 +113,7 @@ def read_hub_dataset(source: str) -> list[dict[str, Any]]:
                 f"cannot load dataset {name}: the Hugging Face hub is unreachable ({unreachable}); "
                 "pass a local .json/.jsonl/.parquet file with --dataset instead"
             )
-    import datasets
+    import datasets  # lazy: datasets is optional
 
     try:
         rows = datasets.load_dataset(name, split=split)

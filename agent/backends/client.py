@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import openai
+
 from agent.errors import AgentError
 
 API_KEY_ENV = "OPENAI_API_KEY"  # where every client of this project finds the server's API key
@@ -70,7 +72,6 @@ class ServerClient:
     ) -> Any:  # fmt: skip
         """The answer's JSON; with `consume`, a streamed request whose events (dicts) it reads, and what it returns.
         ServerError, one line, for an HTTP error or no answer, after the retries."""
-        import openai
 
         url = self.url(path)
         for attempt in range(self.retries + 1):
@@ -101,7 +102,6 @@ class ServerClient:
         raise AssertionError("unreachable")
 
     def _send(self, method, path, body, headers, timeout_s, stream: bool) -> Any:
-        import openai
 
         sent: dict[str, Any] = {} if self.key else {"Authorization": openai.Omit()}  # no key: no Authorization
         options: dict[str, Any] = {"headers": sent | (headers or {})}
@@ -122,7 +122,6 @@ class ServerClient:
 def _openai_client(base_url: str, key: str, trust: tuple[str | None, str | None]):
     """One openai client per server, key and trusted certificates (`trust`) in this process: its connections are
     kept and shared by threads."""
-    import openai
 
     for name in ("openai", "httpx", "httpx2", "httpcore"):  # one INFO line per request once any library (swebench
         quiet = logging.getLogger(name)  # does, in eval) configures the root logger: not for a user's terminal

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import torch
 
-ENGINES = ("static", "eager")
 ROUND = 64  # buffer capacities are whole multiples of this many tokens
 
 

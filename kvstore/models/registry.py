@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import socket
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,11 @@ from urllib.parse import urlparse
 
 import torch
 from filelock import FileLock
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+from transformers.utils import logging as hf_logging
 
+from kvstore.cache.evicting import architecture
 from kvstore.defaults import DEFAULT_MODEL
 from kvstore.errors import KVStoreError, SettingError
 from kvstore.models.gguf_parts import GGUFParts, fetch_and_join, remove_downloads
@@ -128,7 +133,6 @@ def load_model(name_or_path: str, device: str | None = None, dtype: str | None =
 
     The model is in eval mode on `device`. A hub id while offline raises KVStoreError naming the offline default.
     """
-    from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-tensor progress bars would drown the CLI's own output
     source = resolve(name_or_path)
@@ -168,9 +172,6 @@ def architecture_of(name_or_path: str) -> dict | None:
     """The model's architecture (kvstore.cache.evicting.ARCHITECTURE_KEYS) read from its config.json without loading,
     converting or downloading anything; None when that file is not on this machine yet (a registered GGUF not yet
     converted, a hub model not in the cache) or cannot be read."""
-    from transformers import AutoConfig
-
-    from kvstore.cache.evicting import architecture
 
     entry = REGISTRY.get(name_or_path)
     try:
@@ -184,7 +185,6 @@ def architecture_of(name_or_path: str) -> dict | None:
 
 
 def _from_pretrained(name: str, source: Path | str, torch_dtype: torch.dtype, attn: str):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     local = isinstance(source, Path)
     offline = local or hub_offline()
@@ -259,7 +259,6 @@ def source_gguf(name: str, src: GGUFSource | GGUFParts, scratch: Path) -> Path:
     """The GGUF file to convert: inside its package, or joined from its parts into `scratch`."""
     if isinstance(src, GGUFSource):
         return gguf_path(src)
-    import sys
 
     print(f"nexus-agent: fetching and converting {name} (once, into {cache_root() / 'models'})", file=sys.stderr)
     return fetch_and_join(src, downloads_dir(name), scratch / f"{name}.gguf")
@@ -278,8 +277,6 @@ def gguf_path(src: GGUFSource) -> Path:
 
 def convert_gguf(gguf: Path, out: Path) -> None:
     """Dequantize a GGUF checkpoint into a bf16 safetensors model directory (config, weights, tokenizer)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
     if hasattr(config, "quantization_config"):  # the weights are dequantized: the copy is a plain model

@@ -7,6 +7,7 @@ policies run on them exactly as on a real checkpoint; their text is noise.
 from __future__ import annotations
 
 import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
 
 ARCHITECTURES = ("qwen3", "llama", "qwen2")
 
@@ -23,7 +24,6 @@ def tiny_config(
     **overrides,
 ):
     """A transformers config of the given architecture and tiny shapes (`overrides`: any further config field)."""
-    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
     classes = {"qwen3": Qwen3Config, "llama": LlamaConfig, "qwen2": Qwen2Config}
     kwargs = dict(
@@ -49,7 +49,6 @@ def tiny_model(
     **shapes,
 ) -> torch.nn.Module:
     """A random model (eval mode) with deterministic weights from `seed`; `shapes` go to `tiny_config`."""
-    from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
     config = tiny_config(arch, **shapes)

@@ -31,8 +31,11 @@ import json
 from collections.abc import Collection
 from typing import Any
 
+import llguidance
+import llguidance.hf
 import numpy as np
 import torch
+from llguidance import LLMatcher
 
 from kvstore.errors import KVStoreError
 
@@ -48,8 +51,6 @@ def ll_tokenizer(tokenizer: Any) -> Any:
     """The llguidance form of a Hugging Face fast tokenizer, built once per tokenizer object."""
     entry = _TOKENIZERS.get(id(tokenizer))
     if entry is None or entry[0] is not tokenizer:
-        import llguidance.hf
-
         try:
             entry = (tokenizer, llguidance.hf.from_tokenizer(tokenizer))
         except ValueError as exc:
@@ -63,7 +64,6 @@ class Constraint:
 
     def __init__(self, grammar: str, tokenizer: Any, *, what: str = "grammar") -> None:
         """`grammar`: an llguidance grammar (llguidance.grammar_from(...)); `what` names it in errors."""
-        import llguidance
 
         self.tokenizer, self.what = tokenizer, what
         self._ll = ll_tokenizer(tokenizer)
@@ -76,14 +76,12 @@ class Constraint:
     @classmethod
     def lark(cls, text: str, tokenizer: Any) -> Constraint:
         """A Lark grammar (llguidance's dialect: docs/constrained.md)."""
-        from llguidance import LLMatcher
 
         return cls(LLMatcher.grammar_from_lark(text), tokenizer, what="Lark grammar")
 
     @classmethod
     def json_schema(cls, schema: dict[str, Any] | str, tokenizer: Any) -> Constraint:
         """Text that parses as JSON and validates against `schema` (a dict, or its JSON text)."""
-        from llguidance import LLMatcher
 
         if isinstance(schema, str):
             try:
@@ -106,7 +104,6 @@ class Constraint:
     @classmethod
     def regex(cls, pattern: str, tokenizer: Any) -> Constraint:
         """Text that matches `pattern` as a whole (Rust `regex` syntax)."""
-        from llguidance import LLMatcher
 
         return cls(LLMatcher.grammar_from_regex(pattern), tokenizer, what="regex")
 

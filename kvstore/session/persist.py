@@ -22,7 +22,7 @@ from safetensors.torch import save_file
 
 import kvstore
 from kvstore.errors import KVStoreError
-from kvstore.models.registry import config_hash
+from kvstore.models.registry import config_hash, load_model
 from kvstore.session.config import SessionConfig
 from kvstore.session.turn_stats import TurnStats
 
@@ -70,8 +70,6 @@ def load_session(cls, path: Path, model=None, tokenizer=None, expect=None):
     if expect is not None:
         _check_config(path, saved, expect)
     if model is None:
-        from kvstore.models.registry import load_model
-
         device, dtype = (expect.device, expect.dtype) if expect is not None else (saved.device, saved.dtype)
         model, tokenizer, _ = load_model(saved.model, device=device, dtype=dtype)
     elif tokenizer is None:

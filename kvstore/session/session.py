@@ -17,10 +17,13 @@ from pathlib import Path
 import torch
 
 import kvstore
-from kvstore.cache.evicting import open_cache
+from kvstore.cache.evicting import model_identity, open_cache
 from kvstore.cache.forwarding import chunk_end, prefill_steps
 from kvstore.errors import KVStoreError, SettingError
+from kvstore.models.registry import load_model
+from kvstore.profiles.profile import best_match, load_profiles
 from kvstore.session.config import SessionConfig
+from kvstore.session.persist import load_session, save_session
 from kvstore.session.render import ChatRenderer
 from kvstore.session.reply import ReplyInProgress
 from kvstore.session.sampling import check_sampling
@@ -52,7 +55,6 @@ class Session:
     @classmethod
     def open(cls, config: SessionConfig) -> Session:
         """A new session on the model `config.model`, loaded through the registry (kvstore.models.registry)."""
-        from kvstore.models.registry import load_model
 
         model, tokenizer, _ = load_model(config.model, device=config.device, dtype=config.dtype)
         return cls(model, tokenizer, config)
@@ -107,8 +109,6 @@ class Session:
                 self.cache.signals.add_reply(start + a, start + b)
         self.messages.extend(dict(m) for m in messages)
         if profiles is not None:  # the opening is complete: its template tokens get the best profile's weights
-            from kvstore.profiles.profile import best_match
-
             first_user = next(i for i, m in enumerate(self.messages) if m["role"] == "user")
             opening = self.renderer.encode_messages(self.messages[: first_user + 1], first=True)
             prior, self.profile_status = best_match(profiles, self.tokens[: len(opening)])
@@ -123,8 +123,6 @@ class Session:
         done = any(m["role"] == "user" for m in self.messages)
         if self.config.profile is None or done or self.prefilled or not any(m["role"] == "user" for m in messages):
             return None
-        from kvstore.cache.evicting import model_identity
-        from kvstore.profiles.profile import load_profiles
 
         return load_profiles(self.config.profile, model_identity(self.model))
 
@@ -348,14 +346,12 @@ class Session:
     # --- persistence ----------------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
         """Write the whole session to one file, atomically (see kvstore.session.persist)."""
-        from kvstore.session.persist import save_session
 
         save_session(self, Path(path))
 
     @classmethod
     def load(cls, path: str | Path, model=None, tokenizer=None, config: SessionConfig | None = None) -> Session:
         """Restore a saved session; with `config`, refuse a file saved under another model or cache config."""
-        from kvstore.session.persist import load_session
 
         return load_session(cls, Path(path), model=model, tokenizer=tokenizer, expect=config)
 

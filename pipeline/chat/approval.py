@@ -15,6 +15,7 @@ import shlex
 from dataclasses import dataclass
 
 from agent.protocols import ToolCall
+from agent.tool_specs import TOOLS
 
 DECLINED = "The user declined to run this call. Ask for or try something else."
 REASON = "The user declined to run this call, and said why: {reason}\nTake this into account and try something else."
@@ -100,7 +101,6 @@ def allowed(call: ToolCall, allowlist: list[str]) -> bool:
 
 def needs_confirmation(call: ToolCall) -> bool:
     """Whether confirm mode asks before this call (anything that may change files or run code)."""
-    from agent.tool_specs import TOOLS
 
     spec = TOOLS.get(call.name)
     return spec is None or not spec.reads_only(call.params)

@@ -27,10 +27,17 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from filelock import FileLock
+
 from pipeline.chat.snapshot import read_inside
 from pipeline.files import safe_name
-from swe_env.pyenv import PyEnv, PyEnvConfig, built_info
+from swe_env.envs.interpreters import find_interpreter
+from swe_env.envs.recipes import Recipe, host_python
+from swe_env.pyenv import PyEnv, PyEnvConfig, built_info, import_root
 from swe_env.records import write_record
+from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
+from swe_env.sandbox.index_proxy import shown
+from tasks.schema import Task
 
 PREFIX = "chat__"
 PACKAGING = ("setup.py", "pyproject.toml", "setup.cfg")
@@ -40,8 +47,6 @@ KEY_FILES = (*PACKAGING, REQUIREMENTS)  # files whose content is part of the env
 
 def plan(repo: Path, cfg: PyEnvConfig | None = None) -> PyEnv:
     """The env of `repo` (built or not): its recipe, interpreter and cache folder."""
-    from swe_env.envs.interpreters import find_interpreter
-    from swe_env.envs.recipes import Recipe, host_python
 
     cfg = cfg or PyEnvConfig()
     found = {name: read_inside(repo, name) for name in KEY_FILES}  # never through a link the agent planted
@@ -83,11 +88,6 @@ def build_script(env: PyEnv, cfg: PyEnvConfig) -> str:
 def ensure(repo: Path, cfg: PyEnvConfig | None, status: Callable[[str], AbstractContextManager]) -> PyEnv:
     """The repo's env, built the first time (`status(text)`: shows progress while it builds). SandboxError when the
     build fails (no PyPI, an install error)."""
-    from filelock import FileLock
-
-    from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
-    from swe_env.sandbox.index_proxy import shown
-    from tasks.schema import Task
 
     cfg = cfg or PyEnvConfig()
     env = plan(repo, cfg)
@@ -131,7 +131,6 @@ def sandbox_settings(env: PyEnv | None, repo: Path) -> dict:
     folder and its interpreter's prefix bound as they are (nothing the build wrote names a host folder)."""
     if env is None:
         return {}
-    from swe_env.pyenv import import_root
 
     extra = [("VIRTUAL_ENV", str(env.path))]
     if not env.recipe.install:  # the repo is not installed: its working copy is importable

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agent.backends.local import LocalModel
+from kvstore.session.session import Session, SessionConfig
 from pipeline.chat.state import SESSION_FILE
 
 
@@ -14,7 +16,6 @@ class LocalConversation:
     """The chat's model and memory when they live here: the agent drives a LocalModel over the session."""
 
     def __init__(self, folder: Path, session, config: dict[str, Any], on_token: Callable[[str], None] | None = None):
-        from agent.backends.local import LocalModel
 
         self.folder, self.config = folder, config  # config: the SessionConfig a new session is opened with
         self.model = LocalModel(session, on_token=on_token)
@@ -39,7 +40,6 @@ class LocalConversation:
 
     def rollback(self) -> None:
         """A turn cut mid-step: go back to the session saved after its last complete step."""
-        from kvstore.session.session import Session, SessionConfig
 
         path, s = self.folder / SESSION_FILE, self.session
         if path.exists():

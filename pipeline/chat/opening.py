@@ -12,13 +12,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kvstore.session.session import Session, SessionConfig
+from pipeline.backends import set_threads
+from pipeline.chat import sessions
 from pipeline.chat import state as cs
+from pipeline.chat.env import describe, ensure
+from pipeline.chat.local import LocalConversation
 from pipeline.chat.runner import ChatRunner
+from pipeline.chat.sandbox import open_repo_sandbox
+from pipeline.chat.served import open_served
 from pipeline.chat.settings import ChatSettings
+from pipeline.config import chat_given, memory_conflicts
 from pipeline.errors import RunError, RunSettingError
+from pipeline.profiles.learn import learn_after
+from pipeline.profiles.store import CLIENT, resolve_profile
+from swe_env.sandbox.base import SandboxError
 
 
 @contextmanager
@@ -29,8 +41,6 @@ def open_chat(
     """A ChatRunner on the session `settings` name, its sandbox open; closed (and an empty session removed) at the
     end, then, with --learn-profile, the profile learned. `callbacks`: ChatRunner's (approve, unattended,
     on_token, on_step); RunError when the session cannot be opened as asked."""
-    from pipeline.chat.env import describe
-    from pipeline.chat.sandbox import open_repo_sandbox
 
     emit = on_event or (lambda event: None)
     status = status or (lambda text: nullcontext())
@@ -59,7 +69,6 @@ def session_name(settings: ChatSettings) -> tuple[str, str]:
     """The session's name: `settings.session`, else for a resume this repo's most recently used session, else a
     new session named after the repo (its folder name; -2, -3... when taken). Second: the name that was taken
     ("" when none)."""
-    from pipeline.chat import sessions
 
     if settings.session:
         return settings.session, ""
@@ -80,9 +89,6 @@ def open_conversation(settings: ChatSettings, folder: Path):
     cfg = settings.run_config()
     given = settings.given()
     if settings.server is not None or (settings.resume and cs.ChatState.load(folder).server):
-        from pipeline.chat.served import open_served
-        from pipeline.profiles.store import CLIENT, resolve_profile
-
         profile = resolve_profile(given["profile"], CLIENT)  # the server's own (a file here: an error, one line)
         given["profile"] = None if profile is None else str(profile)
         state, conversation = open_served(folder, settings.repo, settings.server, settings.resume, settings.seed,
@@ -90,8 +96,6 @@ def open_conversation(settings: ChatSettings, folder: Path):
         return state, conversation, cfg.learn
     if settings.call_format == "tools":
         raise RunError("chat without --server speaks DeepSWE's XML: --call-format tools needs --server")
-    from pipeline.backends import set_threads
-    from pipeline.config import chat_given
 
     set_threads(None)
     if settings.resume:
@@ -104,8 +108,6 @@ def open_conversation(settings: ChatSettings, folder: Path):
 
 
 def _start(folder: Path, repo: Path | None, cfg):
-    from kvstore.session.session import Session
-    from pipeline.chat.local import LocalConversation
 
     repo = cs.new_chat_repo(folder, repo)
     config = cfg.session_config()
@@ -118,11 +120,6 @@ def _start(folder: Path, repo: Path | None, cfg):
 
 def _resume(folder: Path, repo: Path | None, cfg, given: list[str]):
     """A saved local session as it was saved; `given`: the memory settings the user gave, which must match."""
-    from dataclasses import replace
-
-    from kvstore.session.session import Session, SessionConfig
-    from pipeline.chat.local import LocalConversation
-    from pipeline.config import memory_conflicts
 
     state = cs.ChatState.load(folder)
     state.check_resumable(folder, repo)
@@ -144,8 +141,6 @@ def _resume(folder: Path, repo: Path | None, cfg, given: list[str]):
 
 def python_env(repo: Path, status: Callable[[str], AbstractContextManager], emit: Callable[[dict], None]):
     """The repo's Python env for the sandbox, built once (None, with a warning, when it cannot be built)."""
-    from pipeline.chat.env import ensure
-    from swe_env.sandbox.base import SandboxError
 
     try:
         return ensure(repo, None, status)
@@ -158,7 +153,6 @@ def python_env(repo: Path, status: Callable[[str], AbstractContextManager], emit
 def _learn(folder: Path, name: str, saved: cs.ChatState, session, emit, status, served=(None, None)) -> None:
     """Leaving a chat with no memory profile: its conversation teaches one, the first request marking the task's
     text (pipeline.profiles.learn); under --server the server learns it. Ctrl-C skips it; nothing is lost."""
-    from pipeline.profiles.learn import learn_after
 
     def say(line: str) -> None:
         emit({"kind": "info", "text": line})

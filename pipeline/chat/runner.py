@@ -17,11 +17,18 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from agent.calls_xml import XmlCalls
+from agent.errors import AgentError
+from agent.loop import Agent
 from agent.protocols import ToolCall
-from pipeline.chat import approval
+from agent.trajectory import TrajectoryWriter, tool_of
+from pipeline.chat import approval, checkpoints, sessions
 from pipeline.chat import instructions as agents_md
+from pipeline.chat import snapshot as snap
+from pipeline.chat.diff import edit_preview, turn_diff
 from pipeline.chat.interrupt import StopTurn, TurnInterrupt
 from pipeline.chat.sandbox import ChatEnvironment, changed_files, repo_git_dirs
+from pipeline.chat.sessions import discard_if_empty
 from pipeline.chat.state import TRAJECTORY_FILE, ChatState, request_message
 from pipeline.chat.steps import ReplyText, is_edit, is_finish, stats_line, step_title
 from pipeline.chat.views import Banner, Question, Step, Turn
@@ -40,9 +47,6 @@ class ChatRunner:
         on_step: Callable[[Step], None] | None = None, on_event: Callable[[dict[str, Any]], None] | None = None,
         status: Callable[[str], AbstractContextManager] | None = None,
     ):  # fmt: skip
-        from agent.calls_xml import XmlCalls
-        from agent.loop import Agent
-        from agent.trajectory import TrajectoryWriter
 
         self.folder, self.name, self.state, self.conv, self.sandbox = folder, name, state, conversation, sandbox
         self.yolo, self.env_line, self.timeout = yolo, env_line, agent_cfg.command_timeout
@@ -102,7 +106,6 @@ class ChatRunner:
     def _run_turn(self, text: str, messages: list[dict[str, str]]) -> Turn:
         """The agent's turn: Ctrl-C ends it (at a step boundary, or now with a rollback); a model error (server
         down, HTTP error) rolls back to the last complete step."""
-        from agent.errors import AgentError
 
         try:
             with self.interrupt:
@@ -133,7 +136,6 @@ class ChatRunner:
 
     def _on_step(self, rec: dict[str, Any]) -> None:
         """A step done: saved, then shown; a stop asked for (Ctrl-C) ends the turn here."""
-        from agent.trajectory import tool_of
 
         self._end_reply()
         self.state.unseen = "" if rec["submitted"] else rec["observation"]
@@ -153,7 +155,6 @@ class ChatRunner:
 
     def confirm(self, call: ToolCall) -> str | None:
         """Before a call (the agent's `before_execute`): None runs it, a string is the model's observation instead."""
-        from pipeline.chat.diff import edit_preview
 
         self._end_reply()
         preview = edit_preview(call, self.sandbox.read_file)
@@ -181,8 +182,6 @@ class ChatRunner:
 
     def _checkpoint(self, turn: int, request: str) -> None:
         """The repo as it is before this turn: what /undo restores and the turn's diff compares with."""
-        from pipeline.chat import checkpoints
-        from pipeline.chat import snapshot as snap
 
         try:
             checkpoints.start(self.repo, self.folder, self.git_dirs, turn, request)
@@ -192,8 +191,6 @@ class ChatRunner:
 
     def _seal(self) -> None:
         """The turn's end: what it left, so that /undo leaves alone what is changed after it."""
-        from pipeline.chat import checkpoints
-        from pipeline.chat import snapshot as snap
 
         try:
             checkpoints.seal(self.repo, self.folder, self.git_dirs)
@@ -212,8 +209,6 @@ class ChatRunner:
     # --- the chat's commands --------------------------------------------------------------------------------------
     def turn_diff(self) -> str:
         """The diff of the repo against the snapshot of the last turn's start ("" when none or no change)."""
-        from pipeline.chat import snapshot as snap
-        from pipeline.chat.diff import turn_diff
 
         try:
             return turn_diff(snap.changes(self.repo, self.folder, self.git_dirs))
@@ -224,7 +219,6 @@ class ChatRunner:
         """Put the repo back as it was before the last `n` turns: [(turn, snapshot.Restored)], the most recent
         first (fewer when the checkpoints end first); the next request tells the model. SnapshotError: nothing to
         undo."""
-        from pipeline.chat import checkpoints
 
         undone = checkpoints.undo(self.repo, self.folder, self.git_dirs, n)
         changed = sorted({p for _, done in undone for p in done.changed + done.removed})
@@ -236,7 +230,6 @@ class ChatRunner:
 
     def checkpoints(self) -> list:
         """The turns /undo can go back over, oldest first (pipeline.chat.checkpoints.Checkpoint)."""
-        from pipeline.chat import checkpoints
 
         return checkpoints.load(self.folder)
 
@@ -246,13 +239,11 @@ class ChatRunner:
 
     def sessions(self) -> list:
         """This repo's saved sessions, the most recently used first (pipeline.chat.sessions.SessionInfo)."""
-        from pipeline.chat import sessions
 
         return sessions.sessions_of(self.repo)
 
     def delete_session(self, name: str):
         """Delete another saved session; its SessionInfo (RunError: this one, or no such session)."""
-        from pipeline.chat import sessions
 
         return sessions.delete(name, self.name)
 
@@ -285,7 +276,6 @@ class ChatRunner:
 
     def close(self) -> bool:
         """The chat's end: the trajectory closed; a session no request was sent in is removed. Whether it is kept."""
-        from pipeline.chat.sessions import discard_if_empty
 
         if not self.closed:
             self.closed = True

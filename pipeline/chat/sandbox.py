@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.protocols import ToolCall, ToolResult
+from swe_env.safegit import GitError, git_dirs, run_git
 
 # What chat's shell tool may run that a task's may not: git's read-only subcommands (swe_env/tools/execute_bash.py),
 # which take no optional lock (`git status` leaves the index file as it is).
@@ -18,9 +19,9 @@ def open_repo_sandbox(repo: Path, name: str, env=None):
     """A bubblewrap sandbox whose /testbed IS the user's repo (edits land there), tools installed, no network, the
     shell tool allowed read-only git; `env`: the repo's Python env (pipeline.chat.env), first on PATH after the
     tools."""
-    from pipeline.chat.env import sandbox_settings
-    from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
-    from tasks.schema import Task
+    from pipeline.chat.env import sandbox_settings  # lazy: git, urllib, off --help
+    from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox  # lazy: git, urllib, off --help
+    from tasks.schema import Task  # lazy: urllib, off --help
 
     head = _git(repo, "rev-parse", "HEAD") or "HEAD"
     task = Task(instance_id=f"chat:{name}", repo=f"local/{repo.name}", base_commit=head, problem_statement="chat")
@@ -31,7 +32,6 @@ def open_repo_sandbox(repo: Path, name: str, env=None):
 
 def _git(repo: Path, *args: str, dirs: tuple[Path, Path] | None = None) -> str:
     """Host-side git on the user's repo, which the agent can write: none of the repo's own config runs."""
-    from swe_env.safegit import GitError, run_git
 
     try:
         res = run_git(repo, *args, timeout=30, dirs=dirs)
@@ -44,7 +44,6 @@ def repo_git_dirs(repo: Path) -> tuple[Path, Path] | None:
     """The user's repo's git dirs as its `.git` names them now (None: not a git repo). Taken when a chat opens,
     before the agent runs anything: the agent can rewrite `.git` to name another repository on the host, and the
     chat's `git status` must not show the user (or anyone reading the terminal) that repository's paths."""
-    from swe_env.safegit import GitError, git_dirs
 
     try:
         return git_dirs(repo)
@@ -67,7 +66,7 @@ class ChatEnvironment:
     last: ToolResult | None = None
 
     def execute(self, call: ToolCall, timeout: float) -> ToolResult:
-        from agent.environment import SandboxEnvironment
+        from agent.environment import SandboxEnvironment  # lazy: urllib, off --help
 
         self.last = SandboxEnvironment(self.sandbox).execute(call, timeout)
         return self.last

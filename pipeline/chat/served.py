@@ -34,10 +34,14 @@ from typing import Any
 from agent.backends.client import ServerClient, ServerError
 from agent.backends.openai_compat import OpenAICompatConfig, OpenAICompatModel
 from agent.calls import AUTO, CallFormat, call_format
+from agent.calls_tools import tool_schemas
 from agent.errors import AgentError
 from agent.protocols import Message, ModelReply, Sampling
 from kvstore.defaults import describe_memory
+from pipeline import chat as cs
+from pipeline.backends import server_settings
 from pipeline.chat.state import SERVED_FILE
+from pipeline.chat.steps import stats_line
 from pipeline.errors import RunError
 from pipeline.files import atomic_write
 
@@ -92,8 +96,6 @@ def open_served(
     local model are refused. `learn`: a new chat may teach the server a memory profile when it is left (a resumed
     one keeps its choice). `api_key`: the server's key (None: $OPENAI_API_KEY; never saved). `calls`: the call
     format (auto: tools, which every server takes; a resumed chat keeps its own)."""
-    from pipeline import chat as cs
-    from pipeline.backends import server_settings
 
     model = given.get("model")
     local = [f"--{k}" for k, v in given.items() if v is not None and k != "model"]
@@ -139,8 +141,6 @@ class ServedConversation:
         )
         self.inner = OpenAICompatModel(config)
         if self.calls.name == "tools":  # sent with every request, a resumed chat's too (the history keeps none)
-            from agent.calls_tools import tool_schemas
-
             self.inner.tools = tool_schemas()
         self.client = ServerClient(record.server, api_key, timeout_s=30)  # the nexus-only /v1/sessions
         self.inner.history = record.messages
@@ -213,7 +213,6 @@ class ServedConversation:
         return f"the server's session {sid} {why}: {what}, and the next request prefills the saved conversation once"
 
     def stats_lines(self) -> list[str]:
-        from pipeline.chat.steps import stats_line
 
         lines = [stats_line(n, t) or f"turn {n}: no statistics" for n, t in enumerate(self.record.turns, 1)]
         note = "" if self.sessions else "; no cache statistics: the server is not a nexus-agent serve"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import CHAT_MAX_NEW_TOKENS, CHAT_MAX_STEPS, RunConfig, chat_config
+from pipeline.run import agent_config
 
 MEMORY_KEYS = ("model", "policy", "budget", "protocol", "protect", "profile", "device")
 
@@ -52,6 +53,5 @@ class ChatSettings:
 
     def agent_config(self):
         """The agent's limits and sampling for each request (the same AgentConfig a solve run builds)."""
-        from pipeline.run import agent_config
 
         return agent_config(self.run_config())

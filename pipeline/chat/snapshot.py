@@ -26,6 +26,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pipeline.files import atomic_write
+from swe_env.safegit import GitError, run_git
+from swe_env.sandbox.common import open_inside
+from swe_env.sandbox.overlay_sync import remove_entry
 
 UNDO_DIR = "undo"  # in the session folder: manifest.json, turns/ (each turn's, pipeline.chat.checkpoints), blobs/
 MAX_FILE_BYTES = 32 * 2**20  # a larger file is left out of the snapshot (not restorable)
@@ -87,8 +90,6 @@ def list_files(repo: Path, dirs: tuple[Path, Path] | None) -> list[str]:
     """The repo's files a snapshot covers: `git ls-files` (tracked + untracked not ignored) through the safe git
     with the git dirs found when the chat opened, or every file but .git when the repo is not a git repo."""
     if dirs is not None:
-        from swe_env.safegit import GitError, run_git
-
         try:
             res = run_git(repo, "ls-files", "-z", "--cached", "--others", "--exclude-standard", timeout=120, dirs=dirs)
         except GitError as exc:
@@ -179,7 +180,6 @@ def _collect(store: Path, keep: set[str]) -> None:
 
 def read_inside(repo: Path, rel: str) -> bytes | None:
     """The bytes of the regular file `rel` of the repo, never through a symlink (None: missing, a link, unreadable)."""
-    from swe_env.sandbox.common import open_inside
 
     try:
         fd = open_inside(f"{INSIDE}/{rel}", INSIDE, {INSIDE: repo}, os.O_RDONLY | os.O_NONBLOCK)
@@ -339,13 +339,11 @@ def _safe_parent(repo: Path, rel: str) -> Path:
 
 def _remove(repo: Path, rel: str) -> None:
     """Remove what is at `rel` now (a file, a link, or a folder the turn put where a file was)."""
-    from swe_env.sandbox.overlay_sync import remove_entry
 
     remove_entry(_safe_parent(repo, rel))
 
 
 def _put(repo: Path, rel: str, entry: Entry, store: Path, owner: tuple[int, int]) -> None:
-    from swe_env.sandbox.common import open_inside
 
     path = _safe_parent(repo, rel)
     if entry.kind == "link":

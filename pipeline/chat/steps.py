@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvstore.session.session import TurnStats
+
 CALL_OPENERS = ("<function=", "<tool_call>")  # where a reply's call starts (agent.calls_xml, agent.calls_tools)
 WORKDIR = "/testbed/"  # the repo in the sandbox: paths are shown relative to it
 EDITS = ("create", "str_replace", "insert", "undo_edit")
@@ -87,7 +89,6 @@ TOKEN_COUNTS = (("prompt_tokens", "prompt"), ("completion_tokens", "completion")
 def stats_line(turn: int, stats: dict[str, Any]) -> str:
     """One readable line for a model turn's statistics: kvstore's cache statistics when the model has them (a local
     model, a `nexus-agent serve`), else the token counts another OpenAI-compatible server reports ("" when none)."""
-    from kvstore.session.session import TurnStats
 
     full = TurnStats.from_dict(stats)
     if full is not None:

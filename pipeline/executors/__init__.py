@@ -14,8 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from agent.trajectory import tool_of
+from pipeline.backends import run_label
 from pipeline.config import RunConfig
+from pipeline.executors.progress import PrefillWatch
 from pipeline.files import REPORT, atomic_write
+from pipeline.run import run_task
 from tasks.schema import Task
 
 
@@ -34,9 +38,6 @@ class Job:
 
 def work(job: Job, sink: Sink | None = None) -> dict[str, Any]:
     """Solve and grade one task (called in the worker); the report (an "error" report when the run failed)."""
-    from agent.trajectory import tool_of
-    from pipeline.executors.progress import PrefillWatch
-    from pipeline.run import run_task
 
     worker = f"{os.uname().nodename}:{os.getpid()}"
     ident = job.task.instance_id
@@ -72,7 +73,6 @@ def work(job: Job, sink: Sink | None = None) -> dict[str, Any]:
 
 def error_report(job: Job, error: str, trace: str = "") -> dict[str, Any]:
     """Write and return the report of a task whose run failed."""
-    from pipeline.backends import run_label
 
     report = {
         "instance_id": job.task.instance_id, "model_name_or_path": run_label(job.config), "status": "error",

@@ -16,8 +16,8 @@ def run_ray(
     jobs: list[Job], address: str | None, workers: int, on_event: Callable[[dict[str, Any]], None]
 ) -> Iterator[tuple[Job, dict[str, Any]]]:
     """Yield (job, report) as Ray tasks finish; at most `workers` run at once. Ctrl-C cancels the rest."""
-    import ray
-    from ray.util.queue import Empty, Queue
+    import ray  # lazy: ray is optional
+    from ray.util.queue import Empty, Queue  # lazy: ray is optional
 
     started_here = not ray.is_initialized()
     if started_here:

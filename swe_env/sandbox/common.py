@@ -16,6 +16,9 @@ from pathlib import Path
 from swe_env.safegit import SANDBOX_FLAGS
 from swe_env.sandbox.base import ExecResult, SandboxError
 from swe_env.sandbox.limits import DiskBudget, StepCgroup, StepLimits
+from swe_env.sandbox.owners import make_owned_dir
+from swe_env.tools import install_tools as _install
+from tasks.repos import prepare_repo as _prepare
 from tasks.schema import Task
 
 DEFAULT_WORKDIR = "/testbed"
@@ -173,7 +176,6 @@ def patch_command(base_commit: str) -> str:
 
 def install_tools(dest: Path) -> Path:
     """Put the agent tool programs into dest (executables named after the tools); return dest."""
-    from swe_env.tools import install_tools as _install
 
     _install(dest)
     return dest
@@ -182,14 +184,12 @@ def install_tools(dest: Path) -> Path:
 def make_workspace(prefix: str) -> Path:
     """A fresh private temp dir for one sandbox (repo copy, tools, /tmp), tagged with its owner so that a start-up
     sweep reclaims it if this process is killed before it can remove it."""
-    from swe_env.sandbox.owners import make_owned_dir
 
     return make_owned_dir(prefix)
 
 
 def prepare_repo(task: Task, dest: Path, repo_cache: Path | None) -> Path:
     """The task's repo as a git working copy at its base commit (the tasks package knows how to get it)."""
-    from tasks.repos import prepare_repo as _prepare
 
     repo = _prepare(task, dest, repo_cache=repo_cache)
     if not (Path(repo) / ".git").exists():

@@ -17,9 +17,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import docker.errors
+from docker.types import Ulimit
+
 from swe_env import images
 from swe_env.dockerd import connect
-from swe_env.pyenv import PyEnvConfig
+from swe_env.pyenv import PyEnvConfig, ensure_env, sandbox_vars
+from swe_env.pyenv_docker import container_builder, env_mounts
 from swe_env.sandbox import common
 from swe_env.sandbox.base import ExecResult, SandboxError
 from swe_env.sandbox.limits import DiskBudget, DiskUsage, StepLimits, held_deleted
@@ -134,8 +138,6 @@ class DockerSandbox:
 
     def _env_volume(self, repo: Path) -> dict:
         """Mount the task's cached Python env (built in a build container on first use), first on PATH."""
-        from swe_env.pyenv import ensure_env, sandbox_vars
-        from swe_env.pyenv_docker import container_builder, env_mounts
 
         cfg = self.config.pyenv or PyEnvConfig()
         build = container_builder(self.client, repo, self.workdir, self.image, cfg, self.config.limits)
@@ -146,7 +148,6 @@ class DockerSandbox:
         return env_mounts(self.env)
 
     def _run_container(self, volumes: dict) -> None:
-        from docker.types import Ulimit
 
         lim = self.config.limits
         mem = f"{lim.memory_mb}m" if lim.memory_mb is not None else None
@@ -367,7 +368,6 @@ _PULL_FAILED: set[str] = set()  # images this process could not pull (no registr
 
 def _pulled(client, image: str) -> bool:
     """Pull `image` from its registry; False (quickly, when no registry answers) if that fails."""
-    import docker.errors
 
     if image.startswith("nexus-agent/") or image in _PULL_FAILED:
         return False

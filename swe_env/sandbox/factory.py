@@ -32,21 +32,21 @@ def open_sandbox(task: Task, backend: str = "auto", config: object | None = None
     if backend == "auto":
         backend = pick_backend(task, config)
     if backend == "docker":
-        from swe_env.sandbox.docker import DockerConfig, DockerSandbox
+        from swe_env.sandbox.docker import DockerConfig, DockerSandbox  # lazy: docker, git, off --help
 
         return DockerSandbox(task, _as(config, DockerConfig))
     if backend == "bwrap":
-        from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
+        from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox  # lazy: git, urllib, off --help
 
         return BwrapSandbox(task, _as(config, BwrapConfig))
-    from swe_env.sandbox.local import LocalConfig, LocalSandbox
+    from swe_env.sandbox.local import LocalConfig, LocalSandbox  # lazy: git, urllib, off --help
 
     return LocalSandbox(task, _as(config, LocalConfig))
 
 
 def pick_backend(task: Task, config: object | None = None) -> str:
     """docker if a daemon answers and holds the task's image, else bwrap (when installed)."""
-    from swe_env.sandbox.docker import DockerConfig, image_for
+    from swe_env.sandbox.docker import DockerConfig, image_for  # lazy: docker, git, off --help
 
     try:
         from swe_env.dockerd import connect

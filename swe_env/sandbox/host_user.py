@@ -28,6 +28,7 @@ from pathlib import Path
 
 from swe_env.sandbox.base import SandboxError
 from swe_env.sandbox.limits import scan
+from swe_env.sandbox.owners import PREFIX, mark
 
 DEDICATED_NAME = "nexus-sandbox"
 DEDICATED_ID = 60999  # the uid/gid used when no nexus-sandbox account exists (scripts/install.sh makes one)
@@ -156,7 +157,6 @@ class MountStage:
             self._make(todo)
 
     def _make(self, sources: list[str]) -> None:
-        from swe_env.sandbox.owners import PREFIX, mark
 
         for tool in ("unshare", "nsenter"):
             if shutil.which(tool) is None:

@@ -189,7 +189,7 @@ def test_disk_budget_counts_deleted_files_held_open(tmp_path, where):
     from swe_env.sandbox.bwrap import BwrapConfig, BwrapSandbox
     from swe_env.sandbox.limits import StepLimits
     from tasks.schema import Task
-    from tests.swe_env.test_hostile import HELD_OPEN, _most_held
+    from tests.swe_env.sandbox.test_hostile import HELD_OPEN, _most_held
 
     repo = _user_repo(tmp_path, 0, 0)
     limits = StepLimits(pids=64, memory_mb=256, cpu_s=60, file_mb=16, output_bytes=1 << 20, disk_mb=40, inodes=3000)
