@@ -1,6 +1,6 @@
 """The bench commands' options and help (`nexus-agent bench <name>`), apart from their torch code: `--help` imports
-this module only, and each command imports its benchmark (benchmarks/<name>.py) when it runs. The replay and gpu
-commands keep their options in their own modules (benchmarks/replay.py; benchmarks/gpu.py hands over to argparse).
+this module only, and each command imports its benchmark (benchmarks/<name>.py) when it runs. The gpu command
+keeps its options apart too (benchmarks/gpu_options.py; benchmarks/gpu.py hands over to argparse).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from benchmarks.plans import MODES, AdmissionPlan, ServePlan, TurnsPlan
+from benchmarks.plans import BOUND, MODES, AdmissionPlan, ServePlan, TurnsPlan
 from benchmarks.quality_tasks import TASKS
 from benchmarks.serve_stall import StallPlan
 from kvstore.defaults import DEFAULT_MODEL, ENGINES
@@ -250,4 +250,97 @@ def serve_bench(
         device=device,
         dtype=dtype,
         json_path=json_path,
+    )
+
+
+def replay(
+    traces: Annotated[
+        list[Path] | None, typer.Argument(help="conversation files (.traj.json / .jsonl) or folders of them")
+    ] = None,
+    model: Annotated[str, typer.Option(help="model registry name / HF id / local directory")] = "smollm2-135m",
+    specs: Annotated[
+        str | None,
+        typer.Option(
+            help="';'-separated 'nexus;nexus@window=64,protect=system' ('' with --bound/--oracle: only those)"
+        ),
+    ] = None,
+    budgets: Annotated[str, typer.Option(help="shares of the replayed length or tokens, comma-separated")] = "0.25,0.5",
+    max_tokens: Annotated[int | None, typer.Option(help="tokens replayed per conversation (default: all)")] = None,
+    limit: Annotated[int | None, typer.Option(help="replay only the first N conversations")] = None,
+    seeds: Annotated[int, typer.Option(help="cache seeds per spec")] = 1,
+    threads: Annotated[int, typer.Option(min=1, help="torch CPU threads")] = 1,
+    dtype: Annotated[
+        str | None,
+        typer.Option(help="bf16 | fp16 | fp32 (default: bf16 on a GPU or a CPU with native bf16, else fp32)"),
+    ] = None,
+    profile: Annotated[
+        Path | None, typer.Option(help="memory profile (nexus-agent calibrate) for every replayed session")
+    ] = None,
+    bound: Annotated[
+        bool, typer.Option(help=f"also replay the query-specific bound ({BOUND}): each query its B best past tokens")
+    ] = False,
+    oracle: Annotated[
+        str | None,
+        typer.Option(
+            help="also replay set oracles: evicting caches that rank by the attention the next reply ('next') or "
+            "every reply still to come ('future') gives on the full cache; 'next,future' for both"
+        ),
+    ] = None,
+    cross_fit_folds: Annotated[
+        int | None,
+        typer.Option(
+            "--cross-fit",
+            help="split the conversations into K folds (in order) and replay each fold with a memory profile "
+            "calibrated outside it (runs labelled SPEC+profile)",
+        ),
+    ] = None,
+    calibrate_on: Annotated[
+        int, typer.Option(help="with --cross-fit: the conversations each fold's profile is calibrated on")
+    ] = 2,
+    learn: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="replay the first N conversations without a memory profile and the rest with one calibrated on "
+            "those N, as solve's and chat's learning (N = 1: the first trace's task statement marked) and eval "
+            "--warmup N run (runs labelled SPEC+learned); 0: off",
+        ),
+    ] = 0,
+    system: Annotated[
+        str,
+        typer.Option(
+            help="recorded: each trace's own system message, tools and tool calls through the chat template; "
+            "project: this project's system prompt and call format; agent: also the built-in agent's task message "
+            "(what its shipped memory profiles match)"
+        ),
+    ] = "recorded",
+    quick: Annotated[bool, typer.Option(help="1 conversation, 3072 tokens, 3 specs, budget 0.5")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
+    plot_out: Annotated[Path | None, typer.Option("--plot", help="write the PNG plot")] = None,
+    table_out: Annotated[Path | None, typer.Option("--table", help="write the summary table as text")] = None,
+) -> None:
+    """Replay recorded agent conversations under each memory and budget; fidelity to the full cache."""
+    from benchmarks.replay import main  # lazy: torch, off --help
+
+    main(
+        traces=traces,
+        model=model,
+        specs=specs,
+        budgets=budgets,
+        max_tokens=max_tokens,
+        limit=limit,
+        seeds=seeds,
+        threads=threads,
+        dtype=dtype,
+        profile=profile,
+        bound=bound,
+        oracle=oracle,
+        cross_fit_folds=cross_fit_folds,
+        calibrate_on=calibrate_on,
+        learn=learn,
+        system=system,
+        quick=quick,
+        json_out=json_out,
+        plot_out=plot_out,
+        table_out=table_out,
     )

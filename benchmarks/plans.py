@@ -53,3 +53,6 @@ class AdmissionPlan:
     chunk: int = 128  # the server's prefill chunk: a newcomer's prefill runs one chunk per decode step of the others
     queue_timeout_s: float = 3600.0  # the server's --queue-timeout: the test asks whether admission ever stalls
     # (seconds without tokens), not whether a CPU prefills every newcomer within the default 120 s
+
+
+BOUND = "bound:query-top-B"  # bench replay's query-specific bound: its name in tables, JSON and --help

@@ -22,10 +22,11 @@ from contextlib import contextmanager
 import torch
 from transformers import AttentionInterface
 
+from benchmarks.plans import BOUND
 from kvstore.attention.prefill import causal_mask
 from kvstore.errors import KVStoreError
 
-LABEL = "bound:query-top-B"  # the bound's name in tables and JSON
+LABEL = BOUND  # the bound's name in tables and JSON
 IMPL = "sdpa"  # the attention implementation the bound masks
 
 

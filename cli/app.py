@@ -42,7 +42,7 @@ BENCH_COMMANDS: dict[str, tuple[str, str]] = {
         "benchmarks.commands:decode_cmd",
         "Decode tokens/s by policy and KV engine, batch 1 and N, vs the bound.",
     ),
-    "replay": ("benchmarks.replay:replay_cmd", "Replay recorded agent conversations: each memory's fidelity to full."),
+    "replay": ("benchmarks.commands:replay", "Replay recorded agent conversations: each memory's fidelity to full."),
     "reservoir": ("benchmarks.commands:reservoir_cmd", "Reservoir vs top-K at the real Nexus weight scale."),
     "serve": (
         "benchmarks.commands:serve_bench",
