@@ -18,6 +18,7 @@ from pipeline.config import RunConfig
 from pipeline.errors import RunError
 from pipeline.files import PATCH, REPORT, atomic_write, safe_name
 from pipeline.folder_lock import LOCK_FILE
+from pipeline.profiles.builtin import portable
 from pipeline.report import turn_totals
 from tasks.schema import Task
 
@@ -87,6 +88,7 @@ def claim_out_dir(out: Path, cfg: RunConfig, served: dict[str, Any] | None = Non
             raise RunError(f"{out / name} is a folder where this run writes a file; move it away or use another --out")
     path = out / RUN_FILE
     wanted = {k: cfg.to_dict()[k] for k in _RESULT_FIELDS} | {"replay": cfg.replaying}
+    wanted["profile"] = portable(cfg.memory.profile)  # a shipped profile by its name, not the install's path
     wanted["profiles"], others = _fingerprint(cfg.memory.profile, cfg.memory.model)
     if served is not None:
         wanted["server"] = {k: served.get(k) for k in ("id", "model", "policy", "budget", "protocol")}

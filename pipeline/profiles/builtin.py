@@ -131,6 +131,15 @@ def record(model: str, path: Path, sources: list[str], command: str) -> dict[str
     return entry
 
 
+def portable(profile: str | Path | None) -> str | None:
+    """A profile as a run folder records it: a shipped one by its name ("builtin:builtin-v1-MODEL.pt"), so that a
+    run resumes wherever the package is installed (its fingerprint still checks the content); another by its path."""
+    if profile is None:
+        return None
+    path = Path(profile)
+    return f"{BUILTIN_PROFILE}:{path.name}" if path.parent.resolve() == SHIPPED.resolve() else str(profile)
+
+
 def shipped_name(model: str) -> str:
     """The file name of `model`'s shipped profile: a run's label carries its stem (builtin-v1-MODEL)."""
     return f"{BUILTIN_PROFILE}-v{SHIPPED_VERSION}-{model}.pt"

@@ -143,3 +143,14 @@ def test_profiles_builtin_says_the_shipped_profile_is_used() -> None:
 def test_every_shipped_profile_passes_its_own_checks(model: str) -> None:
     lines: list[str] = []
     assert (resolve_builtin(model, say=lines.append), lines) == (SHIPPED / shipped_name(model), [])
+
+
+def test_an_eval_folder_records_the_shipped_profile_by_name_and_resumes(tmp_path: Path) -> None:
+    from pipeline.eval_files import RUN_FILE, claim_out_dir
+
+    cfg = RunConfig(memory=run_memory())  # the default: builtin, the default model's shipped profile
+    claim_out_dir(tmp_path, cfg)
+    held = json.loads((tmp_path / RUN_FILE).read_text())
+    assert held["profile"] == f"builtin:{shipped_name(DEFAULT_MODEL)}"
+    assert str(SHIPPED) not in (tmp_path / RUN_FILE).read_text()
+    claim_out_dir(tmp_path, RunConfig(memory=run_memory()))  # the same run resumes
