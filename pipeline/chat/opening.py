@@ -30,6 +30,7 @@ from pipeline.config import chat_given, memory_conflicts
 from pipeline.errors import RunError, RunSettingError
 from pipeline.profiles.learn import learn_after
 from pipeline.profiles.store import CLIENT, resolve_profile
+from pipeline.run import agent_config
 from swe_env.sandbox.base import SandboxError
 
 
@@ -49,16 +50,16 @@ def open_chat(
         emit({"kind": "warning", "text": f"session {taken!r} exists (continue it with --resume); this chat is a new "
                                          f"session {name!r}"})  # fmt: skip
     folder = cs.session_dir(name)
-    state, conversation, learn = open_conversation(settings, folder)
+    state, conversation, cfg = open_conversation(settings, folder)
     env = python_env(Path(state.repo), status, emit) if settings.python_env else None
     with open_repo_sandbox(Path(state.repo), name, env) as sandbox:
-        runner = ChatRunner(folder, name, state, conversation, sandbox, settings.agent_config(), yolo=settings.yolo,
+        runner = ChatRunner(folder, name, state, conversation, sandbox, agent_config(cfg), yolo=settings.yolo,
                             env_line=describe(env), on_event=on_event, status=status, **callbacks)  # fmt: skip
         try:
             yield runner
         finally:
             runner.close()
-    if learn and state.learn and (folder / cs.STATE_FILE).is_file():  # an empty session is not kept
+    if cfg.learn and state.learn and (folder / cs.STATE_FILE).is_file():  # an empty session is not kept
         saved = cs.ChatState.load(folder)  # as the last complete step left it (a rollback replaces the runner's)
         if saved.requests:
             served = (getattr(getattr(conversation, "record", None), "model", None), settings.api_key)
@@ -82,7 +83,8 @@ def session_name(settings: ChatSettings) -> tuple[str, str]:
 
 
 def open_conversation(settings: ChatSettings, folder: Path):
-    """(ChatState, conversation, learn) of a new or resumed session; `learn`: leaving it may learn a profile.
+    """(ChatState, conversation, RunConfig) of a new or resumed session; the config's `learn`: leaving it may
+    learn a profile; its limits and sampling are the agent's (pipeline.run.agent_config).
 
     The settings are built once (`settings.run_config()`: each one checked there, its error naming it); a new local
     session opens from that config, a resumed one from its saved config, refusing given settings that differ."""
@@ -93,7 +95,7 @@ def open_conversation(settings: ChatSettings, folder: Path):
         given["profile"] = None if profile is None else str(profile)
         state, conversation = open_served(folder, settings.repo, settings.server, settings.resume, settings.seed,
                                           given, cfg.learn, settings.api_key, settings.call_format)  # fmt: skip
-        return state, conversation, cfg.learn
+        return state, conversation, cfg
     if settings.call_format == "tools":
         raise RunError("chat without --server speaks DeepSWE's XML: --call-format tools needs --server")
 
@@ -104,7 +106,7 @@ def open_conversation(settings: ChatSettings, folder: Path):
         state, conversation = _start(folder, settings.repo, cfg)
     if settings.constrain is not None:  # else the model's default (agent.call_grammar.constrained_by_default)
         conversation.model.constrain = settings.constrain
-    return state, conversation, cfg.learn
+    return state, conversation, cfg
 
 
 def _start(folder: Path, repo: Path | None, cfg):

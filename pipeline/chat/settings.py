@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import CHAT_MAX_NEW_TOKENS, CHAT_MAX_STEPS, RunConfig, chat_config
-from pipeline.run import agent_config
 
 MEMORY_KEYS = ("model", "policy", "budget", "protocol", "protect", "profile", "device")
 
@@ -50,8 +49,3 @@ class ChatSettings:
             max_new_tokens=self.max_new_tokens, temperature=self.temperature, resume=self.resume,
             call_format=self.call_format, **self.given(),
         )  # fmt: skip
-
-    def agent_config(self):
-        """The agent's limits and sampling for each request (the same AgentConfig a solve run builds)."""
-
-        return agent_config(self.run_config())
