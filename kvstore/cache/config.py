@@ -20,8 +20,9 @@ from kvstore.policies.settings import settings_options
 _REMOVED = {"renorm_candidates": False, "pyramid_spread": None}
 # options that change how, not what, the cache computes: a session saved before one existed takes its default
 _NEUTRAL = {"engine": "static"}
-# options added later, with the value that means what a session saved before them did
-_ADDED = {"density_grows": False}
+# options added later, with the value that means what a session saved before them did (token_blend: a session
+# saved before token priors has none, so it computes the same with any value; it takes the default)
+_ADDED = {"density_grows": False, "token_blend": 0.5}
 
 
 @dataclass

@@ -30,6 +30,8 @@ class SessionSignals:
     shape: tuple[int, int]  # (layers, kv heads) of the cache: what a profile's weights must match
     device: str = "cpu"  # where the cache's tensors live (the profile's weights are moved there)
     prior: torch.Tensor | None = None  # [L, Hkv, P] memory-profile weights by position over the opening (0: none)
+    prior_kind: str = "profile"  # what gave `prior`: a matched "profile", or a profile's "tokens" prior
+    # (kvstore.profiles.tokens) for an opening no profile matched
     protected: list[tuple[int, int]] = field(default_factory=list)  # [start, end) positions never evicted
     replies: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of the agent's earlier replies
     reply_from: int | None = None  # where the reply being generated or teacher-forced starts (None: none runs)
@@ -41,19 +43,26 @@ class SessionSignals:
     def carried_over(self) -> SessionSignals:
         """The same spans and profile weights for the session's next cache (re-prefill); observers stay behind."""
         return SessionSignals(
-            self.shape, self.device, self.prior, list(self.protected), list(self.replies), self.reply_from
+            self.shape,
+            self.device,
+            self.prior,
+            self.prior_kind,
+            list(self.protected),
+            list(self.replies),
+            self.reply_from,
         )
 
     # --- memory profile -------------------------------------------------------------------------------------------
-    def set_prior(self, weights: torch.Tensor) -> None:
-        """Weights [L, Hkv, P] for the tokens at positions [0, P) (kvstore.profiles.profile.MemoryProfile.prior_for):
-        what a
-        memory profile says replies need of the opening; policies that use it see it as ScoreContext.prior."""
+    def set_prior(self, weights: torch.Tensor, kind: str = "profile") -> None:
+        """Weights [L, Hkv, P] for the tokens at positions [0, P) (kvstore.profiles.profile.MemoryProfile.prior_for,
+        or kind "tokens": kvstore.profiles.tokens.TokenPrior.prior_for): what a memory profile says replies need of
+        the opening; policies that use it see it as ScoreContext.prior."""
         if weights.dim() != 3 or tuple(weights.shape[:2]) != self.shape:
             raise KVStoreError(
                 f"prior weights must be [{self.shape[0]}, {self.shape[1]}, P], got {tuple(weights.shape)}"
             )
         self.prior = weights.detach().float().to(self.device)
+        self.prior_kind = kind
 
     def prior_at(self, layer_idx: int, positions: torch.Tensor | None) -> torch.Tensor | None:
         """The prior weights [B, Hkv, T] of the held tokens at `positions` (0 past the opening), or None."""

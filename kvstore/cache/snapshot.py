@@ -54,6 +54,7 @@ def export_state(cache: EvictingCache) -> tuple[dict[str, torch.Tensor], dict[st
         "protected": signals.protected,
         "replies": signals.replies,
         "layers": layers,
+        "prior_kind": signals.prior_kind,
     }
     return tensors, meta
 
@@ -87,7 +88,7 @@ def restore_cache(model: torch.nn.Module, tensors: dict[str, torch.Tensor], meta
     cache.signals.protected = [(int(a), int(b)) for a, b in meta["protected"]]
     cache.signals.replies = [(int(a), int(b)) for a, b in meta["replies"]]
     if "prior" in tensors:
-        cache.signals.set_prior(tensors["prior"])
+        cache.signals.set_prior(tensors["prior"], meta.get("prior_kind", "profile"))  # older saves: a profile's
     device = next(model.parameters()).device
     for i, (layer, info) in enumerate(zip(cache.layers, meta["layers"], strict=True)):
         _restore_layer(

@@ -18,9 +18,12 @@ class NexusAgentSettings(NexusSettings):
     reply_weight: float = 1.0  # weight of the attention from the agent's own replies (0: not kept)
     own_weight: float = 0.0  # a bonus to every token the agent's own replies wrote (0: not kept)
     opening_nexus: bool = True  # the Nexus term before the first reply even without a profile (False: off)
+    token_blend: float = 0.5  # share of a token prior (an opening no profile matched) in its tokens' attention term
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not 0.0 <= self.token_blend <= 1.0:
+            raise KVStoreError(f"token_blend must be in [0, 1], got {self.token_blend}")
         if min(self.acc_weight, self.reply_weight, self.own_weight) < 0:
             raise KVStoreError(
                 "acc_weight, reply_weight and own_weight must be >= 0, got "
@@ -48,6 +51,10 @@ class NexusAgentPolicy(NexusHeadPolicy):
     template
     tokens is replaced by the profile's weights, rescaled to the same mean over the held template tokens: what the
     agent's replies attended there in calibration conversations, instead of what the opening's own queries attended.
+    With a token prior instead (ctx.prior_kind "tokens": an opening no profile matched, ranked by what replies read
+    of each token id in a profile's template, kvstore.profiles.tokens), the accumulated attention is blended with
+    it (`token_blend` of the prior, each scaled to mean 1) and the Nexus term waits for the first reply, as with no
+    profile: on the selection conversations the blend beat both the prior alone and the attention alone.
 
     Why three terms: on recorded agent conversations the accumulated attention keeps what the long opening (system
     prompt and task, compressed chunk by chunk before any reply) needs, where the window-scored Nexus score loses it;
@@ -103,7 +110,10 @@ class NexusAgentPolicy(NexusHeadPolicy):
 
     def score(self, ctx: ScoreContext) -> torch.Tensor:
         acc = mean_received(ctx.state["acc"], ctx)  # [B, Hkv, T]
-        if ctx.prior is not None:
+        if ctx.prior is not None and ctx.prior_kind == "tokens":  # a token prior: blended with the attention
+            b = self.settings.token_blend
+            acc = (1 - b) * _unit_mean(acc) + b * _unit_mean(with_prior(acc, ctx.prior))
+        elif ctx.prior is not None:
             acc = with_prior(acc, ctx.prior)
         nexus = block_spread(super().score(ctx), self.config.block, acc.shape[-1])  # [B, Hkv, N_k] -> [B, Hkv, T]
         score = self.settings.acc_weight * _unit_mean(acc) + self._nexus_on(ctx, acc.dtype) * _unit_mean(nexus)
@@ -117,7 +127,8 @@ class NexusAgentPolicy(NexusHeadPolicy):
     def _nexus_on(self, ctx: ScoreContext, dtype: torch.dtype) -> torch.Tensor | float:
         """The Nexus term's weight: 1, or with `opening_nexus=False` 0 for each row ranking an opening without a
         memory profile before any reply query has been seen ([B, 1, 1]). Its remembered score counts either way."""
-        if self.settings.opening_nexus or ctx.prior is not None or "reply_seen" not in ctx.state:
+        profiled = ctx.prior is not None and ctx.prior_kind == "profile"  # a token prior leaves it off, as none
+        if self.settings.opening_nexus or profiled or "reply_seen" not in ctx.state:
             return 1.0
         return (ctx.state["reply_seen"].flatten(1).amax(1) > 0).to(dtype)[:, None, None]
 

@@ -22,6 +22,7 @@ from kvstore.cache.forwarding import chunk_end, prefill_steps
 from kvstore.errors import KVStoreError, SettingError
 from kvstore.models.registry import load_model
 from kvstore.profiles.profile import best_match, load_profiles
+from kvstore.profiles.tokens import token_prior
 from kvstore.session.config import SessionConfig
 from kvstore.session.persist import load_session, save_session
 from kvstore.session.render import ChatRenderer
@@ -70,8 +71,10 @@ class Session:
 
     @property
     def has_profile(self) -> bool:
-        """Whether a memory profile's weights apply to this session's opening (it matched one; kept when saved)."""
-        return getattr(self.cache, "prior", None) is not None
+        """Whether a memory profile's weights apply to this session's opening (it matched one; kept when saved; a
+        token prior, for an opening no profile matched, does not count)."""
+        signals = getattr(self.cache, "signals", None)  # None: a cache that never evicts
+        return signals is not None and signals.prior is not None and signals.prior_kind == "profile"
 
     def new_cache(self):
         """An empty cache with the session's cache config (SessionConfig.cache: policy, budget, seed and options)."""
@@ -110,10 +113,13 @@ class Session:
         self.messages.extend(dict(m) for m in messages)
         if profiles is not None:  # the opening is complete: its template tokens get the best profile's weights
             first_user = next(i for i, m in enumerate(self.messages) if m["role"] == "user")
-            opening = self.renderer.encode_messages(self.messages[: first_user + 1], first=True)
-            prior, self.profile_status = best_match(profiles, self.tokens[: len(opening)])
+            opening = self.tokens[: len(self.renderer.encode_messages(self.messages[: first_user + 1], first=True))]
+            prior, self.profile_status = best_match(profiles, opening)
             if prior is not None:
                 self.cache.signals.set_prior(prior)
+            elif len(profiles) == 1 and not Path(self.config.profile).is_dir():  # one profile file: its token prior
+                self.cache.signals.set_prior(token_prior(profiles[0][1]).prior_for(opening), "tokens")
+                self.profile_status += f"; token prior for its {len(opening)} opening tokens"
 
     def _profiles_for(self, messages: list[dict]):
         """The memory profiles (kvstore.profiles.profile.load_profiles: a file, or a directory of them) when these

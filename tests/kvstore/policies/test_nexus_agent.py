@@ -57,8 +57,29 @@ def test_without_a_profile_the_opening_is_ranked_by_its_attention_alone_until_th
         layer.state["reply_seen"][..., :5] = 1.0  # a reply query has been seen: the Nexus term counts again
         assert float(ours.policy._nexus_on(layer.score_context(), torch.float32).min()) == 1.0
         layer.state["reply_seen"].zero_()
+    ours.signals.set_prior(torch.ones(len(ours.layers), layer.keys.shape[1], 100), "tokens")  # a token prior
+    assert float(ours.policy._nexus_on(layer.score_context(), torch.float32).max()) == 0.0  # waits, as with none
     ours.signals.set_prior(torch.ones(len(ours.layers), layer.keys.shape[1], 100))  # a profile ranks the template
     assert ours.policy._nexus_on(layer.score_context(), torch.float32) == 1.0
+
+
+@pytest.mark.parametrize("blend", [0.0, 0.5, 1.0])
+def test_a_token_prior_is_blended_with_the_attention(blend: float) -> None:
+    from kvstore.policies.base import mean_received
+    from kvstore.policies.nexus_agent import _unit_mean, with_prior
+
+    _, cache = _prefilled("nexus-agent", token_blend=blend)
+    layer = cache.layers[1]
+    prior = torch.rand(len(cache.layers), layer.keys.shape[1], 700, generator=torch.Generator().manual_seed(1)) + 0.1
+    cache.signals.set_prior(prior, "tokens")
+    ctx = layer.score_context()
+    acc = mean_received(ctx.state["acc"], ctx)
+    want = (1 - blend) * _unit_mean(acc) + blend * _unit_mean(with_prior(acc, ctx.prior))
+    # no reply yet: the reply term, the own-token bonus and the Nexus term all add nothing
+    torch.testing.assert_close(cache.policy.score(ctx), want)
+    if blend == 0.0:  # the prior counts for nothing: the ranking of the opening is its attention alone
+        cache.signals.prior = None
+        torch.testing.assert_close(cache.policy.score(layer.score_context()), _unit_mean(acc))
 
 
 # what `nexus-agent` was before (research/policies.py keeps them by name) as today's policies and options, and an

@@ -127,7 +127,9 @@ def test_an_opening_with_the_agents_system_prompt_and_another_message_gets_no_pr
 
     messages = [{"role": "system", "content": system_prompt()}, {"role": "user", "content": "<request>fix</request>"}]
     session = _session_opening(default_model, messages)
-    assert not session.has_profile
+    assert not session.has_profile  # the token prior ranks its opening instead (kvstore.profiles.tokens)
+    assert session.profile_status.endswith(f"token prior for its {len(session.tokens)} opening tokens")
+    assert session.cache.signals.prior_kind == "tokens"
 
 
 def test_profiles_builtin_says_the_shipped_profile_is_used() -> None:
