@@ -47,7 +47,8 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
             "--memory-profile",
             help="Memory profile for the default memory: 'builtin' (the default: the profile shipped for the "
             "built-in agent and this model, if any), 'none', a file or a directory of them (nexus-agent calibrate), "
-            "or 'auto': the profile store when it has one (never read unasked).",
+            "or 'auto': the profile store when it has one (never read unasked). One file also ranks an opening it "
+            "does not match by its token prior.",
         ),
     ),
     "sandbox": (str, typer.Option("--sandbox", "-s", help="auto, docker, bwrap, or local (no isolation).")),

@@ -27,7 +27,8 @@ def serve_cmd(
         "profile",
         help="Memory profile (a file or a directory of them; nexus-agent calibrate) for every session whose opening "
         "matches; 'auto': the profile store, also where POST /v1/nexus/profiles saves; 'builtin': the profile shipped "
-        "for the built-in agent (solve/eval --server) and this model; 'none'.",
+        "for the built-in agent (solve/eval --server) and this model; 'none'. One file also ranks the openings it "
+        "does not match (other harnesses) by its token prior.",
     ),
     max_sessions: int = typer.Option(
         _D.max_sessions, "--max-sessions", help="Most resident sessions (then the least recently used idle is parked)."

@@ -12,6 +12,8 @@ from kvstore import register_policy
 from kvstore.policies.h2o import H2OPolicy
 from kvstore.policies.nexus import NexusHeadPolicy, NexusPolicy
 from kvstore.policies.nexus_agent import NexusAgentPolicy
+from research.opening_window import OpeningWindowPolicy
+from research.token_prior import TokenPriorPolicy
 
 _TOPK_HALF_RECENT = {"selector": "topk", "recent_share": 0.5}  # what every earlier default memory shared
 
@@ -29,6 +31,21 @@ VARIANTS = {
     "nexus-agent-acc": (NexusAgentPolicy, _TOPK_HALF_RECENT | {"score_memory": "mean", "reply_weight": 0.0}),
     # then the three attention terms, without the bonus for the agent's own tokens
     "nexus-agent-reply": (NexusAgentPolicy, _TOPK_HALF_RECENT | {"score_memory": "mean", "opening_nexus": False}),
+    # issue 64's candidate: the default plus an observation window of each prefill chunk until the first reply
+    "nexus-agent-openwin": (
+        OpeningWindowPolicy,
+        _TOPK_HALF_RECENT | {"score_memory": "mean", "opening_nexus": False, "own_weight": 1.0},
+    ),
+    # issue 64's candidate: the default plus a prior over the opening from another harness's profile, by token id
+    # the default itself under another name: research/opening_first_reply.py gives it a token prior as a profile
+    "nexus-agent-tp": (
+        NexusAgentPolicy,
+        _TOPK_HALF_RECENT | {"score_memory": "mean", "opening_nexus": False, "own_weight": 1.0},
+    ),
+    "nexus-agent-tokprior": (
+        TokenPriorPolicy,
+        _TOPK_HALF_RECENT | {"score_memory": "mean", "opening_nexus": False, "own_weight": 1.0},
+    ),
 }
 
 for _name, (_cls, _defaults) in VARIANTS.items():

@@ -28,7 +28,9 @@ AS_PRODUCT = {
     "nexus-agent-mean": ("nexus", {"selector": "topk", "recent_share": 0.5, "score_memory": "mean"}),
     "nexus-agent-acc": ("nexus-agent", {"reply_weight": 0.0, "own_weight": 0.0, "opening_nexus": True}),
     "nexus-agent-reply": ("nexus-agent", {"own_weight": 0.0}),
+    "nexus-agent-tp": ("nexus-agent", {}),  # the default under another name (research/opening_first_reply.py)
 }
+OWN_TESTS = {"nexus-head", "nexus-agent-openwin", "nexus-agent-tokprior"}  # no product twin: tested below
 
 
 def _prefilled(policy: str, **options) -> kvstore.EvictingCache:
@@ -40,7 +42,7 @@ def _prefilled(policy: str, **options) -> kvstore.EvictingCache:
 
 
 def test_every_variant_is_registered() -> None:
-    assert set(research.policies.VARIANTS) == set(AS_PRODUCT) | {"nexus-head"}
+    assert set(research.policies.VARIANTS) == set(AS_PRODUCT) | OWN_TESTS
     for name, (cls, options) in research.policies.VARIANTS.items():
         assert POLICIES[name] == (cls, options)
 
@@ -65,6 +67,19 @@ def test_per_head_nexus_remembers_each_heads_own_scores() -> None:
     score = layer.state["nexus_score"][0]  # [Hkv, T]
     assert layer.state["nexus_steps"][0].max() >= 2 and all(layer.held() <= 192 for layer in cache.layers)
     assert any(not torch.equal(score[0], score[h]) for h in range(1, score.shape[0]))
+
+
+def test_the_opening_window_changes_what_the_opening_keeps() -> None:
+    ours, default = _prefilled("nexus-agent-openwin", open_weight=2.0), _prefilled("nexus-agent")
+    assert all(layer.held() <= 192 for layer in ours.layers)
+    assert any(not torch.equal(a.positions, b.positions) for a, b in zip(ours.layers, default.layers, strict=True))
+    assert ours.layers[1].state["win_seen"].max() > 0
+
+
+def test_the_token_prior_variant_without_a_prior_is_the_default() -> None:
+    ours, default = _prefilled("nexus-agent-tokprior"), _prefilled("nexus-agent")
+    for a, b in zip(ours.layers, default.layers, strict=True):
+        assert torch.equal(a.positions, b.positions)
 
 
 def test_the_hook_refuses_a_taken_name_and_a_bad_option() -> None:

@@ -1,0 +1,156 @@
+"""The first reply only, as `bench replay` scores it: how well each ranking of the opening serves the reply that
+follows it, with no memory profile (issue 64, part 2). Cheap enough to try several candidates on a selection set.
+
+Each conversation is planned as `bench replay` plans it (4,096 tokens by default, `--system agent`); the budget is
+the share of that whole plan, as in the full replay, but only the opening and the first reply are replayed. The
+first reply's KL(full || memory) is pooled over its tokens, beside the next-reply oracle's.
+
+    python research/opening_first_reply.py OUT.json TRACE... --specs 'nexus-agent@profile=none;h2o;...'
+        [--budgets 0.25,0.5] [--model smollm2-135m] [--max-tokens 4096] [--system agent] [--threads 1]
+        [--profile FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+import research.policies  # noqa: E402,F401  (registers the research variants)
+from benchmarks.replay import ReplayConfig, parse_spec, prepare  # noqa: E402
+from benchmarks.replay_oracle import ReplyAttention, oracle_session  # noqa: E402
+from benchmarks.replay_run import Spec, budget_tokens, compare, reference, session_for  # noqa: E402
+from kvstore.models.registry import load_model  # noqa: E402
+
+ORACLE = "oracle:next-reply-top-K"
+
+
+def token_prior(session, weights: torch.Tensor) -> None:
+    """Give the session's opening the token prior: as its prior when no profile matches, and for the opening's
+    tokens a matched profile leaves out (the task statement) when one does."""
+    signals = session.cache.signals
+    signals.set_prior(weights)
+    own = signals.set_prior
+
+    def with_profile(w: torch.Tensor) -> None:
+        filled = weights.clone()
+        n = min(w.shape[-1], filled.shape[-1])
+        filled[..., :n] = torch.where(w[..., :n] > 0, w[..., :n], filled[..., :n])
+        own(filled)
+
+    signals.set_prior = with_profile
+
+
+def first_reply(p):
+    """The plan cut after its first assistant message."""
+    i = next(i for i, m in enumerate(p.rest) if m["role"] == "assistant")
+    return replace(p, rest=p.rest[: i + 1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", type=Path)
+    ap.add_argument("traces", nargs="+", type=Path)
+    ap.add_argument("--specs", required=True)
+    ap.add_argument("--budgets", default="0.25")
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--max-tokens", type=int, default=4096)
+    ap.add_argument("--system", default="agent")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--profile", default=None, help="memory profile for every spec but SPEC@profile=none")
+    ap.add_argument(
+        "--token-prior", default=None, help="a profile whose per-token-id weights nexus-agent-tokprior gets"
+    )
+    ap.add_argument("--tok-power", type=float, default=1.0)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    specs = [parse_spec(s) for s in args.specs.split(";") if s.strip()]
+    budgets = [float(b) for b in args.budgets.split(",")]
+    model, tok, _ = load_model(args.model)
+    limit = min(args.max_tokens, int(model.config.max_position_embeddings))
+    cfg = ReplayConfig(tuple(specs), tuple(budgets), args.max_tokens, system=args.system)
+    table = None
+    if args.token_prior:
+        from kvstore.profiles.profile import MemoryProfile
+        from research.token_prior import token_table
+
+        table = token_table(MemoryProfile.load(args.token_prior))
+    from research.token_prior import opening_prior
+
+    rows = []
+    for path in args.traces:
+        prepared = prepare(path, cfg, tok, limit, {"failed": []})
+        if prepared is None:
+            continue
+        rep, whole = prepared
+        p = first_reply(whole)
+        t0 = time.perf_counter()
+        full = session_for(model, tok, Spec("full"), None, 0, renderer=rep.renderer)
+        record = ReplyAttention(len(full.cache.layers))
+        with record.recording(model):
+            ref = reference(full, p, record)
+        for budget in budgets:
+            tokens = budget_tokens(budget, whole.tokens)
+            runs = [
+                (
+                    s.name + ("+profile" if args.profile and s.profiled else ""),
+                    session_for(model, tok, s, tokens, 0, args.profile if s.profiled else None, rep.renderer),
+                )
+                for s in specs
+            ]
+            for _, session in runs:
+                if session.config.policy in ("nexus-agent-tokprior", "nexus-agent-tp") and table is not None:
+                    token_prior(session, opening_prior(table, p.opening_ids, args.tok_power))
+            oracle = oracle_session(model, tok, tokens, record, "next")
+            oracle.renderer = rep.renderer
+            for name, session in runs + [(ORACLE, oracle)]:
+                (t,) = compare(session, p, ref)
+                rows.append(
+                    {
+                        "conversation": rep.conversation.name,
+                        "budget": budget,
+                        "budget_tokens": tokens,
+                        "opening": len(p.opening_ids),
+                        "spec": name,
+                        "kl": t.kl,
+                        "tokens": t.tokens,
+                        "top1": t.top1,
+                    }
+                )
+        print(f"{rep.conversation.name}: opening {len(p.opening_ids)}, {time.perf_counter() - t0:.0f}s", flush=True)
+        args.out.write_text(json.dumps({"rows": rows, "specs": args.specs, "model": args.model}, indent=1))
+    report(rows)
+
+
+def report(rows: list[dict]) -> None:
+    for budget in sorted({r["budget"] for r in rows}):
+        by = defaultdict(dict)
+        for r in rows:
+            if r["budget"] == budget:
+                by[r["spec"]][r["conversation"]] = r
+        convs = sorted(set.intersection(*(set(c) for c in by.values())))
+        pooled = {s: sum(by[s][c]["kl"] for c in convs) / sum(by[s][c]["tokens"] for c in convs) for s in by}
+        h2o, oracle = pooled.get("h2o"), pooled.get(ORACLE)
+        print(f"\nbudget {budget}: {len(convs)} conversations, first reply, KL pooled over its tokens")
+        print(f"{'spec':60s} {'KL':>8s} {'/h2o':>6s} {'/oracle':>8s} {'<h2o':>5s}")
+        for s in sorted(pooled, key=pooled.get):
+            wins = sum(by[s][c]["kl"] < by["h2o"][c]["kl"] for c in convs) if h2o else 0
+            print(
+                f"{s:60s} {pooled[s]:8.4f} {pooled[s] / h2o if h2o else 0:6.2f} "
+                f"{pooled[s] / oracle if oracle else 0:8.2f} {wins:5d}"
+            )
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--report"]:
+        report([r for f in sys.argv[2:] for r in json.loads(Path(f).read_text())["rows"]])
+    else:
+        main()
