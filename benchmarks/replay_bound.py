@@ -22,11 +22,9 @@ from contextlib import contextmanager
 import torch
 from transformers import AttentionInterface
 
-from benchmarks.plans import BOUND
 from kvstore.attention.prefill import causal_mask
 from kvstore.errors import KVStoreError
 
-LABEL = BOUND  # the bound's name in tables and JSON
 IMPL = "sdpa"  # the attention implementation the bound masks
 
 

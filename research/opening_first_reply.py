@@ -29,6 +29,8 @@ from benchmarks.replay import ReplayConfig, parse_spec, prepare  # noqa: E402
 from benchmarks.replay_oracle import ReplyAttention, oracle_session  # noqa: E402
 from benchmarks.replay_run import Spec, budget_tokens, compare, reference, session_for  # noqa: E402
 from kvstore.models.registry import load_model  # noqa: E402
+from kvstore.profiles.profile import MemoryProfile  # noqa: E402
+from kvstore.profiles.tokens import TokenPrior  # noqa: E402
 
 ORACLE = "oracle:next-reply-top-K"
 
@@ -69,7 +71,6 @@ def main() -> None:
     ap.add_argument(
         "--token-prior", default=None, help="a profile whose per-token-id weights nexus-agent-tokprior gets"
     )
-    ap.add_argument("--tok-power", type=float, default=1.0)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     specs = [parse_spec(s) for s in args.specs.split(";") if s.strip()]
@@ -77,14 +78,7 @@ def main() -> None:
     model, tok, _ = load_model(args.model)
     limit = min(args.max_tokens, int(model.config.max_position_embeddings))
     cfg = ReplayConfig(tuple(specs), tuple(budgets), args.max_tokens, system=args.system)
-    table = None
-    if args.token_prior:
-        from kvstore.profiles.profile import MemoryProfile
-        from research.token_prior import token_table
-
-        table = token_table(MemoryProfile.load(args.token_prior))
-    from research.token_prior import opening_prior
-
+    prior = None if args.token_prior is None else TokenPrior.of(MemoryProfile.load(args.token_prior))
     rows = []
     for path in args.traces:
         prepared = prepare(path, cfg, tok, limit, {"failed": []})
@@ -107,8 +101,8 @@ def main() -> None:
                 for s in specs
             ]
             for _, session in runs:
-                if session.config.policy in ("nexus-agent-tokprior", "nexus-agent-tp") and table is not None:
-                    token_prior(session, opening_prior(table, p.opening_ids, args.tok_power))
+                if session.config.policy in ("nexus-agent-tokprior", "nexus-agent-tp") and prior is not None:
+                    token_prior(session, prior.prior_for(p.opening_ids))
             oracle = oracle_session(model, tok, tokens, record, "next")
             oracle.renderer = rep.renderer
             for name, session in runs + [(ORACLE, oracle)]:

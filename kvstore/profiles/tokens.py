@@ -47,16 +47,3 @@ class TokenPrior:
         unknown = self.weights.shape[-1]
         cols = torch.tensor([self.ids.get(t, unknown) for t in opening], dtype=torch.int64)
         return table[..., cols]
-
-
-_MADE: dict[str, TokenPrior] = {}  # profile digest -> its token prior
-
-
-def token_prior(profile: MemoryProfile) -> TokenPrior:
-    """`TokenPrior.of`, worked out once per profile content (a server opens many sessions with one)."""
-    key = profile.digest()
-    if key not in _MADE:
-        if len(_MADE) >= 8:
-            _MADE.pop(next(iter(_MADE)))
-        _MADE[key] = TokenPrior.of(profile)
-    return _MADE[key]

@@ -22,7 +22,7 @@ from kvstore.cache.forwarding import chunk_end, prefill_steps
 from kvstore.errors import KVStoreError, SettingError
 from kvstore.models.registry import load_model
 from kvstore.profiles.profile import best_match, load_profiles
-from kvstore.profiles.tokens import token_prior
+from kvstore.profiles.tokens import TokenPrior
 from kvstore.session.config import SessionConfig
 from kvstore.session.persist import load_session, save_session
 from kvstore.session.render import ChatRenderer
@@ -118,7 +118,7 @@ class Session:
             if prior is not None:
                 self.cache.signals.set_prior(prior)
             elif len(profiles) == 1 and not Path(self.config.profile).is_dir():  # one profile file: its token prior
-                self.cache.signals.set_prior(token_prior(profiles[0][1]).prior_for(opening), "tokens")
+                self.cache.signals.set_prior(TokenPrior.of(profiles[0][1]).prior_for(opening), "tokens")
                 self.profile_status += f"; token prior for its {len(opening)} opening tokens"
 
     def _profiles_for(self, messages: list[dict]):

@@ -8,8 +8,9 @@ from clilib import GOLD_DIR
 from sessionlib import qwen_tokenizer, tiny_chat_model
 from transformers import AttentionInterface
 
+from benchmarks.plans import BOUND
 from benchmarks.replay import ReplayConfig, parse_spec, run
-from benchmarks.replay_bound import LABEL, query_top_b, top_b_mask
+from benchmarks.replay_bound import query_top_b, top_b_mask
 from kvstore.errors import KVStoreError
 from kvstore.models.tiny import tiny_model
 
@@ -42,7 +43,7 @@ def test_the_bound_equals_the_full_cache_when_the_budget_holds_everything_and_di
     trajectory = GOLD_DIR / "nexus-demo__invoicer-1.gold.jsonl"
     cfg = ReplayConfig((parse_spec("streaming"),), (1.0, 150), 1800, traces=[trajectory], bound=True)
     result = run(cfg, model, tokenizer)
-    bound = {r["budget"]: r["turns"] for r in result["runs"] if r["spec"] == LABEL}
+    bound = {r["budget"]: r["turns"] for r in result["runs"] if r["spec"] == BOUND}
     assert set(bound) == {1.0, 150}
     assert all(t["kl"] < 1e-4 for t in bound[1.0])
     assert all(t["top1"] == t["tokens"] for t in bound[1.0])
