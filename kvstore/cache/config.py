@@ -21,8 +21,9 @@ _REMOVED = {"renorm_candidates": False, "pyramid_spread": None}
 # options that change how, not what, the cache computes: a session saved before one existed takes its default
 _NEUTRAL = {"engine": "static"}
 # options added later, with the value that means what a session saved before them did (token_blend: a session
-# saved before token priors has none, so it computes the same with any value; it takes the default)
-_ADDED = {"density_grows": False, "token_blend": 0.5}
+# saved before token priors has none, so it computes the same with any value; it takes the default; task_head: a
+# session saved before it kept no task head)
+_ADDED = {"density_grows": False, "token_blend": 0.5, "task_head": 0}
 
 
 @dataclass

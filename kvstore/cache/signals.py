@@ -39,6 +39,7 @@ class SessionSignals:
     # sample memory here; calibration records attention); an observer must not change the layer
     observers: list[Callable[[Any], None]] = field(default_factory=list)
     _reply_mask: tuple[tuple, torch.Tensor | None] | None = field(default=None, init=False, repr=False)
+    _task_span: tuple[torch.Tensor, tuple[int, int] | None] | None = field(default=None, init=False, repr=False)
 
     def carried_over(self) -> SessionSignals:
         """The same spans and profile weights for the session's next cache (re-prefill); observers stay behind."""
@@ -63,6 +64,22 @@ class SessionSignals:
             )
         self.prior = weights.detach().float().to(self.device)
         self.prior_kind = kind
+
+    @property
+    def task_span(self) -> tuple[int, int] | None:
+        """[start, end) of the task's own text in an opening a profile matched: the first run of positions its
+        weights leave at 0 (between the matched prefix and suffix); None without a matched profile or such a run."""
+        if self.prior is None or self.prior_kind != "profile":
+            return None
+        if self._task_span is None or self._task_span[0] is not self.prior:
+            free = (self.prior[0, 0] == 0).int()
+            span = None
+            if bool(free.any()):
+                start = int(free.argmax())
+                rest = 1 - free[start:]
+                span = (start, start + (int(rest.argmax()) if bool(rest.any()) else len(rest)))
+            self._task_span = (self.prior, span)
+        return self._task_span[1]
 
     def prior_at(self, layer_idx: int, positions: torch.Tensor | None) -> torch.Tensor | None:
         """The prior weights [B, Hkv, T] of the held tokens at `positions` (0 past the opening), or None."""

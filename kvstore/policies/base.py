@@ -33,6 +33,7 @@ class ScoreContext:
     prior: torch.Tensor | None = None  # [B, Hkv, T] memory-profile weights of the held tokens (0: none), or None
     prior_kind: str = "profile"  # what gave `prior`: a matched "profile", or a profile's "tokens" prior (an opening
     # no profile matched, kvstore.profiles.tokens)
+    task_span: tuple[int, int] | None = None  # [start, end) of a matched opening's task text (SessionSignals)
     reply_queries: torch.Tensor | None = None  # [q] bool on the CPU: which of this call's new queries are the reply's
     triton: bool = True  # False: the torch paths even where the fused kernels run (CacheConfig.use_triton=False)
     own: torch.Tensor | None = None  # [B, Hkv, T] bool: held tokens the agent's replies wrote (policies reading it)

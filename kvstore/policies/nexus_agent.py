@@ -19,15 +19,17 @@ class NexusAgentSettings(NexusSettings):
     own_weight: float = 0.0  # a bonus to every token the agent's own replies wrote (0: not kept)
     opening_nexus: bool = True  # the Nexus term before the first reply even without a profile (False: off)
     token_blend: float = 0.5  # share of a token prior (an opening no profile matched) in its tokens' attention term
+    task_head: int = 32  # the first tokens of the task's text in an opening a profile matched, given `task_weight`
+    task_weight: float = 4.0  # the bonus of each of those tokens (the task's title: replies restate it)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not 0.0 <= self.token_blend <= 1.0:
             raise KVStoreError(f"token_blend must be in [0, 1], got {self.token_blend}")
-        if min(self.acc_weight, self.reply_weight, self.own_weight) < 0:
+        if min(self.acc_weight, self.reply_weight, self.own_weight, self.task_weight, self.task_head) < 0:
             raise KVStoreError(
-                "acc_weight, reply_weight and own_weight must be >= 0, got "
-                f"{self.acc_weight}, {self.reply_weight}, {self.own_weight}"
+                "acc_weight, reply_weight, own_weight, task_head and task_weight must be >= 0, got "
+                f"{self.acc_weight}, {self.reply_weight}, {self.own_weight}, {self.task_head}, {self.task_weight}"
             )
 
 
@@ -55,6 +57,11 @@ class NexusAgentPolicy(NexusHeadPolicy):
     of each token id in a profile's template, kvstore.profiles.tokens), the accumulated attention is blended with
     it (`token_blend` of the prior, each scaled to mean 1) and the Nexus term waits for the first reply, as with no
     profile: on the selection conversations the blend beat both the prior alone and the attention alone.
+
+    Where a profile matched, the first `task_head` tokens of the task's own text (right after the matched prefix:
+    the issue's title, which replies restate) get `task_weight` on top, as the agent's own tokens get `own_weight`:
+    on an opening far larger than the budget, the chunked prefill otherwise ranks them by what the text after them
+    (a long traceback) attends.
 
     Why three terms: on recorded agent conversations the accumulated attention keeps what the long opening (system
     prompt and task, compressed chunk by chunk before any reply) needs, where the window-scored Nexus score loses it;
@@ -122,7 +129,16 @@ class NexusAgentPolicy(NexusHeadPolicy):
             score = score + self.settings.reply_weight * _unit_mean(reply)
         if ctx.own is not None:
             score = score + self.settings.own_weight * ctx.own.to(score.dtype)
-        return score
+        return score + self._task_head(ctx, score.dtype)
+
+    def _task_head(self, ctx: ScoreContext, dtype: torch.dtype) -> torch.Tensor | float:
+        """`task_weight` for the held tokens among the first `task_head` of the task's text, where a profile matched
+        the opening (ctx.task_span), else 0."""
+        if ctx.task_span is None or self.settings.task_head == 0 or self.settings.task_weight == 0:
+            return 0.0
+        start, end = ctx.task_span
+        head = (ctx.positions >= start) & (ctx.positions < min(end, start + self.settings.task_head))
+        return self.settings.task_weight * head.to(dtype)
 
     def _nexus_on(self, ctx: ScoreContext, dtype: torch.dtype) -> torch.Tensor | float:
         """The Nexus term's weight: 1, or with `opening_nexus=False` 0 for each row ranking an opening without a

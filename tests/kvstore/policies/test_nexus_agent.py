@@ -130,7 +130,7 @@ def test_a_config_saved_with_every_policys_options_restores_as_its_own() -> None
         restore_cache(model, tensors, meta)
 
 
-@pytest.mark.parametrize("option", ["acc_weight", "reply_weight", "own_weight"])
+@pytest.mark.parametrize("option", ["acc_weight", "reply_weight", "own_weight", "task_head", "task_weight"])
 def test_a_negative_weight_is_refused(option: str) -> None:
     with pytest.raises(KVStoreError, match=option):
         kvstore.CacheConfig.from_options("nexus-agent", **{option: -1.0})
