@@ -31,6 +31,7 @@ from benchmarks.replay_run import Spec, budget_tokens, compare, reference, sessi
 from kvstore.models.registry import load_model  # noqa: E402
 from kvstore.profiles.profile import MemoryProfile  # noqa: E402
 from kvstore.profiles.tokens import TokenPrior  # noqa: E402
+from research.statement_prior import StatementPrior  # noqa: E402
 
 ORACLE = "oracle:next-reply-top-K"
 
@@ -49,6 +50,22 @@ def token_prior(session, weights: torch.Tensor) -> None:
         own(filled)
 
     signals.set_prior = with_profile
+
+
+def statement_prior(session, statement: StatementPrior, opening: list[int]) -> None:
+    """A matched profile's weights completed by the statement prior (as negative weights: the statement)."""
+    on_profile(session, lambda w: statement.for_statement(opening, w))
+
+
+def on_profile(session, change) -> None:
+    """The session's matched profile weights passed through `change` before its cache gets them."""
+    signals = session.cache.signals
+    own = signals.set_prior
+
+    def changed(w: torch.Tensor, kind: str = "profile") -> None:
+        own(change(w) if kind == "profile" else w, kind)
+
+    signals.set_prior = changed
 
 
 def first_reply(p):
@@ -71,6 +88,9 @@ def main() -> None:
     ap.add_argument(
         "--token-prior", default=None, help="a profile whose per-token-id weights nexus-agent-tokprior gets"
     )
+    ap.add_argument(
+        "--statement-prior", default=None, help="research/statement_prior.py's table, for nexus-agent-sprior"
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     specs = [parse_spec(s) for s in args.specs.split(";") if s.strip()]
@@ -79,6 +99,7 @@ def main() -> None:
     limit = min(args.max_tokens, int(model.config.max_position_embeddings))
     cfg = ReplayConfig(tuple(specs), tuple(budgets), args.max_tokens, system=args.system)
     prior = None if args.token_prior is None else TokenPrior.of(MemoryProfile.load(args.token_prior))
+    statement = None if args.statement_prior is None else StatementPrior.load(args.statement_prior)
     rows = []
     for path in args.traces:
         prepared = prepare(path, cfg, tok, limit, {"failed": []})
@@ -103,6 +124,8 @@ def main() -> None:
             for _, session in runs:
                 if session.config.policy in ("nexus-agent-tokprior", "nexus-agent-tp") and prior is not None:
                     token_prior(session, prior.prior_for(p.opening_ids))
+                if session.config.policy == "nexus-agent-sprior" and statement is not None:
+                    statement_prior(session, statement, p.opening_ids)
             oracle = oracle_session(model, tok, tokens, record, "next")
             oracle.renderer = rep.renderer
             for name, session in runs + [(ORACLE, oracle)]:
@@ -132,11 +155,12 @@ def report(rows: list[dict]) -> None:
                 by[r["spec"]][r["conversation"]] = r
         convs = sorted(set.intersection(*(set(c) for c in by.values())))
         pooled = {s: sum(by[s][c]["kl"] for c in convs) / sum(by[s][c]["tokens"] for c in convs) for s in by}
-        h2o, oracle = pooled.get("h2o"), pooled.get(ORACLE)
+        base = next((s for s in ("h2o", "h2o+profile") if s in pooled), None)  # baselines ignore --profile
+        h2o, oracle = pooled.get(base), pooled.get(ORACLE)
         print(f"\nbudget {budget}: {len(convs)} conversations, first reply, KL pooled over its tokens")
         print(f"{'spec':60s} {'KL':>8s} {'/h2o':>6s} {'/oracle':>8s} {'<h2o':>5s}")
         for s in sorted(pooled, key=pooled.get):
-            wins = sum(by[s][c]["kl"] < by["h2o"][c]["kl"] for c in convs) if h2o else 0
+            wins = sum(by[s][c]["kl"] < by[base][c]["kl"] for c in convs) if h2o else 0
             print(
                 f"{s:60s} {pooled[s]:8.4f} {pooled[s] / h2o if h2o else 0:6.2f} "
                 f"{pooled[s] / oracle if oracle else 0:8.2f} {wins:5d}"

@@ -13,9 +13,12 @@ from kvstore.policies.h2o import H2OPolicy
 from kvstore.policies.nexus import NexusHeadPolicy, NexusPolicy
 from kvstore.policies.nexus_agent import NexusAgentPolicy
 from research.opening_window import OpeningWindowPolicy
+from research.statement_prior import StatementPriorPolicy
+from research.template_level import TemplateLevelPolicy
 from research.token_prior import TokenPriorPolicy
 
 _TOPK_HALF_RECENT = {"selector": "topk", "recent_share": 0.5}  # what every earlier default memory shared
+_DEFAULT = _TOPK_HALF_RECENT | {"score_memory": "mean", "opening_nexus": False, "own_weight": 1.0}  # today's options
 
 # name -> (policy class, option defaults that name implies)
 VARIANTS = {
@@ -32,20 +35,15 @@ VARIANTS = {
     # then the three attention terms, without the bonus for the agent's own tokens
     "nexus-agent-reply": (NexusAgentPolicy, _TOPK_HALF_RECENT | {"score_memory": "mean", "opening_nexus": False}),
     # issue 64's candidate: the default plus an observation window of each prefill chunk until the first reply
-    "nexus-agent-openwin": (
-        OpeningWindowPolicy,
-        _TOPK_HALF_RECENT | {"score_memory": "mean", "opening_nexus": False, "own_weight": 1.0},
-    ),
+    "nexus-agent-openwin": (OpeningWindowPolicy, _DEFAULT),
     # issue 64's candidate: the default plus a prior over the opening from another harness's profile, by token id
     # the default itself under another name: research/opening_first_reply.py gives it a token prior as a profile
-    "nexus-agent-tp": (
-        NexusAgentPolicy,
-        _TOPK_HALF_RECENT | {"score_memory": "mean", "opening_nexus": False, "own_weight": 1.0},
-    ),
-    "nexus-agent-tokprior": (
-        TokenPriorPolicy,
-        _TOPK_HALF_RECENT | {"score_memory": "mean", "opening_nexus": False, "own_weight": 1.0},
-    ),
+    "nexus-agent-tp": (NexusAgentPolicy, _DEFAULT),
+    "nexus-agent-tokprior": (TokenPriorPolicy, _DEFAULT),
+    # issue 64: the default with a matched profile's template weighted `template_scale` x against the task's text
+    "nexus-agent-tlevel": (TemplateLevelPolicy, _DEFAULT),
+    # issue 64: the default with a matched opening's task statement ranked by a prior by token id, blended
+    "nexus-agent-sprior": (StatementPriorPolicy, _DEFAULT),
 }
 
 for _name, (_cls, _defaults) in VARIANTS.items():

@@ -30,7 +30,8 @@ AS_PRODUCT = {
     "nexus-agent-reply": ("nexus-agent", {"own_weight": 0.0}),
     "nexus-agent-tp": ("nexus-agent", {}),  # the default under another name (research/opening_first_reply.py)
 }
-OWN_TESTS = {"nexus-head", "nexus-agent-openwin", "nexus-agent-tokprior"}  # no product twin: tested below
+# no product twin: tested below
+OWN_TESTS = {"nexus-head", "nexus-agent-openwin", "nexus-agent-tokprior", "nexus-agent-tlevel", "nexus-agent-sprior"}
 
 
 def _prefilled(policy: str, **options) -> kvstore.EvictingCache:
@@ -80,6 +81,42 @@ def test_the_token_prior_variant_without_a_prior_is_the_default() -> None:
     ours, default = _prefilled("nexus-agent-tokprior"), _prefilled("nexus-agent")
     for a, b in zip(ours.layers, default.layers, strict=True):
         assert torch.equal(a.positions, b.positions)
+
+
+def _scores(policy: str, prior, **options) -> tuple[torch.Tensor, torch.Tensor]:
+    """The score of layer 1 once the cache holds `prior(shape)` as a matched profile's, and the held tokens'
+    prior."""
+    cache = _prefilled(policy, **options)
+    cache.signals.set_prior(prior(cache.signals.shape))
+    ctx = cache.layers[1].score_context()
+    return cache.policy.score(ctx), ctx.prior
+
+
+def _template(shape) -> torch.Tensor:
+    prior = torch.zeros(*shape, 700)
+    prior[..., :100] = torch.rand(*shape, 100, generator=torch.Generator().manual_seed(2)) + 0.1
+    return prior
+
+
+def test_the_template_level_scales_the_template_against_the_rest() -> None:
+    default, held = _scores("nexus-agent", _template)
+    torch.testing.assert_close(_scores("nexus-agent-tlevel", _template)[0], default)
+    raised = _scores("nexus-agent-tlevel", _template, template_scale=4.0)[0] - default
+    assert bool((raised[held > 0] > 0).all()) and bool((raised[held == 0] <= 0).all())
+    assert bool((raised[held == 0] < 0).any())
+
+
+def _statement(shape) -> torch.Tensor:
+    prior = _template(shape)
+    prior[..., 100:300] = -torch.rand(*shape, 200, generator=torch.Generator().manual_seed(3)) - 0.1
+    return prior
+
+
+def test_the_statement_prior_at_blend_zero_is_the_default_with_its_template() -> None:
+    """(Without the task's head: the marks leave no task span, and it was measured before the head existed.)"""
+    default = _scores("nexus-agent", lambda shape: _statement(shape).clamp_min(0), task_head=0)[0]
+    torch.testing.assert_close(_scores("nexus-agent-sprior", _statement, stmt_blend=0.0, task_head=0)[0], default)
+    assert not torch.allclose(_scores("nexus-agent-sprior", _statement, stmt_blend=1.0, task_head=0)[0], default)
 
 
 def test_the_hook_refuses_a_taken_name_and_a_bad_option() -> None:
