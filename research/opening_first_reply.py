@@ -39,17 +39,15 @@ ORACLE = "oracle:next-reply-top-K"
 def token_prior(session, weights: torch.Tensor) -> None:
     """Give the session's opening the token prior: as its prior when no profile matches, and for the opening's
     tokens a matched profile leaves out (the task statement) when one does."""
-    signals = session.cache.signals
-    signals.set_prior(weights)
-    own = signals.set_prior
+    session.cache.signals.set_prior(weights)
 
-    def with_profile(w: torch.Tensor) -> None:
-        filled = weights.clone()
-        n = min(w.shape[-1], filled.shape[-1])
-        filled[..., :n] = torch.where(w[..., :n] > 0, w[..., :n], filled[..., :n])
-        own(filled)
+    def filled(w: torch.Tensor) -> torch.Tensor:
+        out = weights.clone()
+        n = min(w.shape[-1], out.shape[-1])
+        out[..., :n] = torch.where(w[..., :n] > 0, w[..., :n], out[..., :n])
+        return out
 
-    signals.set_prior = with_profile
+    on_profile(session, filled)
 
 
 def statement_prior(session, statement: StatementPrior, opening: list[int]) -> None:
