@@ -17,7 +17,7 @@ ranked by profile and prior together (`stmt_blend` of it) with the default's ran
 head existed (research/opening-issue64.md, section 3): its marks leave the opening no run of 0 weights, so the
 product's task head (kvstore.policies.nexus_agent, `task_head`) does not apply under it.
 
-    python research/statement_prior.py OUT.pt TRACE... --profile builtin-v1-smollm2-135m.pt [--model smollm2-135m]
+    python research/statement_prior.py OUT.pt TRACE... --profile builtin-v2-smollm2-135m.pt [--model smollm2-135m]
 """
 
 from __future__ import annotations

@@ -1,9 +1,13 @@
 """Calibrating a memory profile (kvstore.profiles.profile): each recorded conversation is replayed teacher-forced on
-the full
-cache (kvstore.session.teacher), and the attention every reply token's queries give each opening token is summed per
-layer
-and kv head. The fixed opening text is what every conversation's opening shares (the longest common token prefix
-and suffix); its weights are each conversation's, scaled to mean 1 per layer and head, averaged."""
+the full cache (kvstore.session.teacher), and the attention every reply token's queries give each opening token is
+summed per layer and kv head. The fixed opening text is what every conversation's opening shares (the longest
+common token prefix and suffix); its weights are each conversation's, scaled to mean 1 per layer and head, averaged.
+
+Each conversation's weights are those of all its replies and those of its first reply alone, each scaled to mean 1,
+blended FIRST_SHARE to the first reply. The opening is ranked before any reply exists, and what it keeps serves
+every reply: the first one reads the opening's tool-call format and instructions, later ones read them again from
+the agent's own earlier replies, so summed over all replies those tokens drown (docs/memory.md, "The first reply's
+share")."""
 
 from __future__ import annotations
 
@@ -20,17 +24,23 @@ from kvstore.session.session import Session, SessionConfig
 from kvstore.session.teacher import Plan, plan, replay_steps
 from kvstore.steps import run_steps
 
+FIRST_SHARE = 0.5  # the first reply's share of a profile's weights (the rest: all the conversation's replies)
+
 
 class _ReplyAttention:
     """A cache observer: between `start` and `stop` (one assistant message), adds the attention each held token
-    receives from the new queries (averaged over each kv head's query heads) into `sums[layer]` [Hkv, positions]."""
+    receives from the new queries (averaged over each kv head's query heads) into `sums[layer]` [Hkv, positions],
+    and during the first assistant message into `first[layer]` too."""
 
     def __init__(self, layers: int, kv_heads: int, positions: int) -> None:
         self.sums = torch.zeros(layers, kv_heads, positions)
+        self.first = torch.zeros(layers, kv_heads, positions)
         self.active = False
+        self.turn = 0
 
     def start(self, turn: int) -> None:
         self.active = True
+        self.turn = turn
 
     def stop(self, *_) -> None:
         self.active = False
@@ -40,7 +50,10 @@ class _ReplyAttention:
             return
         att = head_token_attention(layer.score_context(with_prior=False), layer.query)  # [B, Hkv, T]
         for b in range(att.shape[0]):
-            self.sums[layer.layer_idx].index_add_(1, layer.positions[b, 0].to("cpu"), att[b].to("cpu"))
+            at, value = layer.positions[b, 0].to("cpu"), att[b].to("cpu")
+            self.sums[layer.layer_idx].index_add_(1, at, value)
+            if self.turn == 1:
+                self.first[layer.layer_idx].index_add_(1, at, value)
 
 
 def calibrate(model, tokenizer, conversations: list[list[dict]], *args, **kwargs) -> MemoryProfile:
@@ -78,7 +91,7 @@ def calibration_steps(
             session.cache.signals.observers.append(rec)
             yield from replay_steps(session, p, rec.stop, before_reply=rec.start)
             openings.append(p.opening_ids)
-            weights.append(rec.sums[..., : len(p.opening_ids)])
+            weights.append((rec.sums[..., : len(p.opening_ids)], rec.first[..., : len(p.opening_ids)]))
         if on_progress is not None:
             on_progress(i + 1, len(conversations), p is not None)
     others = [ChatRenderer(tokenizer).encode_messages(v, first=True) for v in variants]
@@ -124,17 +137,26 @@ def calibration_plans(tokenizer, conversations: list[list[dict]], limit: int) ->
 
 
 def _profile(
-    openings: list[list[int]], weights: list[torch.Tensor], identity: dict, meta: dict, others: list[list[int]] = ()
+    openings: list[list[int]],
+    weights: list[tuple[torch.Tensor, torch.Tensor]],
+    identity: dict,
+    meta: dict,
+    others: list[list[int]] = (),
 ) -> MemoryProfile:
-    """The template the openings (and `others`) share, weighted by each conversation's weights there (mean 1),
-    averaged."""
+    """The template the openings (and `others`) share, weighted by each conversation's weights there: those of all
+    its replies and of its first reply (each [L, Hkv, opening]), each scaled to mean 1 and blended FIRST_SHARE to the
+    first reply; averaged over the conversations."""
     a, b = common_template([*openings, *others])
     if a + b == 0:
         raise KVStoreError("the conversations' openings share no text (no common first or last token)")
-    pre, suf = [], []
-    for opening, w in zip(openings, weights, strict=True):
+
+    def on_template(opening: list[int], w: torch.Tensor) -> torch.Tensor:
         t = torch.cat([w[..., :a], w[..., len(opening) - b :]], -1).clamp_min(1e-12)
-        t = t / t.mean(-1, keepdim=True)
+        return t / t.mean(-1, keepdim=True)
+
+    pre, suf = [], []
+    for opening, (every, first) in zip(openings, weights, strict=True):
+        t = (1 - FIRST_SHARE) * on_template(opening, every) + FIRST_SHARE * on_template(opening, first)
         pre.append(t[..., :a])
         suf.append(t[..., a:])
     return MemoryProfile(
@@ -144,5 +166,5 @@ def _profile(
         suffix_weight=torch.stack(suf).mean(0),
         identity={k: identity[k] for k in ARCHITECTURE_KEYS},
         conversations=len(openings),
-        meta=meta,
+        meta=meta | {"first_share": FIRST_SHARE},
     )

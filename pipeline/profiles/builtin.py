@@ -27,7 +27,7 @@ from typing import Any
 BUILTIN_PROFILE = "builtin"  # --memory-profile builtin: the shipped profile of the run's model (the default)
 SHIPPED = Path(__file__).with_name("shipped")  # package data: the profiles and their manifest
 MANIFEST = "manifest.json"
-SHIPPED_VERSION = 1  # the file names carry it: a run's label names the version it used
+SHIPPED_VERSION = 2  # the file names carry it: a run's label names the version it used
 STATEMENT = "{issue}"  # the placeholder of the task's text in the fixed text whose digest the manifest records
 
 
@@ -132,7 +132,7 @@ def record(model: str, path: Path, sources: list[str], command: str) -> dict[str
 
 
 def portable(profile: str | Path | None) -> str | None:
-    """A profile as a run folder records it: a shipped one by its name ("builtin:builtin-v1-MODEL.pt"), so that a
+    """A profile as a run folder records it: a shipped one by its name ("builtin:builtin-vN-MODEL.pt"), so that a
     run resumes wherever the package is installed (its fingerprint still checks the content); another by its path."""
     if profile is None:
         return None
@@ -141,5 +141,5 @@ def portable(profile: str | Path | None) -> str | None:
 
 
 def shipped_name(model: str) -> str:
-    """The file name of `model`'s shipped profile: a run's label carries its stem (builtin-v1-MODEL)."""
+    """The file name of `model`'s shipped profile: a run's label carries its stem (builtin-vN-MODEL)."""
     return f"{BUILTIN_PROFILE}-v{SHIPPED_VERSION}-{model}.pt"

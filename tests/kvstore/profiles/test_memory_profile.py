@@ -15,6 +15,7 @@ from kvstore import Session, SessionConfig
 from kvstore.cache.evicting import model_identity
 from kvstore.errors import KVStoreError
 from kvstore.policies.nexus_agent import with_prior
+from kvstore.profiles import calibrate as calibration
 from kvstore.profiles.calibrate import calibrate
 from kvstore.profiles.profile import MemoryProfile, common_template
 
@@ -33,6 +34,23 @@ def test_calibration_finds_the_shared_opening_text_and_weighs_it(profile_file: P
         assert w.shape[:2] == (2, tiny_chat_model().config.num_key_value_heads) and bool((w > 0).all())
     mean = torch.cat([p.prefix_weight, p.suffix_weight], -1).mean(-1)
     torch.testing.assert_close(mean, torch.ones_like(mean))
+
+
+def test_the_first_reply_gets_its_share_of_the_weights(monkeypatch) -> None:
+    """A profile's weights are FIRST_SHARE the first reply's and the rest all replies': the same as that blend of a
+    profile of all replies and one of the conversations cut after their first reply (each with no first share)."""
+    convs = [conversation(words(40, t), replies=3) for t in ("alpha", "beta")]
+    cut = [c[:3] for c in convs]  # system, user, the first reply
+    model, tok = tiny_chat_model(), qwen_tokenizer()
+    blended = calibrate(model, tok, convs, max_tokens=2000)
+    assert blended.meta["first_share"] == calibration.FIRST_SHARE == 0.5
+    monkeypatch.setattr(calibration, "FIRST_SHARE", 0.0)
+    every, first = calibrate(model, tok, convs, max_tokens=2000), calibrate(model, tok, cut, max_tokens=2000)
+    assert every.prefix == first.prefix == blended.prefix and every.suffix == blended.suffix
+    assert not torch.allclose(every.prefix_weight, first.prefix_weight, rtol=0.05)  # later replies read otherwise
+    for name in ("prefix_weight", "suffix_weight"):
+        want = 0.5 * getattr(every, name) + 0.5 * getattr(first, name)
+        torch.testing.assert_close(getattr(blended, name), want)
 
 
 def test_a_profile_applies_only_to_openings_that_carry_its_template(profile_file: Path) -> None:

@@ -138,7 +138,7 @@ def test_an_eval_folder_does_not_resume_with_another_profile(tmp_path: Path, mon
     save_tiny_profile(store / "agent.pt")  # then one enters the store: the rest of the run would differ
     with pytest.raises(RunError, match=r"profile: None -> '.*profiles'"):
         claim_out_dir(out, RunConfig(memory=auto))
-    with pytest.raises(RunError, match=r"profile: None -> '.*builtin-v1-"):  # the default: the shipped profile
+    with pytest.raises(RunError, match=r"profile: None -> '.*builtin-v2-"):  # the default: the shipped profile
         claim_out_dir(out, RunConfig())
     claim_out_dir(out, RunConfig(memory=run_memory(profile="none")))  # as it was
     held = json.loads((out / RUN_FILE).read_text())
