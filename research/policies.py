@@ -18,7 +18,8 @@ from research.template_level import TemplateLevelPolicy
 from research.token_prior import TokenPriorPolicy
 
 _TOPK_HALF_RECENT = {"selector": "topk", "recent_share": 0.5}  # what every earlier default memory shared
-_DEFAULT = _TOPK_HALF_RECENT | {"score_memory": "mean", "opening_nexus": False, "own_weight": 1.0}  # today's options
+_DEFAULT = _TOPK_HALF_RECENT | {"score_memory": "mean", "opening_nexus": False, "own_weight": 1.0, "last_weight": 3.0}
+# (_DEFAULT: today's options)
 
 # name -> (policy class, option defaults that name implies)
 VARIANTS = {

@@ -247,6 +247,7 @@ class EvictingLayer(DynamicLayer):
             reply_queries=signals.reply_queries(self.seen - new, self.seen),
             triton=cache.config.use_triton is not False,
             own=signals.reply_tokens(self.positions) if cache.policy.reads_own else None,
+            last_own=signals.last_reply_tokens(self.positions) if cache.policy.reads_own else None,
         )
 
     def pinned(self) -> torch.Tensor | None:

@@ -128,6 +128,10 @@ class SessionSignals:
         self._reply_mask = (key, mask)
         return mask
 
+    def last_reply_tokens(self, positions: torch.Tensor) -> torch.Tensor | None:
+        """[B, Hkv, T] bool: which held tokens the agent's latest finished reply wrote (None before the first)."""
+        return span_mask(positions, self.replies[-1:]) if self.replies else None
+
     def reply_tokens(self, positions: torch.Tensor) -> torch.Tensor:
         """[B, Hkv, T] bool: which held tokens (by original position) the agent's replies wrote, the one running now
         included (generation prompts too: they are the replies' tokens here as their queries are in reply_queries)."""

@@ -34,12 +34,19 @@ POLICIES: dict[str, tuple[type[Policy], dict[str, Any]]] = {
     "nexus": (NexusPolicy, {}),
     # the product's default memory (docs/memory.md, measured with bench replay): per kv head and per token, the
     # accumulated attention each token received, its block's remembered per-head Nexus score and the attention it
-    # received from the agent's own replies, plus 1 for every token the agent's replies wrote (own_weight), top-K,
-    # half of the budget always on the most recent tokens; without a memory profile the opening is ranked by
-    # attention alone until the first reply (opening_nexus=False)
+    # received from the agent's own replies, plus 1 for every token the agent's replies wrote (own_weight) and 3
+    # more for those of its latest reply (last_weight), top-K, half of the budget always on the most recent tokens;
+    # without a memory profile the opening is ranked by attention alone until the first reply (opening_nexus=False)
     "nexus-agent": (
         NexusAgentPolicy,
-        {"selector": "topk", "recent_share": 0.5, "score_memory": "mean", "opening_nexus": False, "own_weight": 1.0},
+        {
+            "selector": "topk",
+            "recent_share": 0.5,
+            "score_memory": "mean",
+            "opening_nexus": False,
+            "own_weight": 1.0,
+            "last_weight": 3.0,
+        },
     ),
 }
 

@@ -37,6 +37,7 @@ class ScoreContext:
     reply_queries: torch.Tensor | None = None  # [q] bool on the CPU: which of this call's new queries are the reply's
     triton: bool = True  # False: the torch paths even where the fused kernels run (CacheConfig.use_triton=False)
     own: torch.Tensor | None = None  # [B, Hkv, T] bool: held tokens the agent's replies wrote (policies reading it)
+    last_own: torch.Tensor | None = None  # [B, Hkv, T] bool: those of its latest finished reply (None: none yet)
     sums: torch.Tensor | None = None  # [k, B, Hkv, T]: the observed sums the attention pass computed (observe only)
 
 

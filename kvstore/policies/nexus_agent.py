@@ -19,6 +19,7 @@ class NexusAgentSettings(NexusSettings):
     own_weight: float = 0.0  # a bonus to every token the agent's own replies wrote (0: not kept)
     opening_nexus: bool = True  # the Nexus term before the first reply even without a profile (False: off)
     token_blend: float = 0.5  # share of a token prior (an opening no profile matched) in its tokens' attention term
+    last_weight: float = 0.0  # a further bonus to the tokens of the agent's latest finished reply (with own_weight)
     task_head: int = 32  # the first tokens of the task's text in an opening a profile matched, given `task_weight`
     task_weight: float = 4.0  # the bonus of each of those tokens (the task's title: replies restate it)
 
@@ -26,11 +27,10 @@ class NexusAgentSettings(NexusSettings):
         super().__post_init__()
         if not 0.0 <= self.token_blend <= 1.0:
             raise KVStoreError(f"token_blend must be in [0, 1], got {self.token_blend}")
-        if min(self.acc_weight, self.reply_weight, self.own_weight, self.task_weight, self.task_head) < 0:
-            raise KVStoreError(
-                "acc_weight, reply_weight, own_weight, task_head and task_weight must be >= 0, got "
-                f"{self.acc_weight}, {self.reply_weight}, {self.own_weight}, {self.task_head}, {self.task_weight}"
-            )
+        named = ("acc_weight", "reply_weight", "own_weight", "last_weight", "task_head", "task_weight")
+        negative = [f"{n}={getattr(self, n)}" for n in named if getattr(self, n) < 0]
+        if negative:
+            raise KVStoreError(f"{', '.join(named)} must be >= 0, got {', '.join(negative)}")
 
 
 class NexusAgentPolicy(NexusHeadPolicy):
@@ -82,7 +82,7 @@ class NexusAgentPolicy(NexusHeadPolicy):
         super().__init__(config, settings)
         replies = ("reply_acc", "reply_seen") if self.settings.reply_weight > 0 else ()
         self.token_state = ("acc",) + replies + tuple(self.token_state)
-        self.reads_own = self.settings.own_weight > 0
+        self.reads_own = self.settings.own_weight > 0 or self.settings.last_weight > 0
 
     def _replies(self, ctx: ScoreContext) -> int:
         """How many of the observed queries are the agent's reply's (0 without the reply term)."""
@@ -129,6 +129,8 @@ class NexusAgentPolicy(NexusHeadPolicy):
             score = score + self.settings.reply_weight * _unit_mean(reply)
         if ctx.own is not None:
             score = score + self.settings.own_weight * ctx.own.to(score.dtype)
+        if ctx.last_own is not None and self.settings.last_weight > 0:
+            score = score + self.settings.last_weight * ctx.last_own.to(score.dtype)
         return score + self._task_head(ctx, score.dtype)
 
     def _task_head(self, ctx: ScoreContext, dtype: torch.dtype) -> torch.Tensor | float:

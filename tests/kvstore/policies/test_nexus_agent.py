@@ -130,7 +130,9 @@ def test_a_config_saved_with_every_policys_options_restores_as_its_own() -> None
         restore_cache(model, tensors, meta)
 
 
-@pytest.mark.parametrize("option", ["acc_weight", "reply_weight", "own_weight", "task_head", "task_weight"])
+@pytest.mark.parametrize(
+    "option", ["acc_weight", "reply_weight", "own_weight", "last_weight", "task_head", "task_weight"]
+)
 def test_a_negative_weight_is_refused(option: str) -> None:
     with pytest.raises(KVStoreError, match=option):
         kvstore.CacheConfig.from_options("nexus-agent", **{option: -1.0})
@@ -290,8 +292,30 @@ def test_own_weight_ranks_up_the_tokens_the_agents_replies_wrote() -> None:
         assert own[a:b].all()
     kept = {}
     for weight in (0.0, 4.0):
-        s = _three_turns(_session(budget=160, own_weight=weight))
+        s = _three_turns(_session(budget=160, own_weight=weight, last_weight=0.0))
         positions = torch.cat([layer.positions.flatten() for layer in s.cache.layers])
         kept[weight] = sum(int(((positions >= a) & (positions < b)).sum()) for a, b in s.cache.signals.replies)
         assert (s.cache.layers[0].score_context().own is None) == (weight == 0)
     assert kept[4.0] > kept[0.0]
+
+
+def test_last_weight_ranks_up_the_latest_reply_only() -> None:
+    """`last_weight` adds a bonus to the held tokens of the agent's latest finished reply, on top of `own_weight`:
+    the reply an agent most often continues (the next command of the same file, the same edit again)."""
+    s = _three_turns(_session(budget=4096))
+    assert s.cache.policy.settings.last_weight == 3.0  # the default memory's
+    layer = s.cache.layers[0]
+    ctx = layer.score_context()
+    a, b = s.cache.signals.replies[-1]
+    last = ctx.last_own[0, 0]
+    assert int(last.sum()) == b - a and bool(last[a:b].all())  # nothing evicted at this budget: positions = slots
+    assert bool(ctx.own[0, 0].sum() > last.sum())  # the earlier replies are own tokens, not the latest
+    bonus = layer.owner.policy.score(ctx) - _session(budget=4096, last_weight=0.0).cache.policy.score(ctx)
+    torch.testing.assert_close(bonus[0, 0], 3.0 * last.float())
+    kept = {}
+    for weight in (0.0, 6.0):
+        s = _three_turns(_session(budget=160, last_weight=weight))
+        a, b = s.cache.signals.replies[-1]
+        positions = torch.cat([layer.positions.flatten() for layer in s.cache.layers])
+        kept[weight] = int(((positions >= a) & (positions < b)).sum())
+    assert kept[6.0] > kept[0.0]
