@@ -26,8 +26,11 @@ AS_PRODUCT = {
     "direct-reservoir": ("nexus", {"lam": 0.0}),
     "nexus-agent-window": ("nexus", {"selector": "topk", "recent_share": 0.5}),
     "nexus-agent-mean": ("nexus", {"selector": "topk", "recent_share": 0.5, "score_memory": "mean"}),
-    "nexus-agent-acc": ("nexus-agent", {"reply_weight": 0.0, "own_weight": 0.0, "opening_nexus": True}),
-    "nexus-agent-reply": ("nexus-agent", {"own_weight": 0.0}),
+    "nexus-agent-acc": (
+        "nexus-agent",
+        {"reply_weight": 0.0, "own_weight": 0.0, "last_weight": 0.0, "opening_nexus": True},
+    ),
+    "nexus-agent-reply": ("nexus-agent", {"own_weight": 0.0, "last_weight": 0.0}),
     "nexus-agent-tp": ("nexus-agent", {}),  # the default under another name (research/opening_first_reply.py)
 }
 # no product twin: tested below

@@ -319,3 +319,13 @@ def test_last_weight_ranks_up_the_latest_reply_only() -> None:
         positions = torch.cat([layer.positions.flatten() for layer in s.cache.layers])
         kept[weight] = int(((positions >= a) & (positions < b)).sum())
     assert kept[6.0] > kept[0.0]
+
+
+def test_a_session_saved_before_the_latest_reply_bonus_runs_on_without_it() -> None:
+    """A saved config without `last_weight` (saved before it existed) restores with 0: the score it ran with."""
+    model, cache = _prefilled("nexus-agent")
+    assert cache.config.settings.last_weight == 3.0
+    tensors, meta = export_state(cache)
+    del meta["config"]["last_weight"]
+    back = restore_cache(model, tensors, meta)
+    assert back.config.settings.last_weight == 0.0 and back.config.settings.own_weight == 1.0
