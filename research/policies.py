@@ -9,6 +9,7 @@ the product does not register and this folder is there.
 from __future__ import annotations
 
 from kvstore import register_policy
+from kvstore.policies import policy_defaults
 from kvstore.policies.h2o import H2OPolicy
 from kvstore.policies.nexus import NexusHeadPolicy, NexusPolicy
 from kvstore.policies.nexus_agent import NexusAgentPolicy
@@ -18,8 +19,7 @@ from research.template_level import TemplateLevelPolicy
 from research.token_prior import TokenPriorPolicy
 
 _TOPK_HALF_RECENT = {"selector": "topk", "recent_share": 0.5}  # what every earlier default memory shared
-_DEFAULT = _TOPK_HALF_RECENT | {"score_memory": "mean", "opening_nexus": False, "own_weight": 1.0, "last_weight": 3.0}
-# (_DEFAULT: today's options)
+_DEFAULT = policy_defaults("nexus-agent")  # today's default memory's options: the candidates below build on it
 
 # name -> (policy class, option defaults that name implies)
 VARIANTS = {

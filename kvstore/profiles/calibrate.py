@@ -29,31 +29,28 @@ FIRST_SHARE = 0.5  # the first reply's share of a profile's weights (the rest: a
 
 class _ReplyAttention:
     """A cache observer: between `start` and `stop` (one assistant message), adds the attention each held token
-    receives from the new queries (averaged over each kv head's query heads) into `sums[layer]` [Hkv, positions],
-    and during the first assistant message into `first[layer]` too."""
+    receives from the new queries (averaged over each kv head's query heads) into `sums[layer]` [Hkv, positions];
+    `first` is what `sums` held when the first assistant message ended (its attention alone)."""
 
     def __init__(self, layers: int, kv_heads: int, positions: int) -> None:
         self.sums = torch.zeros(layers, kv_heads, positions)
-        self.first = torch.zeros(layers, kv_heads, positions)
+        self.first = self.sums
         self.active = False
-        self.turn = 0
 
     def start(self, turn: int) -> None:
         self.active = True
-        self.turn = turn
 
-    def stop(self, *_) -> None:
+    def stop(self, turn: int, *_) -> None:
         self.active = False
+        if turn == 1:
+            self.first = self.sums.clone()
 
     def __call__(self, layer) -> None:
         if not self.active or layer.query is None:
             return
         att = head_token_attention(layer.score_context(with_prior=False), layer.query)  # [B, Hkv, T]
         for b in range(att.shape[0]):
-            at, value = layer.positions[b, 0].to("cpu"), att[b].to("cpu")
-            self.sums[layer.layer_idx].index_add_(1, at, value)
-            if self.turn == 1:
-                self.first[layer.layer_idx].index_add_(1, at, value)
+            self.sums[layer.layer_idx].index_add_(1, layer.positions[b, 0].to("cpu"), att[b].to("cpu"))
 
 
 def calibrate(model, tokenizer, conversations: list[list[dict]], *args, **kwargs) -> MemoryProfile:
