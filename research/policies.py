@@ -15,6 +15,7 @@ from kvstore.policies.nexus import NexusHeadPolicy, NexusPolicy
 from kvstore.policies.nexus_agent import NexusAgentPolicy
 from research.opening_window import OpeningWindowPolicy
 from research.statement_prior import StatementPriorPolicy
+from research.task_names import TaskNamesPolicy
 from research.template_level import TemplateLevelPolicy
 from research.token_prior import TokenPriorPolicy
 
@@ -45,6 +46,8 @@ VARIANTS = {
     "nexus-agent-tlevel": (TemplateLevelPolicy, _DEFAULT),
     # issue 64: the default with a matched opening's task statement ranked by a prior by token id, blended
     "nexus-agent-sprior": (StatementPriorPolicy, _DEFAULT),
+    # issue 64: the default with the task's code names found by other rules (research/task_names.py)
+    "nexus-agent-names": (TaskNamesPolicy, _DEFAULT),
 }
 
 for _name, (_cls, _defaults) in VARIANTS.items():

@@ -22,8 +22,9 @@ _REMOVED = {"renorm_candidates": False, "pyramid_spread": None}
 _NEUTRAL = {"engine": "static"}
 # options added later, with the value that means what a session saved before them did (token_blend: a session
 # saved before token priors has none, so it computes the same with any value; it takes the default; task_head: a
-# session saved before it kept no task head; last_weight: nor a bonus for the latest reply)
-_ADDED = {"density_grows": False, "token_blend": 0.5, "task_head": 0, "last_weight": 0.0}
+# session saved before it kept no task head; last_weight: nor a bonus for the latest reply; name_weight: nor one for
+# the task's code names)
+_ADDED = {"density_grows": False, "token_blend": 0.5, "task_head": 0, "last_weight": 0.0, "name_weight": 0.0}
 
 
 @dataclass

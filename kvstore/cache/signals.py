@@ -1,6 +1,6 @@
 """What a session tells its cache, as one object the cache holds (`EvictingCache.signals`): the memory profile's
 weights over the opening, the spans never evicted, the agent's own replies, and observers of attention calls.
-Policies see what they need of it through ScoreContext (prior, reply_queries, own); the cache pins the protected
+Policies see what they need of it through ScoreContext (prior, reply_queries, own, names); the cache pins the protected
 spans."""
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ class SessionSignals:
     # (kvstore.profiles.tokens) for an opening no profile matched
     protected: list[tuple[int, int]] = field(default_factory=list)  # [start, end) positions never evicted
     replies: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of the agent's earlier replies
+    names: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of the code names in a matched
+    # opening's task text (kvstore.profiles.names)
     reply_from: int | None = None  # where the reply being generated or teacher-forced starts (None: none runs)
     # called with each layer right after attention used the new tokens, before its eviction decision (benchmarks
     # sample memory here; calibration records attention); an observer must not change the layer
@@ -50,6 +52,7 @@ class SessionSignals:
             self.prior_kind,
             list(self.protected),
             list(self.replies),
+            list(self.names),
             self.reply_from,
         )
 
@@ -89,6 +92,10 @@ class SessionSignals:
         inside = positions < w.shape[-1]
         idx = positions.clamp_max(w.shape[-1] - 1)
         return torch.where(inside, w.expand(positions.shape[0], -1, -1).gather(-1, idx), 0.0)
+
+    def name_tokens(self, positions: torch.Tensor) -> torch.Tensor | None:
+        """[B, Hkv, T] bool: which held tokens are code names of the task's text (None: no name was found)."""
+        return span_mask(positions, self.names) if self.names else None
 
     # --- protected spans ------------------------------------------------------------------------------------------
     def protect(self, start: int, end: int) -> None:

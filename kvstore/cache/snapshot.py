@@ -53,6 +53,7 @@ def export_state(cache: EvictingCache) -> tuple[dict[str, torch.Tensor], dict[st
         "budget_tokens": cache.budget_tokens,
         "protected": signals.protected,
         "replies": signals.replies,
+        "names": signals.names,
         "layers": layers,
         "prior_kind": signals.prior_kind,
     }
@@ -87,6 +88,7 @@ def restore_cache(model: torch.nn.Module, tensors: dict[str, torch.Tensor], meta
     cache.generator.set_state(tensors["generator"])
     cache.signals.protected = [(int(a), int(b)) for a, b in meta["protected"]]
     cache.signals.replies = [(int(a), int(b)) for a, b in meta["replies"]]
+    cache.signals.names = [(int(a), int(b)) for a, b in meta.get("names", [])]  # older saves found none
     if "prior" in tensors:
         cache.signals.set_prior(tensors["prior"], meta.get("prior_kind", "profile"))  # older saves: a profile's
     device = next(model.parameters()).device

@@ -35,7 +35,8 @@ POLICIES: dict[str, tuple[type[Policy], dict[str, Any]]] = {
     # the product's default memory (docs/memory.md, measured with bench replay): per kv head and per token, the
     # accumulated attention each token received, its block's remembered per-head Nexus score and the attention it
     # received from the agent's own replies, plus 1 for every token the agent's replies wrote (own_weight) and 3
-    # more for those of its latest reply (last_weight), top-K, half of the budget always on the most recent tokens;
+    # more for those of its latest reply (last_weight), 2 for the code names of a task a profile matched (name_weight),
+    # top-K, half of the budget always on the most recent tokens;
     # without a memory profile the opening is ranked by attention alone until the first reply (opening_nexus=False)
     "nexus-agent": (
         NexusAgentPolicy,
@@ -46,6 +47,7 @@ POLICIES: dict[str, tuple[type[Policy], dict[str, Any]]] = {
             "opening_nexus": False,
             "own_weight": 1.0,
             "last_weight": 3.0,
+            "name_weight": 2.0,
         },
     ),
 }

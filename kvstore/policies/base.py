@@ -38,6 +38,7 @@ class ScoreContext:
     triton: bool = True  # False: the torch paths even where the fused kernels run (CacheConfig.use_triton=False)
     own: torch.Tensor | None = None  # [B, Hkv, T] bool: held tokens the agent's replies wrote (policies reading it)
     last_own: torch.Tensor | None = None  # [B, Hkv, T] bool: those of its latest finished reply (None: none yet)
+    names: torch.Tensor | None = None  # [B, Hkv, T] bool: held code names of a matched opening's task text (None: none)
     sums: torch.Tensor | None = None  # [k, B, Hkv, T]: the observed sums the attention pass computed (observe only)
 
 

@@ -22,12 +22,13 @@ class NexusAgentSettings(NexusSettings):
     last_weight: float = 0.0  # a further bonus to the tokens of the agent's latest finished reply (with own_weight)
     task_head: int = 32  # the first tokens of the task's text in an opening a profile matched, given `task_weight`
     task_weight: float = 4.0  # the bonus of each of those tokens (the task's title: replies restate it)
+    name_weight: float = 0.0  # a bonus to the code names of a matched opening's task text (kvstore.profiles.names)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not 0.0 <= self.token_blend <= 1.0:
             raise KVStoreError(f"token_blend must be in [0, 1], got {self.token_blend}")
-        named = ("acc_weight", "reply_weight", "own_weight", "last_weight", "task_head", "task_weight")
+        named = ("acc_weight", "reply_weight", "own_weight", "last_weight", "task_head", "task_weight", "name_weight")
         negative = [f"{n}={getattr(self, n)}" for n in named if getattr(self, n) < 0]
         if negative:
             raise KVStoreError(f"{', '.join(named)} must be >= 0, got {', '.join(negative)}")
@@ -61,7 +62,9 @@ class NexusAgentPolicy(NexusHeadPolicy):
     Where a profile matched, the first `task_head` tokens of the task's own text (right after the matched prefix:
     the issue's title, which replies restate) get `task_weight` on top, as the agent's own tokens get `own_weight`:
     on an opening far larger than the budget, the chunked prefill otherwise ranks them by what the text after them
-    (a long traceback) attends.
+    (a long traceback) attends. The code names of the task's text (SessionSignals.names: dotted names, names with an
+    underscore or inner capitals, calls, paths; their first occurrence, outside traceback frames) get `name_weight`
+    on top: replies restate them after the first tool output about as long as the budget.
 
     Why three terms: on recorded agent conversations the accumulated attention keeps what the long opening (system
     prompt and task, compressed chunk by chunk before any reply) needs, where the window-scored Nexus score loses it;
@@ -131,6 +134,8 @@ class NexusAgentPolicy(NexusHeadPolicy):
             score = score + self.settings.own_weight * ctx.own.to(score.dtype)
         if ctx.last_own is not None and self.settings.last_weight > 0:
             score = score + self.settings.last_weight * ctx.last_own.to(score.dtype)
+        if ctx.names is not None and self.settings.name_weight > 0:
+            score = score + self.settings.name_weight * ctx.names.to(score.dtype)
         return score + self._task_head(ctx, score.dtype)
 
     def _task_head(self, ctx: ScoreContext, dtype: torch.dtype) -> torch.Tensor | float:

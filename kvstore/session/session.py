@@ -21,6 +21,7 @@ from kvstore.cache.evicting import model_identity, open_cache
 from kvstore.cache.forwarding import chunk_end, prefill_steps
 from kvstore.errors import KVStoreError, SettingError
 from kvstore.models.registry import load_model
+from kvstore.profiles.names import name_positions
 from kvstore.profiles.profile import best_match, load_profiles
 from kvstore.profiles.tokens import TokenPrior
 from kvstore.session.config import SessionConfig
@@ -116,7 +117,10 @@ class Session:
             opening = self.tokens[: len(self.renderer.encode_messages(self.messages[: first_user + 1], first=True))]
             prior, self.profile_status = best_match(profiles, opening)
             if prior is not None:
-                self.cache.signals.set_prior(prior)
+                signals = self.cache.signals
+                signals.set_prior(prior)
+                if signals.task_span is not None:  # the task's code names (kvstore.profiles.names)
+                    signals.names = name_positions(self.tokenizer, opening, signals.task_span)
             elif len(profiles) == 1 and not Path(self.config.profile).is_dir():  # one profile file: its token prior
                 self.cache.signals.set_prior(TokenPrior.of(profiles[0][1]).prior_for(opening), "tokens")
                 self.profile_status += f"; token prior for its {len(opening)} opening tokens"

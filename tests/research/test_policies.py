@@ -28,13 +28,20 @@ AS_PRODUCT = {
     "nexus-agent-mean": ("nexus", {"selector": "topk", "recent_share": 0.5, "score_memory": "mean"}),
     "nexus-agent-acc": (
         "nexus-agent",
-        {"reply_weight": 0.0, "own_weight": 0.0, "last_weight": 0.0, "opening_nexus": True},
+        {"reply_weight": 0.0, "own_weight": 0.0, "last_weight": 0.0, "name_weight": 0.0, "opening_nexus": True},
     ),
-    "nexus-agent-reply": ("nexus-agent", {"own_weight": 0.0, "last_weight": 0.0}),
+    "nexus-agent-reply": ("nexus-agent", {"own_weight": 0.0, "last_weight": 0.0, "name_weight": 0.0}),
     "nexus-agent-tp": ("nexus-agent", {}),  # the default under another name (research/opening_first_reply.py)
 }
 # no product twin: tested below
-OWN_TESTS = {"nexus-head", "nexus-agent-openwin", "nexus-agent-tokprior", "nexus-agent-tlevel", "nexus-agent-sprior"}
+OWN_TESTS = {
+    "nexus-head",
+    "nexus-agent-openwin",
+    "nexus-agent-tokprior",
+    "nexus-agent-tlevel",
+    "nexus-agent-sprior",
+    "nexus-agent-names",
+}
 
 
 def _prefilled(policy: str, **options) -> kvstore.EvictingCache:
@@ -145,3 +152,36 @@ def test_the_research_entry_point_registers_the_variants_the_product_refuses(tmp
     assert res.returncode == 0 and res.stdout.strip() == "nexus-agent-reply", res.stderr[-2000:]
     res = subprocess.run([sys.executable, str(entry), "bench", "replay", "--help"], capture_output=True, text=True)
     assert res.returncode == 0 and "--specs" in res.stdout
+
+
+def test_the_names_variant_under_the_products_rules_keeps_what_the_default_keeps(tmp_path, monkeypatch) -> None:
+    """research/task_names.py hands its policy the names found by its rules; at the product's rules it keeps what the
+    default keeps, and counting the names on traceback frames too changes what is kept."""
+    from profilelib import conversation, save_tiny_profile
+    from sessionlib import qwen_tokenizer, words
+
+    from kvstore import Session, SessionConfig
+    from research.task_names import patch_session
+
+    monkeypatch.setattr(Session, "append", Session.append)  # restored after the test
+    patch_session()
+    profile = str(save_tiny_profile(tmp_path / "p.pt"))
+    frames = "".join(f'  File "/x/pkg_{i}/mod_{i}.py", line {i}, in run_{i}\n    self.go_{i}()\n' for i in range(12))
+    task = words(200, "delta") + " fix a.b_c() and TheName.\n" + frames + words(300, "x")
+
+    def kept(policy: str, **options) -> list[torch.Tensor]:
+        options = {"chunk_size": 128, "selector": "topk"} | options
+        s = Session(
+            tiny_chat_model(),
+            qwen_tokenizer(),
+            SessionConfig(policy=policy, budget=256, profile=profile, cache_options=options),
+        )
+        s.append(conversation(task, replies=1)[:2])
+        s.prefill()
+        assert s.cache.signals.names
+        return [layer.positions for layer in s.cache.layers]
+
+    default = kept("nexus-agent")
+    for a, b in zip(kept("nexus-agent-names"), default, strict=True):
+        assert torch.equal(a, b)
+    assert not all(torch.equal(a, b) for a, b in zip(kept("nexus-agent-names", name_frames=True), default))

@@ -131,7 +131,7 @@ def test_a_config_saved_with_every_policys_options_restores_as_its_own() -> None
 
 
 @pytest.mark.parametrize(
-    "option", ["acc_weight", "reply_weight", "own_weight", "last_weight", "task_head", "task_weight"]
+    "option", ["acc_weight", "reply_weight", "own_weight", "last_weight", "task_head", "task_weight", "name_weight"]
 )
 def test_a_negative_weight_is_refused(option: str) -> None:
     with pytest.raises(KVStoreError, match=option):

@@ -1,0 +1,78 @@
+"""The code names a task's text gives: what the agent's replies restate after the first long tool output.
+
+An agent restates the names of its task (`django.contrib.admin.utils.display_for_field`, `setUpTestData`,
+`get_safe_settings()`) in the reply that follows its first look at the repository, often a tool output about as long
+as the memory's budget. By then the chunked prefill has ranked them by what the text after them attended, and they
+were gone (docs/memory.md, "The task's names"). A session whose opening a memory profile matched knows where the
+task's text lies (SessionSignals.task_span); these are the positions of that text's names, which the default memory
+gives `name_weight` on top of its score.
+
+A code name is a run of identifier characters that is dotted (`a.b`), holds an underscore (`create_superuser`), has a
+capital after its first letter with a lowercase letter somewhere (`setUpTestData`, `JSONField`), ends in a call's
+`()`, or is a path with a slash. Only each name's first occurrence counts, and nothing on a traceback's frame lines
+(`File "...", line N, in f` and the source line under it): machine output that repeats its paths.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+_PATH = r"[\w.-]*/[\w./-]*\w"
+_DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?"
+_WORD = r"[A-Za-z_]\w*(?:\(\))?"
+_CANDIDATE = re.compile(f"{_PATH}|{_DOTTED}|{_WORD}")
+_FRAME = re.compile(r'^[ \t]*File "[^\n]*\n?(?:[^\n]*\n?)?', re.M)  # a frame line and the source line under it
+
+
+def is_code_name(word: str) -> bool:
+    """Whether a word of text (a match of the candidates above) names code rather than being prose."""
+    bare = word.removesuffix("()")
+    mixed_case = any(c.isupper() for c in bare[1:]) and any(c.islower() for c in bare)
+    return "/" in word or "." in bare or "_" in bare.strip("_") or word.endswith("()") or mixed_case
+
+
+def name_spans(text: str, first: bool = True, skip_frames: bool = True) -> list[tuple[int, int]]:
+    """[start, end) character spans of the code names in `text`: each name's first occurrence only (first), none
+    on a traceback's frame lines (skip_frames); research/task_names.py measured the other choices."""
+    frames = [m.span() for m in _FRAME.finditer(text)] if skip_frames else []
+    seen: set[str] = set()
+    spans = []
+    for m in _CANDIDATE.finditer(text):
+        word = m.group()
+        if (first and word in seen) or not is_code_name(word) or any(a <= m.start() < b for a, b in frames):
+            continue
+        seen.add(word)
+        spans.append(m.span())
+    return spans
+
+
+def name_positions(tokenizer, ids: Sequence[int], span: tuple[int, int], **rules) -> list[tuple[int, int]]:
+    """[start, end) runs of the positions in `span` of `ids` whose tokens overlap a code name (`name_spans` with
+    `rules`) of the text they decode to (each token decoded alone: a character a token splits only shifts the
+    offsets after it by its pieces)."""
+    start, end = span
+    pieces = [tokenizer.decode([int(t)]) for t in ids[start:end]]
+    bounds, at = [], 0
+    for piece in pieces:
+        bounds.append((at, at + len(piece)))
+        at += len(piece)
+    marked = [False] * len(pieces)
+    names = name_spans("".join(pieces), **rules)
+    i = 0
+    for a, b in names:  # both in text order
+        while i < len(bounds) and bounds[i][1] <= a:
+            i += 1
+        j = i
+        while j < len(bounds) and bounds[j][0] < b:
+            marked[j] = True
+            j += 1
+    runs: list[tuple[int, int]] = []
+    for k, on in enumerate(marked):
+        if not on:
+            continue
+        if runs and runs[-1][1] == start + k:
+            runs[-1] = (runs[-1][0], start + k + 1)
+        else:
+            runs.append((start + k, start + k + 1))
+    return runs

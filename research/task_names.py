@@ -1,0 +1,89 @@
+"""The code names of the task's text (issue 64, with-profile later replies): how the default's `name_weight` was
+chosen.
+
+After the first tool output about as long as the budget (`ls -la` of the repository, ~1,000 tokens), replies restate
+what the task names: `django.contrib.admin.utils.display_for_field`, `SafeExceptionReporterFilter.get_safe_settings()`,
+`setUpTestData`. Their tokens sit past the task's head, in text the chunked prefill ranked by what the text after it
+attends, and the flood of tool output evicts them. The product now finds them (kvstore.profiles.names) and gives them
+`name_weight`; policy `nexus-agent-names` here is that default with the rules it was chosen among:
+- `name_frames`: count the names on a traceback's frame lines too (the product skips them);
+- `name_first`: a name's first occurrence only (the product's rule) or every one;
+- `name_cap`: the first this many name tokens only (0: all, the product's rule).
+Its `name_weight` replaces the product's bonus (the product's own term is turned off under it).
+
+The policy reads the positions from the session; this script runs `nexus-agent` with the session patched to hand them
+over once the opening is in (research/opening-issue64.md, section 6):
+
+    python research/task_names.py bench replay TRACES --system agent --profile builtin-v2-smollm2-135m.pt \\
+        --specs 'nexus-agent-names@name_weight=2,name_frames=true' ...
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from kvstore.policies.base import ScoreContext  # noqa: E402
+from kvstore.policies.nexus_agent import NexusAgentPolicy, NexusAgentSettings  # noqa: E402
+from kvstore.profiles.names import name_positions  # noqa: E402
+
+
+@dataclass
+class TaskNamesSettings(NexusAgentSettings):
+    name_frames: bool = False  # count names on a traceback's frame lines too
+    name_first: bool = True  # only a name's first occurrence in the task
+    name_cap: int = 0  # the first this many name tokens only (0: all)
+
+
+class TaskNamesPolicy(NexusAgentPolicy):
+    name = "nexus-agent-names"
+    settings_type = TaskNamesSettings
+
+    def __init__(self, config, settings=None) -> None:
+        super().__init__(config, settings)
+        self.names: torch.Tensor | None = None  # positions, set by the patched session (`patch_session`)
+
+    def score(self, ctx: ScoreContext) -> torch.Tensor:
+        ctx.names = None  # the product's own term: replaced by this policy's rules below
+        score = super().score(ctx)
+        if self.names is None or ctx.task_span is None or self.settings.name_weight == 0:
+            return score
+        mask = torch.isin(ctx.positions, self.names.to(ctx.positions.device))
+        return score + self.settings.name_weight * mask.to(score.dtype)
+
+    def positions(self, tokenizer, ids: list[int], span: tuple[int, int]) -> torch.Tensor:
+        rules = {"first": self.settings.name_first, "skip_frames": not self.settings.name_frames}
+        found = [p for a, b in name_positions(tokenizer, ids, span, **rules) for p in range(a, b)]
+        cap = self.settings.name_cap
+        return torch.tensor(found[:cap] if cap > 0 else found, dtype=torch.long)
+
+
+def patch_session() -> None:
+    """Hand a TaskNamesPolicy the code-name positions of its session's task text once the opening is in."""
+    from kvstore.session.session import Session
+
+    append = Session.append
+
+    def patched(self, messages, encode=None):
+        append(self, messages, encode)
+        policy = getattr(self.cache, "policy", None)
+        signals = getattr(self.cache, "signals", None)
+        if isinstance(policy, TaskNamesPolicy) and policy.names is None and signals is not None:
+            if signals.task_span is not None:
+                policy.names = policy.positions(self.tokenizer, self.tokens, signals.task_span)
+
+    Session.append = patched
+
+
+if __name__ == "__main__":
+    import research.policies  # noqa: F401
+    from cli.app import main
+
+    patch_session()
+    sys.argv[0] = "nexus-agent"
+    main()
