@@ -6,6 +6,10 @@ replayed by several files is listed once. A `--learn` or `--cross-fit` replay jo
 one (the result keeps its record); two such records must agree.
 
     python research/replay_merge.py OUT_PREFIX a.json b.json ...   # writes OUT_PREFIX.json, .txt and .png
+
+`--relabel OLD NEW` before files renames spec OLD to NEW in the files that follow it (several may be given): a later
+run of a spec whose meaning changed since the earlier files (the default memory after a change, `nexus-agent+profile`)
+joins them under a name of its own, e.g. `--relabel nexus-agent+profile 'nexus-agent+profile [names]' new.json`.
 """
 
 from __future__ import annotations
@@ -43,8 +47,17 @@ def run_key(run: dict) -> tuple:
     return run["spec"], run["budget"], run["conversation"], run.get("seed", 0)
 
 
-def merge(paths: list[Path]) -> tuple[dict, dict]:
-    parts = [load(p) for p in paths]
+def relabeled(part: dict, names: dict[str, str]) -> dict:
+    """A loaded file with its specs renamed by `names` (old -> new)."""
+    for run in part["runs"] + part.get("failed", []):
+        run["spec"] = names.get(run["spec"], run["spec"])
+    part["config"]["specs"] = [names.get(s, s) for s in part["config"]["specs"]]
+    return part
+
+
+def merge(paths: list[Path], relabels: list[dict[str, str]] | None = None) -> tuple[dict, dict]:
+    """The merged result and its config; relabels[i] renames specs of paths[i] (old -> new)."""
+    parts = [relabeled(load(p), names) for p, names in zip(paths, relabels or [{}] * len(paths), strict=True)]
     joined = ("traces", "specs", "budgets", "merged_from", "bound", "oracle")  # what the files may add to each other
     configs = [{k: v for k, v in p["config"].items() if k not in joined + PROFILES} for p in parts]
     if any(c != configs[0] for c in configs):
@@ -89,14 +102,33 @@ def incomplete(result: dict, info: dict) -> bool:
     return not wanted <= done
 
 
+def arguments(argv: list[str]) -> tuple[Path, list[Path], list[dict[str, str]]]:
+    """OUT_PREFIX, the files, and for each file the relabels (`--relabel OLD NEW`) given before it."""
+    if len(argv) < 2:
+        raise SystemExit(__doc__)
+    paths, relabels, names = [], [], {}
+    rest = argv[1:]
+    while rest:
+        if rest[0] == "--relabel":
+            if len(rest) < 3:
+                raise SystemExit("error: --relabel takes two specs: OLD NEW")
+            names = names | {rest[1]: rest[2]}
+            rest = rest[3:]
+            continue
+        paths.append(Path(rest[0]))
+        relabels.append(names)
+        rest = rest[1:]
+    if not paths:
+        raise SystemExit(__doc__)
+    return Path(argv[0]), paths, relabels
+
+
 def main(argv: list[str]) -> None:
     if argv[:1] in (["-h"], ["--help"]):
         print(__doc__)
         return
-    if len(argv) < 2:
-        raise SystemExit(__doc__)
-    prefix, paths = Path(argv[0]), [Path(a) for a in argv[1:]]
-    result, info = merge(paths)
+    prefix, paths, relabels = arguments(argv)
+    result, info = merge(paths, relabels)
     finish(result, info, prefix.with_suffix(".json"), prefix.with_suffix(".png"), prefix.with_suffix(".txt"))
 
 

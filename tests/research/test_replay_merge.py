@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from replay_merge import merge
+from replay_merge import arguments, merge
 
 from benchmarks.replay_report import summarize, target_rows
 
@@ -128,3 +128,24 @@ def test_a_missing_corrupt_or_foreign_file_is_a_clear_error(tmp_path: Path) -> N
         merge([binary])
     with pytest.raises(SystemExit, match="foreign.json: not a `bench replay --json` result"):
         merge([foreign])
+
+
+def test_a_later_run_joins_under_a_new_label(tmp_path: Path) -> None:
+    """`--relabel OLD NEW` renames a spec in the files after it only: the default's name, run again after a change,
+    joins the earlier files beside its old rows."""
+    config = {"model": "m", "specs": ["nexus-agent", "h2o"], "budgets": [0.25], "traces": ["t1"], "seeds": 1}
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    runs = [_run("nexus-agent", 0.25, 0.1, 9), _run("h2o", 0.25, 0.3, 8)]
+    old.write_text(json.dumps({"conversations": [{"name": "c1"}], "runs": runs, "config": config}))
+    later = {"conversations": [{"name": "c1"}], "runs": [_run("nexus-agent", 0.25, 0.05, 9)], "failed": []}
+    new.write_text(json.dumps(later | {"config": config | {"specs": ["nexus-agent"]}}))
+    with pytest.raises(SystemExit, match="more than one file"):
+        merge([old, new])
+    prefix, paths, relabels = arguments(["out", str(old), "--relabel", "nexus-agent", "nexus-agent [new]", str(new)])
+    assert prefix == Path("out") and paths == [old, new] and relabels == [{}, {"nexus-agent": "nexus-agent [new]"}]
+    result, info = merge(paths, relabels)
+    assert info["specs"] == ["nexus-agent", "h2o", "nexus-agent [new]"]
+    kl = {r["spec"]: r["turns"][0]["kl"] for r in result["runs"]}
+    assert kl == {"nexus-agent": 1.0, "h2o": 3.0, "nexus-agent [new]": 0.5}
+    with pytest.raises(SystemExit, match="two specs"):
+        arguments(["out", str(old), "--relabel", "nexus-agent"])
