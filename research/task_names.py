@@ -8,7 +8,11 @@ attends, and the flood of tool output evicts them. The product now finds them (k
 `name_weight`; policy `nexus-agent-names` here is that default with the rules it was chosen among:
 - `name_frames`: count the names on a traceback's frame lines too (the product skips them);
 - `name_first`: a name's first occurrence only (the product's rule) or every one;
-- `name_cap`: the first this many name tokens only (0: all, the product's rule).
+- `name_cap`: the first this many name tokens only (0: all, the product's rule);
+- `name_wait`: the bonus only once the first reply has been seen (the product gives it from the opening on);
+- `code_weight`: a bonus for every token of the task's code lines too (an import, a class or def line, a `>>>`
+  prompt, an assignment, an indented line; not a traceback's frames, not Trac's "(last modified by ...)"), which
+  replies copy into their reproduction scripts.
 Its `name_weight` replaces the product's bonus (the product's own term is turned off under it).
 
 The policy reads the positions from the session; this script runs `nexus-agent` with the session patched to hand them
@@ -20,6 +24,7 @@ over once the opening is in (research/opening-issue64.md, section 6):
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +35,23 @@ import torch  # noqa: E402
 
 from kvstore.policies.base import ScoreContext  # noqa: E402
 from kvstore.policies.nexus_agent import NexusAgentPolicy, NexusAgentSettings  # noqa: E402
-from kvstore.profiles.names import name_positions  # noqa: E402
+from kvstore.profiles.names import _FRAME, name_positions, text_runs  # noqa: E402
+
+CODE_LINE = re.compile(
+    r"^(?:[ \t]*(?:from [\w.]+ import |import [\w.]|class \w|def \w|>>> |@\w|return\b)|[ \t]+\S"
+    r"|[ \t]*[\w.\[\]\"']+[ \t]*=[^=]).*$",
+    re.M,
+)
+
+
+def code_lines(text: str) -> list[tuple[int, int]]:
+    """[start, end) character spans of the code lines of `text` (CODE_LINE), outside traceback frames."""
+    frames = [m.span() for m in _FRAME.finditer(text)]
+    return [
+        m.span()
+        for m in CODE_LINE.finditer(text)
+        if "(last modified by" not in m.group() and not any(a <= m.start() < b for a, b in frames)
+    ]
 
 
 @dataclass
@@ -38,6 +59,8 @@ class TaskNamesSettings(NexusAgentSettings):
     name_frames: bool = False  # count names on a traceback's frame lines too
     name_first: bool = True  # only a name's first occurrence in the task
     name_cap: int = 0  # the first this many name tokens only (0: all)
+    name_wait: bool = False  # the bonus only once a reply query has been seen (the opening's prefill ranks without)
+    code_weight: float = 0.0  # a bonus for each token of the task's code lines
 
 
 class TaskNamesPolicy(NexusAgentPolicy):
@@ -47,14 +70,21 @@ class TaskNamesPolicy(NexusAgentPolicy):
     def __init__(self, config, settings=None) -> None:
         super().__init__(config, settings)
         self.names: torch.Tensor | None = None  # positions, set by the patched session (`patch_session`)
+        self.code: torch.Tensor | None = None  # the code lines' positions, likewise
 
     def score(self, ctx: ScoreContext) -> torch.Tensor:
         ctx.names = None  # the product's own term: replaced by this policy's rules below
         score = super().score(ctx)
         if self.names is None or ctx.task_span is None or self.settings.name_weight == 0:
             return score
-        mask = torch.isin(ctx.positions, self.names.to(ctx.positions.device))
-        return score + self.settings.name_weight * mask.to(score.dtype)
+        mask = torch.isin(ctx.positions, self.names.to(ctx.positions.device)).to(score.dtype)
+        if self.settings.name_wait:
+            mask = mask * (ctx.state["reply_seen"].flatten(1).amax(1) > 0).to(score.dtype)[:, None, None]
+        score = score + self.settings.name_weight * mask
+        if self.code is not None and self.settings.code_weight > 0:
+            code = torch.isin(ctx.positions, self.code.to(ctx.positions.device)).to(score.dtype)
+            score = score + self.settings.code_weight * code
+        return score
 
     def positions(self, tokenizer, ids: list[int], span: tuple[int, int]) -> torch.Tensor:
         rules = {"first": self.settings.name_first, "skip_frames": not self.settings.name_frames}
@@ -76,14 +106,17 @@ def patch_session() -> None:
         if isinstance(policy, TaskNamesPolicy) and policy.names is None and signals is not None:
             if signals.task_span is not None:
                 policy.names = policy.positions(self.tokenizer, self.tokens, signals.task_span)
+                runs = text_runs(self.tokenizer, self.tokens, signals.task_span, code_lines)
+                policy.code = torch.tensor([p for a, b in runs for p in range(a, b)], dtype=torch.long)
 
     Session.append = patched
 
 
 if __name__ == "__main__":
-    import research.policies  # noqa: F401
+    import research.policies  # noqa: F401  (registers research.task_names's class, which this module is not)
     from cli.app import main
+    from research.task_names import patch_session as patch
 
-    patch_session()
+    patch()
     sys.argv[0] = "nexus-agent"
     main()

@@ -16,7 +16,7 @@ capital after its first letter with a lowercase letter somewhere (`setUpTestData
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 _PATH = r"[\w.-]*/[\w./-]*\w"
 _DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?"
@@ -49,8 +49,16 @@ def name_spans(text: str, first: bool = True, skip_frames: bool = True) -> list[
 
 def name_positions(tokenizer, ids: Sequence[int], span: tuple[int, int], **rules) -> list[tuple[int, int]]:
     """[start, end) runs of the positions in `span` of `ids` whose tokens overlap a code name (`name_spans` with
-    `rules`) of the text they decode to (each token decoded alone: a character a token splits only shifts the
-    offsets after it by its pieces)."""
+    `rules`) of the text they decode to."""
+    return text_runs(tokenizer, ids, span, lambda text: name_spans(text, **rules))
+
+
+def text_runs(
+    tokenizer, ids: Sequence[int], span: tuple[int, int], find: Callable[[str], list[tuple[int, int]]]
+) -> list[tuple[int, int]]:
+    """[start, end) runs of the positions in `span` of `ids` whose tokens overlap a character span `find` gives (in
+    order, not overlapping) of the text they decode to. Each token is decoded alone: a character a token splits only
+    shifts the offsets after it by its pieces."""
     start, end = span
     pieces = [tokenizer.decode([int(t)]) for t in ids[start:end]]
     bounds, at = [], 0
@@ -58,9 +66,8 @@ def name_positions(tokenizer, ids: Sequence[int], span: tuple[int, int], **rules
         bounds.append((at, at + len(piece)))
         at += len(piece)
     marked = [False] * len(pieces)
-    names = name_spans("".join(pieces), **rules)
     i = 0
-    for a, b in names:  # both in text order
+    for a, b in find("".join(pieces)):
         while i < len(bounds) and bounds[i][1] <= a:
             i += 1
         j = i

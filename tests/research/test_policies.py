@@ -184,4 +184,4 @@ def test_the_names_variant_under_the_products_rules_keeps_what_the_default_keeps
     default = kept("nexus-agent")
     for a, b in zip(kept("nexus-agent-names"), default, strict=True):
         assert torch.equal(a, b)
-    assert not all(torch.equal(a, b) for a, b in zip(kept("nexus-agent-names", name_frames=True), default))
+    assert not all(torch.equal(a, b) for a, b in zip(kept("nexus-agent-names", name_frames=True), default, strict=True))
