@@ -10,6 +10,8 @@ attends, and the flood of tool output evicts them. The product now finds them (k
 - `name_first`: a name's first occurrence only (the product's rule) or every one;
 - `name_cap`: the first this many name tokens only (0: all, the product's rule);
 - `name_wait`: the bonus only once the first reply has been seen (the product gives it from the opening on);
+- `name_outer`: the names on the first this many frames of each traceback count too (the outermost calls: the
+  test's or the user's code, which replies restate);
 - `code_weight`: a bonus for every token of the task's code lines too (an import, a class or def line, a `>>>`
   prompt, an assignment, an indented line; not a traceback's frames, not Trac's "(last modified by ...)"), which
   replies copy into their reproduction scripts.
@@ -35,13 +37,37 @@ import torch  # noqa: E402
 
 from kvstore.policies.base import ScoreContext  # noqa: E402
 from kvstore.policies.nexus_agent import NexusAgentPolicy, NexusAgentSettings  # noqa: E402
-from kvstore.profiles.names import _FRAME, name_positions, text_runs  # noqa: E402
+from kvstore.profiles.names import _CANDIDATE, _FRAME, is_code_name, name_positions, text_runs  # noqa: E402
 
 CODE_LINE = re.compile(
     r"^(?:[ \t]*(?:from [\w.]+ import |import [\w.]|class \w|def \w|>>> |@\w|return\b)|[ \t]+\S"
     r"|[ \t]*[\w.\[\]\"']+[ \t]*=[^=]).*$",
     re.M,
 )
+
+
+def outer_frame_names(text: str, outer: int) -> list[tuple[int, int]]:
+    """The product's names (first occurrences, not on frames), plus those on the first `outer` frames of each
+    traceback (counted from its "Traceback (most recent call last):" line): the test's or the user's own calls,
+    which replies restate, before the library's."""
+    starts = [m.start() for m in re.finditer(r"Traceback \(most recent call last\):", text)]
+    frames, count, current = [], {}, None
+    for m in _FRAME.finditer(text):
+        tb = max((s for s in starts if s < m.start()), default=None)
+        if tb != current:
+            current, count[tb] = tb, 0
+        if count[tb] >= outer:
+            frames.append(m.span())
+        count[tb] += 1
+    seen: set[str] = set()
+    spans = []
+    for m in _CANDIDATE.finditer(text):
+        word = m.group()
+        if word in seen or not is_code_name(word) or any(a <= m.start() < b for a, b in frames):
+            continue
+        seen.add(word)
+        spans.append(m.span())
+    return spans
 
 
 def code_lines(text: str) -> list[tuple[int, int]]:
@@ -61,6 +87,7 @@ class TaskNamesSettings(NexusAgentSettings):
     name_cap: int = 0  # the first this many name tokens only (0: all)
     name_wait: bool = False  # the bonus only once a reply query has been seen (the opening's prefill ranks without)
     code_weight: float = 0.0  # a bonus for each token of the task's code lines
+    name_outer: int = 0  # names on the first this many frames of each traceback count too
 
 
 class TaskNamesPolicy(NexusAgentPolicy):
@@ -88,7 +115,11 @@ class TaskNamesPolicy(NexusAgentPolicy):
 
     def positions(self, tokenizer, ids: list[int], span: tuple[int, int]) -> torch.Tensor:
         rules = {"first": self.settings.name_first, "skip_frames": not self.settings.name_frames}
-        found = [p for a, b in name_positions(tokenizer, ids, span, **rules) for p in range(a, b)]
+        if self.settings.name_outer > 0:
+            runs = text_runs(tokenizer, ids, span, lambda text: outer_frame_names(text, self.settings.name_outer))
+        else:
+            runs = name_positions(tokenizer, ids, span, **rules)
+        found = [p for a, b in runs for p in range(a, b)]
         cap = self.settings.name_cap
         return torch.tensor(found[:cap] if cap > 0 else found, dtype=torch.long)
 
