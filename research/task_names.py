@@ -37,7 +37,7 @@ import torch  # noqa: E402
 
 from kvstore.policies.base import ScoreContext  # noqa: E402
 from kvstore.policies.nexus_agent import NexusAgentPolicy, NexusAgentSettings  # noqa: E402
-from kvstore.profiles.names import _CANDIDATE, _FRAME, is_code_name, name_positions, text_runs  # noqa: E402
+from kvstore.profiles.names import frame_spans, name_positions, name_spans, text_runs  # noqa: E402
 
 CODE_LINE = re.compile(
     r"^(?:[ \t]*(?:from [\w.]+ import |import [\w.]|class \w|def \w|>>> |@\w|return\b)|[ \t]+\S"
@@ -52,27 +52,19 @@ def outer_frame_names(text: str, outer: int) -> list[tuple[int, int]]:
     which replies restate, before the library's."""
     starts = [m.start() for m in re.finditer(r"Traceback \(most recent call last\):", text)]
     frames, count, current = [], {}, None
-    for m in _FRAME.finditer(text):
-        tb = max((s for s in starts if s < m.start()), default=None)
+    for a, b in frame_spans(text):
+        tb = max((s for s in starts if s < a), default=None)
         if tb != current:
             current, count[tb] = tb, 0
         if count[tb] >= outer:
-            frames.append(m.span())
+            frames.append((a, b))
         count[tb] += 1
-    seen: set[str] = set()
-    spans = []
-    for m in _CANDIDATE.finditer(text):
-        word = m.group()
-        if word in seen or not is_code_name(word) or any(a <= m.start() < b for a, b in frames):
-            continue
-        seen.add(word)
-        spans.append(m.span())
-    return spans
+    return name_spans(text, frames=frames)
 
 
 def code_lines(text: str) -> list[tuple[int, int]]:
     """[start, end) character spans of the code lines of `text` (CODE_LINE), outside traceback frames."""
-    frames = [m.span() for m in _FRAME.finditer(text)]
+    frames = frame_spans(text)
     return [
         m.span()
         for m in CODE_LINE.finditer(text)
@@ -98,9 +90,9 @@ class TaskNamesPolicy(NexusAgentPolicy):
         super().__init__(config, settings)
         self.names: torch.Tensor | None = None  # positions, set by the patched session (`patch_session`)
         self.code: torch.Tensor | None = None  # the code lines' positions, likewise
+        self.reads_names = False  # the product's own names term stays off: this policy's rules replace it
 
     def score(self, ctx: ScoreContext) -> torch.Tensor:
-        ctx.names = None  # the product's own term: replaced by this policy's rules below
         score = super().score(ctx)
         if self.names is None or ctx.task_span is None or self.settings.name_weight == 0:
             return score
@@ -114,7 +106,7 @@ class TaskNamesPolicy(NexusAgentPolicy):
         return score
 
     def positions(self, tokenizer, ids: list[int], span: tuple[int, int]) -> torch.Tensor:
-        rules = {"first": self.settings.name_first, "skip_frames": not self.settings.name_frames}
+        rules = {"first": self.settings.name_first, "frames": [] if self.settings.name_frames else None}
         if self.settings.name_outer > 0:
             runs = text_runs(tokenizer, ids, span, lambda text: outer_frame_names(text, self.settings.name_outer))
         else:

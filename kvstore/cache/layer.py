@@ -244,7 +244,7 @@ class EvictingLayer(DynamicLayer):
             prior=signals.prior_at(self.layer_idx, self.positions) if with_prior else None,
             prior_kind=signals.prior_kind,
             task_span=signals.task_span if with_prior else None,
-            names=signals.name_tokens(self.positions) if with_prior else None,
+            names=signals.name_tokens(self.positions) if with_prior and cache.policy.reads_names else None,
             reply_queries=signals.reply_queries(self.seen - new, self.seen),
             triton=cache.config.use_triton is not False,
             own=signals.reply_tokens(self.positions) if cache.policy.reads_own else None,

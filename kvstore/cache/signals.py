@@ -42,6 +42,7 @@ class SessionSignals:
     observers: list[Callable[[Any], None]] = field(default_factory=list)
     _reply_mask: tuple[tuple, torch.Tensor | None] | None = field(default=None, init=False, repr=False)
     _task_span: tuple[torch.Tensor, tuple[int, int] | None] | None = field(default=None, init=False, repr=False)
+    _names_table: tuple[list, torch.Tensor] | None = field(default=None, init=False, repr=False)
 
     def carried_over(self) -> SessionSignals:
         """The same spans and profile weights for the session's next cache (re-prefill); observers stay behind."""
@@ -94,8 +95,18 @@ class SessionSignals:
         return torch.where(inside, w.expand(positions.shape[0], -1, -1).gather(-1, idx), 0.0)
 
     def name_tokens(self, positions: torch.Tensor) -> torch.Tensor | None:
-        """[B, Hkv, T] bool: which held tokens are code names of the task's text (None: no name was found)."""
-        return span_mask(positions, self.names) if self.names else None
+        """[B, Hkv, T] bool: which held tokens are code names of the task's text (None: no name was found). Read
+        from a table by position, made once per list of names: a task names dozens, and each eviction step of each
+        layer asks."""
+        if not self.names:
+            return None
+        if self._names_table is None or self._names_table[0] is not self.names:
+            table = torch.zeros(max(end for _, end in self.names), dtype=torch.bool)
+            for start, end in self.names:
+                table[start:end] = True
+            self._names_table = (self.names, table.to(self.device))
+        table = self._names_table[1].to(positions.device)
+        return (positions < len(table)) & table[positions.clamp_max(len(table) - 1)]
 
     # --- protected spans ------------------------------------------------------------------------------------------
     def protect(self, start: int, end: int) -> None:

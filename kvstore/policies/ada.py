@@ -52,6 +52,7 @@ class AdaKV(Policy):
         super().__init__(config, settings)
         self.inner = self.scorer(config, self.settings.scorer)
         self.window, self.token_state, self.reads_own = self.inner.window, self.inner.token_state, self.inner.reads_own
+        self.reads_names = self.inner.reads_names
         self.observe = self.inner.observe  # the class attribute mirrors the scorer's (Policy.observes reads it)
 
     @classmethod

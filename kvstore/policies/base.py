@@ -60,6 +60,7 @@ class Policy:
     default_sink: int | None = 0  # attention-sink tokens always kept when the `sink` option is None (None: one block)
     uses_profile = False  # True: the score reads a memory profile's weights (ScoreContext.prior); others ignore it
     reads_own = False  # True: the score reads which held tokens the agent's replies wrote (ScoreContext.own)
+    reads_names = False  # True: the score reads which held tokens are the task's code names (ScoreContext.names)
     settings_type: type = NoSettings  # the policy's own settings: a dataclass in its file, defaults from its paper
 
     def __init__(self, config: SharedSettings, settings: Any = None) -> None:

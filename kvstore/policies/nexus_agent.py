@@ -86,6 +86,7 @@ class NexusAgentPolicy(NexusHeadPolicy):
         replies = ("reply_acc", "reply_seen") if self.settings.reply_weight > 0 else ()
         self.token_state = ("acc",) + replies + tuple(self.token_state)
         self.reads_own = self.settings.own_weight > 0 or self.settings.last_weight > 0
+        self.reads_names = self.settings.name_weight > 0
 
     def _replies(self, ctx: ScoreContext) -> int:
         """How many of the observed queries are the agent's reply's (0 without the reply term)."""
@@ -134,7 +135,7 @@ class NexusAgentPolicy(NexusHeadPolicy):
             score = score + self.settings.own_weight * ctx.own.to(score.dtype)
         if ctx.last_own is not None and self.settings.last_weight > 0:
             score = score + self.settings.last_weight * ctx.last_own.to(score.dtype)
-        if ctx.names is not None and self.settings.name_weight > 0:
+        if ctx.names is not None:
             score = score + self.settings.name_weight * ctx.names.to(score.dtype)
         return score + self._task_head(ctx, score.dtype)
 

@@ -32,10 +32,17 @@ def is_code_name(word: str) -> bool:
     return "/" in word or "." in bare or "_" in bare.strip("_") or word.endswith("()") or mixed_case
 
 
-def name_spans(text: str, first: bool = True, skip_frames: bool = True) -> list[tuple[int, int]]:
+def frame_spans(text: str) -> list[tuple[int, int]]:
+    """[start, end) character spans of the traceback frames in `text`: each `File "...", line N, in f` line with the
+    source line under it."""
+    return [m.span() for m in _FRAME.finditer(text)]
+
+
+def name_spans(text: str, first: bool = True, frames: list[tuple[int, int]] | None = None) -> list[tuple[int, int]]:
     """[start, end) character spans of the code names in `text`: each name's first occurrence only (first), none
-    on a traceback's frame lines (skip_frames); research/task_names.py measured the other choices."""
-    frames = [m.span() for m in _FRAME.finditer(text)] if skip_frames else []
+    that starts inside `frames` (None: the text's traceback frames, `frame_spans`); research/task_names.py measured
+    the other choices."""
+    frames = frame_spans(text) if frames is None else frames
     seen: set[str] = set()
     spans = []
     for m in _CANDIDATE.finditer(text):
@@ -60,7 +67,7 @@ def text_runs(
     order, not overlapping) of the text they decode to. Each token is decoded alone: a character a token splits only
     shifts the offsets after it by its pieces."""
     start, end = span
-    pieces = [tokenizer.decode([int(t)]) for t in ids[start:end]]
+    pieces = tokenizer.batch_decode([[int(t)] for t in ids[start:end]])
     bounds, at = [], 0
     for piece in pieces:
         bounds.append((at, at + len(piece)))
