@@ -13,6 +13,7 @@ from kvstore.policies import policy_defaults
 from kvstore.policies.h2o import H2OPolicy
 from kvstore.policies.nexus import NexusHeadPolicy, NexusPolicy
 from kvstore.policies.nexus_agent import NexusAgentPolicy
+from research.open_names import OpenNamesPolicy
 from research.opening_window import OpeningWindowPolicy
 from research.statement_prior import StatementPriorPolicy
 from research.task_names import TaskNamesPolicy
@@ -48,6 +49,8 @@ VARIANTS = {
     "nexus-agent-sprior": (StatementPriorPolicy, _DEFAULT),
     # issue 64: the default with the task's code names found by other rules (research/task_names.py)
     "nexus-agent-names": (TaskNamesPolicy, _DEFAULT),
+    # issue 64: the default with the code names of an opening no profile matched (research/open_names.py)
+    "nexus-agent-opennames": (OpenNamesPolicy, _DEFAULT),
 }
 
 for _name, (_cls, _defaults) in VARIANTS.items():
