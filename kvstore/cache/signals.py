@@ -34,8 +34,8 @@ class SessionSignals:
     # (kvstore.profiles.tokens) for an opening no profile matched
     protected: list[tuple[int, int]] = field(default_factory=list)  # [start, end) positions never evicted
     replies: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of the agent's earlier replies
-    names: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of the code names in a matched
-    # opening's task text (kvstore.profiles.names)
+    names: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of the code names of the task's
+    # text: a matched opening's task span, else the first user message (kvstore.profiles.names)
     reply_from: int | None = None  # where the reply being generated or teacher-forced starts (None: none runs)
     # called with each layer right after attention used the new tokens, before its eviction decision (benchmarks
     # sample memory here; calibration records attention); an observer must not change the layer

@@ -22,7 +22,7 @@ class NexusAgentSettings(NexusSettings):
     last_weight: float = 0.0  # a further bonus to the tokens of the agent's latest finished reply (with own_weight)
     task_head: int = 32  # the first tokens of the task's text in an opening a profile matched, given `task_weight`
     task_weight: float = 4.0  # the bonus of each of those tokens (the task's title: replies restate it)
-    name_weight: float = 0.0  # a bonus to the code names of a matched opening's task text (kvstore.profiles.names)
+    name_weight: float = 0.0  # a bonus to the code names of the task's text (kvstore.profiles.names)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -63,8 +63,9 @@ class NexusAgentPolicy(NexusHeadPolicy):
     the issue's title, which replies restate) get `task_weight` on top, as the agent's own tokens get `own_weight`:
     on an opening far larger than the budget, the chunked prefill otherwise ranks them by what the text after them
     (a long traceback) attends. The code names of the task's text (SessionSignals.names: dotted names, names with an
-    underscore or inner capitals, calls, paths; their first occurrence, outside traceback frames) get `name_weight`
-    on top: replies restate them after the first tool output about as long as the budget.
+    underscore or inner capitals, calls, paths; their first occurrence, outside traceback frames; where no profile
+    matched, those of the whole first user message) get `name_weight` on top: replies restate them after the first
+    tool output about as long as the budget.
 
     Why three terms: on recorded agent conversations the accumulated attention keeps what the long opening (system
     prompt and task, compressed chunk by chunk before any reply) needs, where the window-scored Nexus score loses it;

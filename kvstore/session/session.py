@@ -95,6 +95,7 @@ class Session:
             return
         encode = encode or self.renderer.encode_with_replies
         profiles = self._profiles_for(messages)  # read (and checked) before anything changes
+        opens = not any(m["role"] == "user" for m in self.messages) and any(m["role"] == "user" for m in messages)
         cut = self._protected_count(messages)
         if cut:
             start = len(self.tokens)
@@ -112,18 +113,31 @@ class Session:
             for a, b in replies:  # replies of the agent given as history: their queries are the agent's
                 self.cache.signals.add_reply(start + a, start + b)
         self.messages.extend(dict(m) for m in messages)
-        if profiles is not None:  # the opening is complete: its template tokens get the best profile's weights
-            first_user = next(i for i, m in enumerate(self.messages) if m["role"] == "user")
-            opening = self.tokens[: len(self.renderer.encode_messages(self.messages[: first_user + 1], first=True))]
+        if opens:
+            self._read_opening(profiles)
+
+    def _read_opening(self, profiles) -> None:
+        """Once the opening (system prompt + first user message) is in: its template tokens get the best profile's
+        weights (one profile file that does not match: its token prior), and the code names of the task's text are
+        found (kvstore.profiles.names): in the text a matched profile leaves to the task, else in the whole first
+        user message."""
+        first_user = next(i for i, m in enumerate(self.messages) if m["role"] == "user")
+        render = self.renderer.encode_messages
+        opening = self.tokens[: len(render(self.messages[: first_user + 1], first=True))]
+        signals = self.cache.signals
+        if profiles is not None:
             prior, self.profile_status = best_match(profiles, opening)
             if prior is not None:
-                signals = self.cache.signals
                 signals.set_prior(prior)
-                if signals.task_span is not None:  # the task's code names (kvstore.profiles.names)
-                    signals.names = name_positions(self.tokenizer, opening, signals.task_span)
             elif len(profiles) == 1 and not Path(self.config.profile).is_dir():  # one profile file: its token prior
-                self.cache.signals.set_prior(TokenPrior.of(profiles[0][1]).prior_for(opening), "tokens")
+                signals.set_prior(TokenPrior.of(profiles[0][1]).prior_for(opening), "tokens")
                 self.profile_status += f"; token prior for its {len(opening)} opening tokens"
+        if signals.prior is not None and signals.prior_kind == "profile":
+            task = signals.task_span  # None: the profile left no text to the task
+        else:  # no profile says where the task's text lies: all of the first user message
+            task = (len(render(self.messages[:first_user], first=True)) if first_user else 0, len(opening))
+        if task is not None:
+            signals.names = name_positions(self.tokenizer, opening, task)
 
     def _profiles_for(self, messages: list[dict]):
         """The memory profiles (kvstore.profiles.profile.load_profiles: a file, or a directory of them) when these

@@ -1,6 +1,6 @@
 """The task's code names (kvstore.profiles.names, the default memory's `name_weight`): which words of a task's text
-count, where their tokens are, and that a session whose opening a profile matched keeps them, on the tiny random
-Qwen3 with the real tokenizer."""
+count, where their tokens are, that a session whose opening a profile matched keeps them, and that an opening no
+profile matched has those of its first user message, on the tiny random Qwen3 with the real tokenizer."""
 
 from __future__ import annotations
 
@@ -39,6 +39,12 @@ def test_code_names_are_found_once_and_prose_and_traceback_frames_are_not() -> N
         "django/contrib/admin/utils.py",
         "sqlite3.OperationalError",
     ]  # not "values", "Traceback", "The", nor the frame's path, function or source line
+
+
+def test_prose_slashes_abbreviations_and_markup_tags_are_not_names() -> None:
+    text = "<pr_description>\nSee e.g. the docs and/or write/load it, i.e. setup.cfg in /testbed.\n</pr_description>"
+    assert _names(text) == ["setup.cfg", "/testbed"]
+    assert _names("run tests/a/b or x/y.py, not a/b") == ["tests/a/b", "x/y.py"]
 
 
 def test_the_positions_are_the_tokens_of_those_names_inside_the_span() -> None:
@@ -95,13 +101,21 @@ def test_a_matched_opening_keeps_its_task_names(profile_file: Path) -> None:
     assert _names_kept(s) == 1.0 and _names_kept(without) < 1.0
 
 
-def test_no_matched_profile_no_names(profile_file: Path) -> None:
-    other = [{"role": "system", "content": "another agent"}, {"role": "user", "content": "fix a.b_c() " + words(300)}]
+def test_an_opening_no_profile_matched_has_the_names_of_its_first_user_message(profile_file: Path) -> None:
+    system = {"role": "system", "content": "another agent, see agent.run_tool() and /etc/agent_config"}
+    other = [system, {"role": "user", "content": "fix a.b_c() in pkg/mod.py " + words(300)}]
     for profile in (str(profile_file), None):  # a token prior, or nothing
         s = Session(tiny_chat_model(), qwen_tokenizer(), SessionConfig(budget=256, profile=profile))
-        s.append(other)
+        s.append(other[:1])  # the system prompt alone: the opening is not complete
+        assert s.cache.signals.names == []
+        s.append(other[1:])
         s.prefill()
-        assert s.cache.signals.names == [] and s.cache.layers[0].score_context().names is None
+        runs = s.cache.signals.names
+        text = [s.tokenizer.decode(s.tokens[a:b]) for a, b in runs]
+        assert [t.strip() for t in text] == ["a.b_c()", "pkg/mod.py"]  # not the system prompt's, nor im_start/end
+        assert s.cache.layers[0].score_context().names is not None
+    s.append([{"role": "user", "content": "now fix d.e_f()"}])  # a later user message adds none
+    assert s.cache.signals.names == runs
 
 
 def test_a_saved_session_keeps_its_names_and_an_older_save_has_none(profile_file: Path, tmp_path: Path) -> None:
