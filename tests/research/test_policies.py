@@ -32,6 +32,7 @@ AS_PRODUCT = {
     ),
     "nexus-agent-reply": ("nexus-agent", {"own_weight": 0.0, "last_weight": 0.0, "name_weight": 0.0}),
     "nexus-agent-tp": ("nexus-agent", {}),  # the default under another name (research/opening_first_reply.py)
+    "nexus-agent-opennames": ("nexus-agent", {}),  # likewise (research/open_names.py patches its session)
 }
 # no product twin: tested below
 OWN_TESTS = {
