@@ -1,6 +1,10 @@
-"""The task's code names for an opening no profile matched (issue 64, part 2: agents with no profile).
+"""The task's code names for an opening no profile matched (issue 64, part 2: agents with no profile): how the
+product's rule was selected (research/opening-issue64.md, section 8). The product now does this itself
+(Session._read_opening, with the names rule that followed), so after commit e8ac64c the patch below finds the names
+already set and `nexus-agent-opennames` is the default under another name; the section's research rows came from
+that commit.
 
-The default gives the code names of the task's text `name_weight` only where a memory profile matched the opening,
+The default gave the code names of the task's text `name_weight` only where a memory profile matched the opening,
 because only then does the session know where the task's text lies (SessionSignals.task_span). Without a profile
 (a served harness nobody calibrated, a chat) the task is still in the first user message. Policy
 `nexus-agent-opennames` is the default; this script runs it with the session patched to find the names in the

@@ -94,8 +94,8 @@ class Session:
         if not messages:
             return
         encode = encode or self.renderer.encode_with_replies
-        profiles = self._profiles_for(messages)  # read (and checked) before anything changes
         opens = not any(m["role"] == "user" for m in self.messages) and any(m["role"] == "user" for m in messages)
+        profiles = self._profiles_for_opening() if opens else None  # read (and checked) before anything changes
         cut = self._protected_count(messages)
         if cut:
             start = len(self.tokens)
@@ -132,20 +132,18 @@ class Session:
             elif len(profiles) == 1 and not Path(self.config.profile).is_dir():  # one profile file: its token prior
                 signals.set_prior(TokenPrior.of(profiles[0][1]).prior_for(opening), "tokens")
                 self.profile_status += f"; token prior for its {len(opening)} opening tokens"
-        if signals.prior is not None and signals.prior_kind == "profile":
+        if self.has_profile:
             task = signals.task_span  # None: the profile left no text to the task
         else:  # no profile says where the task's text lies: all of the first user message
             task = (len(render(self.messages[:first_user], first=True)) if first_user else 0, len(opening))
         if task is not None:
             signals.names = name_positions(self.tokenizer, opening, task)
 
-    def _profiles_for(self, messages: list[dict]):
-        """The memory profiles (kvstore.profiles.profile.load_profiles: a file, or a directory of them) when these
-        messages
-        complete the opening (system prompt + first user message) before the cache has seen it, else None; a
-        missing or corrupt file, or a profile file of another model, raises."""
-        done = any(m["role"] == "user" for m in self.messages)
-        if self.config.profile is None or done or self.prefilled or not any(m["role"] == "user" for m in messages):
+    def _profiles_for_opening(self):
+        """The memory profiles (kvstore.profiles.profile.load_profiles: a file, or a directory of them) for an opening
+        that messages being appended complete before the cache has seen it, else None; a missing or corrupt file, or
+        a profile file of another model, raises."""
+        if self.config.profile is None or self.prefilled:
             return None
 
         return load_profiles(self.config.profile, model_identity(self.model))
