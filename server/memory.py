@@ -23,7 +23,8 @@ def peak_tokens(cache, history: int, new: int, max_new: int, chunk_size: int) ->
     """Most tokens per layer the cache can hold during a turn that adds `new` tokens and generates `max_new`.
 
     A full cache holds everything; an evicting layer holds at most its budget + one block of slack, plus one
-    prefill chunk (and one block) before the eviction that follows it.
+    prefill chunk (and one block) before the eviction that follows it, and its `prefill_slack` on top while a
+    prefill's chunks before its last wait for that eviction.
     """
     total = history + new + max_new
     if not cache.policy.evicts:
@@ -31,7 +32,7 @@ def peak_tokens(cache, history: int, new: int, max_new: int, chunk_size: int) ->
     budget = _layer_budget(cache, history + new)
     if budget is None:
         return total
-    return min(total, budget + 2 * cache.config.block + min(chunk_size, new))
+    return min(total, budget + 2 * cache.config.block + min(chunk_size + cache.config.prefill_slack, new))
 
 
 def _layer_budget(cache, tokens: int) -> int | None:

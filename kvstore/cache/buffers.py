@@ -82,6 +82,9 @@ class ConcatStore:
         """Keep the held tokens `index` [B, H, K] (ascending) of every name, in that order."""
         self.tensors = {n: t.gather(2, _expand(index, t)) for n, t in self.tensors.items()}
 
+    def trim(self, capacity: int) -> None:
+        """Give back room past `capacity` tokens (BufferStore; here every tensor is already exact)."""
+
     def allocated_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors.values())
 
@@ -154,6 +157,16 @@ class BufferStore(ConcatStore):
             if name in self.zero_tail:
                 buf[:, :, k : self.length].zero_()
         self.length = k
+
+    def trim(self, capacity: int) -> None:
+        """Reallocate every buffer with room for more than `capacity` tokens (at least the held ones, whole
+        multiples of ROUND) to that: what a prefill_slack peak grew stays allocated no longer than that prefill."""
+        capacity = -(-max(capacity, self.length) // ROUND) * ROUND
+        for name, buf in self.tensors.items():
+            if buf.shape[2] > capacity:
+                new = buf.new_zeros(*buf.shape[:2], capacity, *buf.shape[3:])  # zeros: a zero_tail stays zero
+                new[:, :, : self.length].copy_(buf[:, :, : self.length])
+                self.tensors[name] = new
 
     def _grown(self, buf: torch.Tensor, n: int, need: int, zero: bool = False) -> torch.Tensor:
         """A larger buffer holding buf's first n tokens (zeros after them when `zero`)."""

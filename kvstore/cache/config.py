@@ -23,8 +23,15 @@ _NEUTRAL = {"engine": "static"}
 # options added later, with the value that means what a session saved before them did (token_blend: a session
 # saved before token priors has none, so it computes the same with any value; it takes the default; task_head: a
 # session saved before it kept no task head; last_weight: nor a bonus for the latest reply; name_weight: nor one for
-# the task's code names)
-_ADDED = {"density_grows": False, "token_blend": 0.5, "task_head": 0, "last_weight": 0.0, "name_weight": 0.0}
+# the task's code names; prefill_slack: every prefill chunk was brought back to the budget)
+_ADDED = {
+    "density_grows": False,
+    "token_blend": 0.5,
+    "task_head": 0,
+    "last_weight": 0.0,
+    "name_weight": 0.0,
+    "prefill_slack": 0,
+}
 
 
 @dataclass
@@ -48,6 +55,8 @@ class CacheConfig:
     compress_once: bool = False  # prefill-only policies: compress at the end of the first prefill only (benchmarks)
     score_chunk: int = 1 << 24  # attention statistics: at most this many fp32 probabilities live at once
     chunk_size: int = 512  # prefill chunk (tokens) for kvstore.prefill()
+    prefill_slack: int = 0  # tokens a layer may hold past its budget between the chunks of one prefill: a message
+    # shorter than this is evicted once, after its last chunk, on the attention of all its queries (0: every chunk)
     use_triton: bool | None = None  # fused Triton kernels: None = on CUDA when installed; False = torch paths
     engine: str = "static"  # KV storage: "static" buffers written in place, "eager" concatenating (cache/buffers.py)
     seed: int = 0  # seed of the cache's torch.Generator (reservoir draws)
@@ -69,7 +78,7 @@ class CacheConfig:
         for name in ("block", "chunk_size", "score_chunk", "observe_batch"):
             if getattr(self, name) < 1:
                 raise SettingError(name, f"must be >= 1, got {getattr(self, name)}")
-        for name in ("sink", "decode_slack", "recent", "recent_blocks"):
+        for name in ("sink", "decode_slack", "prefill_slack", "recent", "recent_blocks"):
             if (getattr(self, name) or 0) < 0:
                 raise SettingError(name, f"must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.recent_share < 1.0:

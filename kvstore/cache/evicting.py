@@ -4,7 +4,9 @@ Stock `model.generate` and plain forward calls accept it. Positions continue at 
 keys keep their original (already rotated) positions, and each layer is brought back to its budget right after
 attention used the new tokens. Budget accounting (docs/baselines.md): budgets are tokens per layer; after a
 multi-token forward a layer holds at most its budget (token policies exactly, block policies at most b - 1 less);
-in decode a layer may grow by `decode_slack` tokens (one block) before the next step brings it back.
+in decode a layer may grow by `decode_slack` tokens (one block) before the next step brings it back. With
+`prefill_slack`, the chunks of one prefill before its last evict only past budget + slack, so a message up to that
+long is evicted once, on every one of its queries; the layer's storage shrinks back after that peak.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class EvictingCache(Cache):
         self.budget_tokens: int | None = None
         self._layer_budgets: list[int] | None = None
         self.prefill_end: int | None = None  # tokens seen at the end of the latest prefill() (compress_once)
+        self.eviction_point = True  # False: a prefill chunk before its last, which evicts only past prefill_slack
         self._cuda = identity.get("device", "cpu").startswith("cuda")
         # what the session tells the cache: profile weights, protected spans, the agent's replies, observers
         self.signals = SessionSignals((identity["num_layers"], identity["num_kv_heads"]), identity.get("device", "cpu"))
@@ -115,7 +118,8 @@ class EvictingCache(Cache):
         return self._layer_budgets[layer_idx] + self.decode_slack() + 1 if self.policy.evicts else None
 
     def should_evict(self, layer: EvictingLayer) -> bool:
-        """Multi-token forwards are brought back to the budget exactly; decode steps once past budget + slack.
+        """Multi-token forwards are brought back to the budget exactly (a prefill's chunks before its last only once
+        past budget + prefill_slack); decode steps once past budget + decode slack.
         Prefill-only policies never evict in decode; with compress_once only at the end of the first prefill."""
         for observe in self.signals.observers:
             observe(layer)
@@ -127,8 +131,8 @@ class EvictingCache(Cache):
                 return False
         if self.budget_tokens is None:
             self.resolve_budget(layer.seen)  # no prefill() told us the prompt: the first forward is the prompt
-        limit = self.layer_budget_tokens(layer.layer_idx) + (0 if multi else self.decode_slack())
-        return layer.effective_held() > limit
+        slack = (0 if self.eviction_point else self.config.prefill_slack) if multi else self.decode_slack()
+        return layer.effective_held() > self.layer_budget_tokens(layer.layer_idx) + slack
 
     def flush_observations(self) -> None:
         """Apply every layer's pending decode statistics (EvictingLayer.flush_observations): before reading the
@@ -202,7 +206,13 @@ class EvictingCache(Cache):
         if not self.policy.evicts:
             return "never"
         if not self.policy.prefill_only:
-            return "every forward: multi-token ones back to the budget, decode once past budget + decode_slack"
+            slack = self.config.prefill_slack
+            prefill = (
+                f"a prefill's last chunk back to the budget, its others once past budget + {slack}"
+                if slack
+                else "multi-token ones back to the budget"
+            )
+            return f"every forward: {prefill}, decode once past budget + decode_slack"
         if self.config.compress_once:
             return "once, at the end of the first prefill; later tokens (decode and new turns) accumulate"
         return "every multi-token forward (each prefill chunk, each new turn); decode tokens accumulate"

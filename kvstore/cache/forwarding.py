@@ -49,17 +49,25 @@ def prefill_steps(
 
     chunk_size: tokens per forward (default: the cache's `chunk_size`, else all at once); all_logits: return every
     position's logits; reply: [start, end) of a reply's generation prompt within `input_ids` (see `chunk_end`).
-    A density budget is fixed here from the prompt length (tokens already seen + T)."""
+    A density budget is fixed here from the prompt length (tokens already seen + T). With the cache's
+    `prefill_slack`, a chunk before the last (and before the reply's prompt) evicts only past budget + slack."""
     if hasattr(cache, "resolve_budget"):
         cache.resolve_budget(cache.get_seq_length() + input_ids.shape[-1])
     size = chunk_size or getattr(getattr(cache, "config", None), "chunk_size", None) or input_ids.shape[-1]
     chunks, start, total = [], 0, input_ids.shape[-1]
-    while start < total:
-        end = chunk_end(start, total, size, reply)
-        chunks.append(forward(model, cache, input_ids[:, start:end], last_only=not all_logits))
-        start = end
-        if start < total:
-            yield
+    pauses = hasattr(cache, "eviction_point")  # an evicting cache: told which chunks may leave it past its budget
+    try:
+        while start < total:
+            end = chunk_end(start, total, size, reply)
+            if pauses:  # the last chunk, and the one before a reply's prompt, bring it back (prefill_slack)
+                cache.eviction_point = end == total or (reply is not None and end == reply[0])
+            chunks.append(forward(model, cache, input_ids[:, start:end], last_only=not all_logits))
+            start = end
+            if start < total:
+                yield
+    finally:
+        if pauses:
+            cache.eviction_point = True
     if not chunks:
         raise ValueError("prefill needs at least one token")
     return torch.cat(chunks, dim=1) if all_logits else chunks[-1][:, -1]

@@ -89,6 +89,7 @@ class SessionConfig(MemorySettings):
             self.profile = str(self.profile)
         options = {"chunk_size": self.chunk_size} | dict(self.cache_options)
         self.cache = CacheConfig.of(self.policy, budget=self.budget, seed=self.seed, **options)
+        self.chunk_size = self.cache.chunk_size  # a `chunk_size` cache option sets the session's prefill chunk too
 
     @classmethod
     def of(cls, memory: MemorySettings, **more: Any) -> SessionConfig:

@@ -46,6 +46,11 @@ def test_a_session_config_passes_its_chunk_size() -> None:
     assert SessionConfig(chunk_size=64).cache.chunk_size == 64
 
 
+def test_a_chunk_size_cache_option_is_the_sessions_prefill_chunk_too() -> None:
+    config = SessionConfig(chunk_size=512, cache_options={"chunk_size": 128})  # e.g. a replay spec's `@chunk_size=128`
+    assert (config.chunk_size, config.cache.chunk_size) == (128, 128)
+
+
 def test_a_session_config_applies_the_policy_names_variant_defaults() -> None:
     assert SessionConfig(policy="nexus-agent").cache.recent_share == 0.5
 
