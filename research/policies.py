@@ -21,7 +21,9 @@ from research.template_level import TemplateLevelPolicy
 from research.token_prior import TokenPriorPolicy
 
 _TOPK_HALF_RECENT = {"selector": "topk", "recent_share": 0.5}  # what every earlier default memory shared
-_DEFAULT = policy_defaults("nexus-agent")  # today's default memory's options: the candidates below build on it
+# today's default memory's options: the candidates below build on it (since one eviction per message went into the
+# default, they evict once per message too: `@prefill_slack=0` reproduces a row measured before it)
+_DEFAULT = policy_defaults("nexus-agent")
 
 # name -> (policy class, option defaults that name implies)
 VARIANTS = {

@@ -28,9 +28,19 @@ AS_PRODUCT = {
     "nexus-agent-mean": ("nexus", {"selector": "topk", "recent_share": 0.5, "score_memory": "mean"}),
     "nexus-agent-acc": (
         "nexus-agent",
-        {"reply_weight": 0.0, "own_weight": 0.0, "last_weight": 0.0, "name_weight": 0.0, "opening_nexus": True},
+        {
+            "reply_weight": 0.0,
+            "own_weight": 0.0,
+            "last_weight": 0.0,
+            "name_weight": 0.0,
+            "opening_nexus": True,
+            "prefill_slack": 0,
+        },
     ),
-    "nexus-agent-reply": ("nexus-agent", {"own_weight": 0.0, "last_weight": 0.0, "name_weight": 0.0}),
+    "nexus-agent-reply": (
+        "nexus-agent",
+        {"own_weight": 0.0, "last_weight": 0.0, "name_weight": 0.0, "prefill_slack": 0},
+    ),
     "nexus-agent-tp": ("nexus-agent", {}),  # the default under another name (research/opening_first_reply.py)
     "nexus-agent-opennames": ("nexus-agent", {}),  # likewise (research/open_names.py patches its session)
 }
