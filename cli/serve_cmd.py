@@ -54,7 +54,9 @@ def serve_cmd(
     ),
     max_new_tokens: int = shared("max_new_tokens", _D.max_new_tokens, help="Reply length without max_tokens."),
     chunk_size: int = typer.Option(
-        _D.chunk_size, "--prefill-chunk", help="Prefill chunk in tokens (evicts after each)."
+        _D.chunk_size,
+        "--prefill-chunk",
+        help="Prefill chunk in tokens (evicted after each; the default memory: once, after the last).",
     ),
     interleave: bool = typer.Option(
         _D.interleave_prefill,

@@ -58,7 +58,7 @@ class ServeConfig:
     # policy, budget (per session), protocol, protect, memory profile (a file, or a directory openings are matched
     # against and POST /v1/nexus/profiles saves to), seed (a request's "seed" overrides it for new sessions), device
     served_name: str | None = None  # the model id clients ask for (None: the --model value)
-    chunk_size: int = 512  # prefill chunk in tokens (each session's cache evicts after each chunk)
+    chunk_size: int = 512  # prefill chunk in tokens (evicted after each; the default memory's prefill_slack: once)
     interleave_prefill: bool = True  # a newcomer's prefill runs one chunk per decode step of the others (False: whole)
     dtype: str | None = None  # "bf16" | "fp16" | "fp32" (None: bf16 where supported, else fp32)
     threads: int | None = None  # torch CPU threads (None: all cores, 1 on a busy machine)
