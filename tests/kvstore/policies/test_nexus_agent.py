@@ -33,9 +33,10 @@ def test_it_accumulates_the_attention_h2o_accumulates() -> None:
 
 
 def test_both_parts_decide_what_is_kept_per_kv_head() -> None:
-    _, ours = _prefilled("nexus-agent", opening_nexus=True)
-    _, attention_only = _prefilled("nexus-agent", opening_nexus=True, acc_weight=1e9)
-    _, nexus_only = _prefilled("nexus-agent", opening_nexus=True, acc_weight=0.0)
+    one = {"opening_nexus": True, "prefill_slack": 0}  # an eviction step after each chunk: the score is remembered
+    _, ours = _prefilled("nexus-agent", **one)
+    _, attention_only = _prefilled("nexus-agent", **one, acc_weight=1e9)
+    _, nexus_only = _prefilled("nexus-agent", **one, acc_weight=0.0)
     layer = ours.layers[1]
     assert layer.state["nexus_steps"].max() >= 2
     assert all(x.held() <= 192 for x in ours.layers)
@@ -46,7 +47,7 @@ def test_both_parts_decide_what_is_kept_per_kv_head() -> None:
 
 
 def test_without_a_profile_the_opening_is_ranked_by_its_attention_alone_until_the_first_reply() -> None:
-    _, ours = _prefilled("nexus-agent")
+    _, ours = _prefilled("nexus-agent", prefill_slack=0)  # evicted after each chunk, as H2O is
     _, h2o = _prefilled("h2o", sink=16)  # the same forced set: one 16-token sink block, half of the budget recent
     assert ours.layers[1].state["nexus_steps"].max() >= 2  # the Nexus score is still remembered meanwhile
     for a, b in zip(ours.layers, h2o.layers, strict=True):
@@ -181,7 +182,7 @@ def test_a_reply_begins_after_the_message_before_it_is_evicted(driver: str) -> N
     one token at a time like the reply's decoding, as `bench replay` measures a recorded reply (teacher_force). Had
     they shared the message's last chunk, the reply term would have ranked that chunk's eviction on three queries."""
     opening = [{"role": "system", "content": words(80)}, {"role": "user", "content": words(150, "u")}]
-    ours, apart = _session(budget=96), _session(budget=96)
+    ours, apart = _session(budget=96, chunk_size=512), _session(budget=96, chunk_size=512)
     ours.append(opening)
     apart.append(opening)
     apart.prefill()  # the opening on its own, evicted at its end
