@@ -159,9 +159,10 @@ class BufferStore(ConcatStore):
         self.length = k
 
     def trim(self, capacity: int) -> None:
-        """Reallocate every buffer with room for more than `capacity` tokens (at least the held ones, whole
-        multiples of ROUND) to that: what a prefill_slack peak grew stays allocated no longer than that prefill."""
-        capacity = -(-max(capacity, self.length) // ROUND) * ROUND
+        """Reallocate every buffer with room for more than `capacity` tokens (at least the held ones and the layer's
+        limit, whole multiples of ROUND) to that: what a prefill_slack peak grew stays allocated no longer than that
+        prefill, and decoding still never reallocates."""
+        capacity = -(-max(capacity, self.length, self.limit or 0) // ROUND) * ROUND
         for name, buf in self.tensors.items():
             if buf.shape[2] > capacity:
                 new = buf.new_zeros(*buf.shape[:2], capacity, *buf.shape[3:])  # zeros: a zero_tail stays zero

@@ -292,9 +292,8 @@ class EvictingLayer(DynamicLayer):
             gone = gone[:: self.owner.config.block]
         self.store.keep(keep)  # keys, values, positions, state (and valid, replaced next) in one place
         if self.owner.config.prefill_slack:  # a prefill's peak past the budget is given back once it is evicted,
-            # down to what a prefill chunk needs without the slack (budget + chunk, more than decoding's)
-            limit = self.owner.decode_limit(self.layer_idx) or 0
-            self.store.trim(max(limit, self.owner.layer_budget_tokens(self.layer_idx) + self.owner.config.chunk_size))
+            # down to what a prefill chunk needs without the slack (budget + chunk)
+            self.store.trim(self.owner.layer_budget_tokens(self.layer_idx) + self.owner.config.chunk_size)
         if valid is not None:
             self.valid = valid
         self.stats.record(self.seen, gone, before - self.effective_held())
