@@ -36,7 +36,8 @@ def eval_cmd(
     ),
 ) -> None:
     """Solve and grade each task into --out/<id>/; a rerun of the same command skips the finished tasks and runs the
-    rest, including those whose run failed (an error is not a result: it is left out of predictions.jsonl).
+    rest, including those whose run failed (an error is not a result: it is left out of predictions.jsonl). A folder
+    whose run had other settings, or whose memory ran with defaults this version changed, is refused (exit 2).
 
     Exit code: 0 when every selected task finished, 1 when some task's run failed (listed with its reason at the
     end), 2 for a bad option or --out folder (nothing runs), 130 when interrupted (Ctrl-C: the finished tasks' files

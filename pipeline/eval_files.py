@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kvstore.cache.config import changed_results
 from kvstore.models.registry import architecture_of
 from kvstore.profiles.profile import fingerprint
 from pipeline.config import RunConfig
@@ -92,15 +93,18 @@ def claim_out_dir(out: Path, cfg: RunConfig, served: dict[str, Any] | None = Non
     wanted["profiles"], others = _fingerprint(cfg.memory.profile, cfg.memory.model)
     if served is not None:
         wanted["server"] = {k: served.get(k) for k in ("id", "model", "policy", "budget", "protocol")}
+    else:  # what this version's memory computes, defaults included: a later version may change a default
+        wanted["memory"] = cfg.session_config().cache.results()
     if path.is_file():
         held = _read_run_file(path)
         held = _OLDER_RUNS | held
-        profiles = wanted.pop("profiles")
+        profiles, memory = wanted.pop("profiles"), wanted.pop("memory", None)
         diff = [f"{k}: {held.get(k)!r} -> {v!r}" for k, v in wanted.items() if held.get(k) != v]
         if diff:
             settings = "; ".join(diff)
             hint = "resume it as it was or use another --out"
             raise RunError(f"{out} holds a run with other settings ({settings}); {hint}")
+        _check_memory(out, held.get("memory"), memory)
         if "profiles" in held:  # a run.json from before the record: its profiles are not known
             _check_profiles(out, cfg.memory.profile, held["profiles"], profiles, others)
         return
@@ -113,6 +117,20 @@ def claim_out_dir(out: Path, cfg: RunConfig, served: dict[str, Any] | None = Non
         atomic_write(path, json.dumps(wanted, indent=2) + "\n")
     except OSError as exc:
         raise RunError(f"--out {out} is not writable ({exc.strerror})") from None
+
+
+def _check_memory(out: Path, held: Any, now: dict[str, Any] | None) -> None:
+    """Refuse to resume a run whose memory computed otherwise than this version's would: a default changed by an
+    upgrade (a run.json from before the record holds none: not known, so it resumes)."""
+    if held is None or now is None:
+        return
+    changed = changed_results(held, now) if isinstance(held, dict) else [f"{RUN_FILE}'s memory is not a record"]
+    if changed:
+        raise RunError(
+            f"{out} holds a run whose memory ran with other settings ({'; '.join(changed)}): nexus-agent's defaults "
+            "changed since it started, so its finished tasks would mix with results of another memory; resume it "
+            "with the version that started it, or use another --out"
+        )
 
 
 def _fingerprint(path: Path | None, model: str) -> tuple[dict[str, str] | None, set[str]]:

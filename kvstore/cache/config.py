@@ -124,6 +124,23 @@ class CacheConfig:
         shared = {name: getattr(self, name) for name in ("policy", *SHARED)}
         return shared | settings_options(self.settings)
 
+    def results(self) -> dict[str, Any]:
+        """The options that decide what the cache computes: `to_dict` less those that change only how (`engine`). A
+        run that resumes compares them with the ones it started with (`changed_results`)."""
+        return {k: v for k, v in self.to_dict().items() if k not in _NEUTRAL}
+
+
+def changed_results(held: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """`name: then -> now` for each option that decides the results and differs between `held` (a `results()`
+    written by this or an earlier version: options added since take the value that means what it did then) and
+    `now` (this version's `results()`); one entry saying so when `held` names a policy or an option this version no
+    longer has."""
+    try:
+        then = CacheConfig.from_saved(held).results()
+    except KVStoreError:
+        return [f"policy {held.get('policy')!r} with options this version no longer has"]
+    return [f"{k}: {then.get(k)!r} -> {v!r}" for k, v in now.items() if then.get(k) != v]
+
 
 def saved_by_older_version(what: str) -> KVStoreError:
     """The one error for a session saved under earlier definitions (`what` differs), which cannot continue exactly."""
