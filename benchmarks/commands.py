@@ -286,6 +286,14 @@ def replay(
             "every reply still to come ('future') gives on the full cache; 'next,future' for both"
         ),
     ] = None,
+    oracle_slack: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="the oracles' prefill_slack: 0 evicts after every prefill chunk, as the baselines do; 4096 evicts "
+            "each message once, as the default memory does (runs labelled ORACLE@prefill_slack=N)",
+        ),
+    ] = 0,
     cross_fit_folds: Annotated[
         int | None,
         typer.Option(
@@ -335,6 +343,7 @@ def replay(
         profile=profile,
         bound=bound,
         oracle=oracle,
+        oracle_slack=oracle_slack,
         cross_fit_folds=cross_fit_folds,
         calibrate_on=calibrate_on,
         learn=learn,

@@ -24,7 +24,7 @@ from benchmarks.machine import machine
 from benchmarks.plans import BOUND
 from benchmarks.replay_bound import check_model, query_top_b
 from benchmarks.replay_data import default_traces
-from benchmarks.replay_oracle import HORIZONS, ReplyAttention, oracle_session, parse_horizons
+from benchmarks.replay_oracle import ReplyAttention, oracle_label, oracle_session, parse_horizons
 from benchmarks.replay_profiles import check_cross_fit, cross_fit, first_statement_variants, learn_first
 from benchmarks.replay_report import curves, plot, run_label, summarize, summary_table, target_rows, target_table
 from benchmarks.replay_run import Spec, budget_tokens, compare, reference, session_for
@@ -54,6 +54,7 @@ class ReplayConfig:
     profile: Path | None = None  # memory profile every replayed session gets (runs labelled SPEC+profile)
     bound: bool = False  # also replay the query-specific bound at every budget (benchmarks.replay_bound)
     oracle: tuple[str, ...] = ()  # also replay these set oracles at every budget: "next", "future" (replay_oracle)
+    oracle_slack: int = 0  # the oracles' prefill_slack (0: they evict after every chunk; 4096: once per message)
     fold_profiles: dict[Path, Path] = field(default_factory=dict)  # --cross-fit / --learn: each trace's own profile
     learn: int = 0  # --learn N: the first N traces without a profile, the rest with one learned from them
     system: str = "recorded"  # the recorded system message, or "project": this project's (benchmarks.replay_trace)
@@ -162,14 +163,15 @@ def run(cfg: ReplayConfig, model, tokenizer, on_progress=None) -> dict:
                     result["runs"].append(run_ | {"turns": [t.to_dict() for t in turns]})
                     if on_progress is not None:  # a stopped run keeps every finished replay
                         on_progress(result)
-            for label, horizon in ([(BOUND, None)] if cfg.bound else []) + [(HORIZONS[h], h) for h in cfg.oracle]:
+            oracles = [(oracle_label(h, cfg.oracle_slack), h) for h in cfg.oracle]
+            for label, horizon in ([(BOUND, None)] if cfg.bound else []) + oracles:
                 t1 = time.perf_counter()
                 if horizon is None:
                     with query_top_b(model, tokens):
                         full = session_for(model, tokenizer, Spec("full"), None, 0, None, rep.renderer)
                         turns = compare(full, p, ref)
                 else:
-                    session = oracle_session(model, tokenizer, tokens, record, horizon)
+                    session = oracle_session(model, tokenizer, tokens, record, horizon, cfg.oracle_slack)
                     session.renderer = rep.renderer  # the trace's template tools, as every replayed session
                     turns = compare(session, p, ref)
                 run_ = {"spec": label, "budget": budget, "budget_tokens": tokens, "seed": 0}
@@ -218,6 +220,7 @@ def main(
     profile,
     bound,
     oracle,
+    oracle_slack,
     cross_fit_folds,
     calibrate_on,
     learn,
@@ -251,6 +254,7 @@ def main(
     files = files[:limit] if limit else files
     specs_ = tuple(parse_spec(s) for s in spec_list)
     cfg = ReplayConfig(specs_, tuple(budget_list), max_tokens, seeds, files, profile, bound, horizons, learn=learn)
+    cfg.oracle_slack = oracle_slack
     cfg.system = check_system(system)
     if sum(x is not None and x != 0 for x in (profile, cross_fit_folds, learn)) > 1:
         raise KVStoreError("give one of --profile, --cross-fit and --learn")
@@ -271,7 +275,7 @@ def main(
     cfg_info = {"model": model, "dtype": info.dtype, "specs": [spec_label(s, profiled, learn > 0) for s in specs_]}
     cfg_info["budgets"] = budget_list
     cfg_info |= {"max_tokens": max_tokens, "seeds": seeds, "traces": [str(f) for f in files], "bound": bound}
-    cfg_info["oracle"] = list(horizons)
+    cfg_info["oracle"], cfg_info["oracle_slack"] = list(horizons), oracle_slack
     cfg_info["system"] = system
     cfg_info["machine"] = machine(next(m.parameters()).device)
 

@@ -131,11 +131,21 @@ class OracleSession(Session):
         return cache
 
 
-def oracle_session(model, tokenizer, budget: int, record: ReplyAttention, horizon: str) -> OracleSession:
+def oracle_session(
+    model, tokenizer, budget: int, record: ReplyAttention, horizon: str, prefill_slack: int = 0
+) -> OracleSession:
     """A fresh replay session for the oracle of `horizon` at `budget` tokens per layer. Its cache is built as H2O's
-    with no recent tokens (a token-level, per-head policy with the same budget checks), then ranks by `record`."""
-    config = SessionConfig(policy="h2o", budget=budget, cache_options={"recent": 0}, protect="none")
+    with no recent tokens (a token-level, per-head policy with the same budget checks), then ranks by `record`.
+    `prefill_slack` as the cache option: 0 evicts after every prefill chunk, as the baselines do; the default
+    memory's 4,096 evicts each message once, so its later chunks are computed beside the whole message."""
+    options = {"recent": 0, "prefill_slack": prefill_slack}
+    config = SessionConfig(policy="h2o", budget=budget, cache_options=options, protect="none")
     return OracleSession(model, tokenizer, config, record, horizon)
+
+
+def oracle_label(horizon: str, prefill_slack: int = 0) -> str:
+    """The name of an oracle's runs in tables and JSON; with a prefill slack, the option as a spec writes it."""
+    return HORIZONS[horizon] + (f"@prefill_slack={prefill_slack}" if prefill_slack else "")
 
 
 def parse_horizons(text: str | None) -> tuple[str, ...]:

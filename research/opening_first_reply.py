@@ -7,7 +7,7 @@ first reply's KL(full || memory) is pooled over its tokens, beside the next-repl
 
     python research/opening_first_reply.py OUT.json TRACE... --specs 'nexus-agent@profile=none;h2o;...'
         [--budgets 0.25,0.5] [--model smollm2-135m] [--max-tokens 4096] [--system agent] [--threads 1]
-        [--profile FILE]
+        [--profile FILE] [--oracle-slack N]
 """
 
 from __future__ import annotations
@@ -26,14 +26,12 @@ import torch  # noqa: E402
 
 import research.policies  # noqa: E402,F401  (registers the research variants)
 from benchmarks.replay import ReplayConfig, parse_spec, prepare  # noqa: E402
-from benchmarks.replay_oracle import ReplyAttention, oracle_session  # noqa: E402
+from benchmarks.replay_oracle import ReplyAttention, oracle_label, oracle_session  # noqa: E402
 from benchmarks.replay_run import Spec, budget_tokens, compare, reference, session_for  # noqa: E402
 from kvstore.models.registry import load_model  # noqa: E402
 from kvstore.profiles.profile import MemoryProfile  # noqa: E402
 from kvstore.profiles.tokens import TokenPrior  # noqa: E402
 from research.statement_prior import StatementPrior  # noqa: E402
-
-ORACLE = "oracle:next-reply-top-K"
 
 
 def token_prior(session, weights: torch.Tensor) -> None:
@@ -83,6 +81,7 @@ def main() -> None:
     ap.add_argument("--system", default="agent")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--profile", default=None, help="memory profile for every spec but SPEC@profile=none")
+    ap.add_argument("--oracle-slack", type=int, default=0, help="the oracle's prefill_slack (bench replay's)")
     ap.add_argument(
         "--token-prior", default=None, help="a profile whose per-token-id weights nexus-agent-tokprior gets"
     )
@@ -124,9 +123,9 @@ def main() -> None:
                     token_prior(session, prior.prior_for(p.opening_ids))
                 if session.config.policy == "nexus-agent-sprior" and statement is not None:
                     statement_prior(session, statement, p.opening_ids)
-            oracle = oracle_session(model, tok, tokens, record, "next")
+            oracle = oracle_session(model, tok, tokens, record, "next", args.oracle_slack)
             oracle.renderer = rep.renderer
-            for name, session in runs + [(ORACLE, oracle)]:
+            for name, session in runs + [(oracle_label("next", args.oracle_slack), oracle)]:
                 (t,) = compare(session, p, ref)
                 rows.append(
                     {
@@ -154,7 +153,8 @@ def report(rows: list[dict]) -> None:
         convs = sorted(set.intersection(*(set(c) for c in by.values())))
         pooled = {s: sum(by[s][c]["kl"] for c in convs) / sum(by[s][c]["tokens"] for c in convs) for s in by}
         base = next((s for s in ("h2o", "h2o+profile") if s in pooled), None)  # baselines ignore --profile
-        h2o, oracle = pooled.get(base), pooled.get(ORACLE)
+        oracle = next((pooled[s] for s in sorted(pooled) if s.startswith("oracle:")), None)
+        h2o = pooled.get(base)
         print(f"\nbudget {budget}: {len(convs)} conversations, first reply, KL pooled over its tokens")
         print(f"{'spec':60s} {'KL':>8s} {'/h2o':>6s} {'/oracle':>8s} {'<h2o':>5s}")
         for s in sorted(pooled, key=pooled.get):

@@ -23,7 +23,8 @@ _NEUTRAL = {"engine": "static"}
 # options added later, with the value that means what a session saved before them did (token_blend: a session
 # saved before token priors has none, so it computes the same with any value; it takes the default; task_head: a
 # session saved before it kept no task head; last_weight: nor a bonus for the latest reply; name_weight: nor one for
-# the task's code names; prefill_slack: every prefill chunk was brought back to the budget)
+# the task's code names; prefill_slack: every prefill chunk was brought back to the budget; opening_recent_share:
+# the opening kept the recent share of the rest)
 _ADDED = {
     "density_grows": False,
     "token_blend": 0.5,
@@ -31,6 +32,7 @@ _ADDED = {
     "last_weight": 0.0,
     "name_weight": 0.0,
     "prefill_slack": 0,
+    "opening_recent_share": None,
 }
 
 

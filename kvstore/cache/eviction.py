@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from kvstore.errors import KVStoreError
-from kvstore.policies.base import Policy
+from kvstore.policies.base import Policy, ScoreContext
 
 
 @dataclass
@@ -38,9 +38,9 @@ class Layout:
         return self.sink_end + t - self.recent_start
 
 
-def layout_for(policy: Policy, t: int, budget_tokens: int) -> Layout:
+def layout_for(policy: Policy, t: int, budget_tokens: int, ctx: ScoreContext | None = None) -> Layout:
     block = policy.config.block if policy.granularity == "block" else None
-    return Layout.of(t, policy.sink_tokens(), policy.recent_tokens(budget_tokens), block)
+    return Layout.of(t, policy.sink_tokens(), policy.recent_tokens(budget_tokens, ctx), block)
 
 
 @dataclass
@@ -58,12 +58,14 @@ def plan_eviction(
     generator: torch.Generator,
     valid: torch.Tensor | None = None,
     pinned: torch.Tensor | None = None,
+    ctx: ScoreContext | None = None,
 ) -> Plan | None:
     """scores: [B, 1 or Hkv, N] over all held units; pinned: [B, 1 or Hkv, T] bool held slots that must stay
-    (protected spans: kept first and counted in the budget; a budget that cannot hold them raises KVStoreError).
-    Returns None when nothing needs to go."""
+    (protected spans: kept first and counted in the budget; a budget that cannot hold them raises KVStoreError);
+    ctx: the step's ScoreContext, where the policy's recent share depends on it. Returns None when nothing needs to
+    go."""
     b = policy.config.block
-    lay = layout_for(policy, t, budget_tokens)
+    lay = layout_for(policy, t, budget_tokens, ctx)
     room = max(0, budget_tokens - lay.forced(t))
     if policy.granularity == "block":
         cand = _block_candidates(scores, lay, b)

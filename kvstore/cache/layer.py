@@ -264,8 +264,9 @@ class EvictingLayer(DynamicLayer):
         cache = self.owner
         self.flush_observations()
         budget = cache.layer_budget_tokens(self.layer_idx) if budget_tokens is None else budget_tokens
-        scores = cache.policy.score(self.score_context())
-        args = (self.keys.shape[1], cache.policy, cache.generator, self.valid, self.pinned())
+        ctx = self.score_context()
+        scores = cache.policy.score(ctx)
+        args = (self.keys.shape[1], cache.policy, cache.generator, self.valid, self.pinned(), ctx)
         return plan_eviction(scores, self.held(), budget, *args)
 
     def evict(self) -> None:
@@ -274,9 +275,10 @@ class EvictingLayer(DynamicLayer):
         cache, t = self.owner, self.held()
         timer = cache.timer
         t0 = timer()
-        scores = cache.policy.score(self.score_context(commit=True))
+        ctx = self.score_context(commit=True)
+        scores = cache.policy.score(ctx)
         t1 = timer()
-        args = (self.keys.shape[1], cache.policy, cache.generator, self.valid, self.pinned())
+        args = (self.keys.shape[1], cache.policy, cache.generator, self.valid, self.pinned(), ctx)
         plan = plan_eviction(scores, t, cache.layer_budget_tokens(self.layer_idx), *args)
         if plan is not None:
             self._apply(plan.keep, plan.valid, t)

@@ -121,21 +121,28 @@ class Policy:
         sink = self.config.sink if self.config.sink is not None else self.default_sink
         return self.config.block if sink is None else int(sink)
 
-    def recent_tokens(self, layer_budget: int) -> int:
+    def recent_tokens(self, layer_budget: int, ctx: ScoreContext | None = None) -> int:
         """The most recent tokens that are never evicted at this layer budget (block policies: `recent_blocks`
-        whole blocks; the layout adds the incomplete tail block by its real size)."""
+        whole blocks; the layout adds the incomplete tail block by its real size). `ctx`: the eviction step's, for
+        a policy whose share depends on it (`recent_share`); None: the most it can be (budget checks)."""
+        recent_share = self.recent_share(ctx)
         if self.granularity == "block":
             b = self.config.block
             blocks = self.config.recent_blocks
-            if self.config.recent_share:  # a share of the budget, never more than fits beside the sink and tail
-                blocks = max(blocks, min(int(self.config.recent_share * layer_budget) // b, layer_budget // b - 2))
+            if recent_share:  # a share of the budget, never more than fits beside the sink and tail
+                blocks = max(blocks, min(int(recent_share * layer_budget) // b, layer_budget // b - 2))
             return blocks * b
         r = self.config.recent if self.config.recent is not None else self.default_recent()
         tokens = round(r * layer_budget) if isinstance(r, float) else int(r)
-        if self.config.recent_share:  # never more than fits beside the sink
-            share = min(int(self.config.recent_share * layer_budget), layer_budget - self.sink_tokens())
+        if recent_share:  # never more than fits beside the sink
+            share = min(int(recent_share * layer_budget), layer_budget - self.sink_tokens())
             tokens = max(tokens, share)
         return tokens
+
+    def recent_share(self, ctx: ScoreContext | None) -> float:
+        """The share of the layer budget kept as recent tokens at this eviction step (`CacheConfig.recent_share`;
+        a policy may keep less at some steps, never more)."""
+        return self.config.recent_share
 
     def default_recent(self) -> int | float:
         return 0

@@ -23,6 +23,8 @@ class NexusAgentSettings(NexusSettings):
     task_head: int = 32  # the first tokens of the task's text in an opening a profile matched, given `task_weight`
     task_weight: float = 4.0  # the bonus of each of those tokens (the task's title: replies restate it)
     name_weight: float = 0.0  # a bonus to the code names of the task's text (kvstore.profiles.names)
+    opening_recent_share: float | None = None  # the recent share before the first reply in an opening a profile
+    # matched (its template's tail is the profile's to rank; at most recent_share); None: recent_share throughout
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -32,6 +34,8 @@ class NexusAgentSettings(NexusSettings):
         negative = [f"{n}={getattr(self, n)}" for n in named if getattr(self, n) < 0]
         if negative:
             raise KVStoreError(f"{', '.join(named)} must be >= 0, got {', '.join(negative)}")
+        if self.opening_recent_share is not None and not 0.0 <= self.opening_recent_share < 1.0:
+            raise KVStoreError(f"opening_recent_share must be in [0, 1), got {self.opening_recent_share}")
 
 
 class NexusAgentPolicy(NexusHeadPolicy):
@@ -148,6 +152,17 @@ class NexusAgentPolicy(NexusHeadPolicy):
         start, end = ctx.task_span
         head = (ctx.positions >= start) & (ctx.positions < min(end, start + self.settings.task_head))
         return self.settings.task_weight * head.to(dtype)
+
+    def recent_share(self, ctx: ScoreContext | None) -> float:
+        """`opening_recent_share` (never more than `recent_share`) while a profile-matched opening is evicted before
+        any reply query: the profile ranks the template's tail, which the recent window would otherwise hold with
+        the task text's last lines; the rest of the time `recent_share`, for the latest tool output."""
+        share, opening = self.config.recent_share, self.settings.opening_recent_share
+        if opening is None or ctx is None or ctx.prior is None or ctx.prior_kind != "profile":
+            return share
+        if "reply_seen" not in ctx.state or bool((ctx.state["reply_seen"] > 0).any()):
+            return share
+        return min(share, opening)
 
     def _nexus_on(self, ctx: ScoreContext, dtype: torch.dtype) -> torch.Tensor | float:
         """The Nexus term's weight: 1, or with `opening_nexus=False` 0 for each row ranking an opening without a

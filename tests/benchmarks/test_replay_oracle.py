@@ -116,6 +116,20 @@ def test_bench_replay_runs_the_oracle_under_each_budget() -> None:
     assert AttentionInterface._global_mapping["sdpa"] is base  # the model's attention is restored afterwards
 
 
+@pytest.mark.slow  # two references and two evicting replays of the tiny model: ~10 s
+def test_an_oracle_may_evict_each_message_once_as_the_default_memory_does() -> None:
+    model, tokenizer = tiny_chat_model(), qwen_tokenizer()
+    runs = {}
+    for slack in (0, 4096):
+        cfg = ReplayConfig((), (150,), MAX_TOKENS, traces=[TRAJECTORY], oracle=("next",), oracle_slack=slack)
+        (r,) = run(cfg, model, tokenizer)["runs"]
+        runs[r["spec"]] = r["turns"]
+    per_chunk, once = runs.pop(HORIZONS["next"]), runs.pop(f"{HORIZONS['next']}@prefill_slack=4096")
+    assert all(t["held"] <= 150 for t in once)  # still a true evicting cache at the budget before each reply
+    # the opening's later chunks were computed beside the whole opening, not beside a cache evicted per chunk
+    assert once[0]["kl"] != per_chunk[0]["kl"]
+
+
 def test_specs_may_be_empty_only_beside_the_bound_or_the_oracle(tmp_path) -> None:
     env = os.environ | {"NEXUS_SHARED_DATA": str(tmp_path)}
     result = CliRunner().invoke(app, ["bench", "replay", str(TRAJECTORY), "--specs", ""], env=env)
