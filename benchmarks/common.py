@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from benchmarks.timing import sync
@@ -55,5 +56,5 @@ def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
     for c in columns:
         t.add_column(c, justify="right" if c not in ("model", "policy", "protocol", "task") else "left")
     for r in rows:
-        t.add_row(*[f"{v:.3f}" if isinstance(v, float) else str(v) for v in r])
+        t.add_row(*[f"{v:.3f}" if isinstance(v, float) else escape(str(v)) for v in r])  # a label's `[...]` is text
     return t

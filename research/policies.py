@@ -22,7 +22,8 @@ from research.token_prior import TokenPriorPolicy
 
 _TOPK_HALF_RECENT = {"selector": "topk", "recent_share": 0.5}  # what every earlier default memory shared
 # today's default memory's options: the candidates below build on it (since one eviction per message went into the
-# default, they evict once per message too: `@prefill_slack=0` reproduces a row measured before it)
+# default, they evict once per message too: `@prefill_slack=0` reproduces a row measured before it; likewise
+# `opening_recent_share=0.25`, `@opening_recent_share=none` before it)
 _DEFAULT = policy_defaults("nexus-agent")
 
 # name -> (policy class, option defaults that name implies)

@@ -50,6 +50,7 @@ POLICIES: dict[str, tuple[type[Policy], dict[str, Any]]] = {
             "last_weight": 3.0,
             "name_weight": 2.0,
             "prefill_slack": 4096,
+            "opening_recent_share": 0.25,
         },
     ),
 }

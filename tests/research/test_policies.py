@@ -35,11 +35,12 @@ AS_PRODUCT = {
             "name_weight": 0.0,
             "opening_nexus": True,
             "prefill_slack": 0,
+            "opening_recent_share": None,
         },
     ),
     "nexus-agent-reply": (
         "nexus-agent",
-        {"own_weight": 0.0, "last_weight": 0.0, "name_weight": 0.0, "prefill_slack": 0},
+        {"own_weight": 0.0, "last_weight": 0.0, "name_weight": 0.0, "prefill_slack": 0, "opening_recent_share": None},
     ),
     "nexus-agent-tp": ("nexus-agent", {}),  # the default under another name (research/opening_first_reply.py)
     "nexus-agent-opennames": ("nexus-agent", {}),  # likewise (research/open_names.py patches its session)

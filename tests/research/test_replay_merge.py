@@ -4,13 +4,15 @@ refused with one clear line."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pytest
 from replay_merge import arguments, merge
+from rich.console import Console
 
-from benchmarks.replay_report import summarize, target_rows
+from benchmarks.replay_report import summarize, summary_table, target_rows
 
 
 def _run(spec: str, budget: float, kl: float, top1: int, conversation: str = "c1") -> dict:
@@ -147,5 +149,8 @@ def test_a_later_run_joins_under_a_new_label(tmp_path: Path) -> None:
     assert info["specs"] == ["nexus-agent", "h2o", "nexus-agent [new]"]
     kl = {r["spec"]: r["turns"][0]["kl"] for r in result["runs"]}
     assert kl == {"nexus-agent": 1.0, "h2o": 3.0, "nexus-agent [new]": 0.5}
+    text = io.StringIO()
+    Console(file=text, width=160).print(summary_table(summarize(result["runs"]), "t"))
+    assert "nexus-agent [new]" in text.getvalue()  # the table prints the label as it is, not as markup
     with pytest.raises(SystemExit, match="two specs"):
         arguments(["out", str(old), "--relabel", "nexus-agent"])

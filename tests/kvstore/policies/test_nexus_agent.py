@@ -330,3 +330,36 @@ def test_a_session_saved_before_the_latest_reply_bonus_runs_on_without_it() -> N
     del meta["config"]["last_weight"]
     back = restore_cache(model, tensors, meta)
     assert back.config.settings.last_weight == 0.0 and back.config.settings.own_weight == 1.0
+
+
+def _profiled(opening_recent_share: float | None):
+    """The 700-token opening of `_prefilled` with a profile matched on its first 100 tokens (all template)."""
+    model = tiny_chat_model("qwen3", 4096)
+    cache = kvstore.make_cache(model, "nexus-agent", budget=192, block=16, opening_recent_share=opening_recent_share)
+    cache.signals.set_prior(torch.ones(len(cache.layers), model.config.num_key_value_heads, 100))
+    ids = torch.randint(0, 1000, (1, 700), generator=torch.Generator().manual_seed(0))
+    kvstore.prefill(model, cache, ids, chunk_size=100)
+    return cache
+
+
+def test_an_opening_a_profile_matched_keeps_its_own_recent_share_until_the_first_reply() -> None:
+    cache = _profiled(0.25)
+    policy, layer = cache.policy, cache.layers[1]
+    assert policy.recent_tokens(192, layer.score_context()) == 48  # a quarter of the layer budget, not half
+    assert policy.recent_tokens(192) == 96  # the budget checks count the most it can be
+    for layer in cache.layers:  # every head holds the last 48 tokens; the 48 before them are ranked
+        pos = layer.positions[0]  # [Hkv, T]
+        assert all(set(range(652, 700)) <= set(p.tolist()) for p in pos)
+        assert layer.held() <= 192
+    assert any(not set(range(604, 652)) <= set(p.tolist()) for layer in cache.layers for p in layer.positions[0])
+    default = _profiled(None)
+    assert all(set(range(604, 700)) <= set(p.tolist()) for layer in default.layers for p in layer.positions[0])
+    assert default.policy.recent_tokens(192, default.layers[1].score_context()) == 96
+    with torch.inference_mode():  # the cache's state tensors are inference tensors
+        layer.state["reply_seen"][..., :5] = 1.0  # once a reply query has been seen: the recent share again
+        assert policy.recent_tokens(192, layer.score_context()) == 96
+        layer.state["reply_seen"].zero_()
+    cache.signals.set_prior(torch.ones(len(cache.layers), layer.keys.shape[1], 100), "tokens")  # no profile matched
+    assert policy.recent_tokens(192, layer.score_context()) == 96
+    with pytest.raises(KVStoreError, match="opening_recent_share must be in"):
+        kvstore.make_cache(tiny_chat_model("qwen3", 4096), "nexus-agent", budget=192, opening_recent_share=1.0)
