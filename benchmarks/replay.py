@@ -253,8 +253,9 @@ def main(
         spec_list, budget_list = specs and spec_list or list(QUICK["specs"]), list(QUICK["budgets"])
     files = files[:limit] if limit else files
     specs_ = tuple(parse_spec(s) for s in spec_list)
-    cfg = ReplayConfig(specs_, tuple(budget_list), max_tokens, seeds, files, profile, bound, horizons, learn=learn)
-    cfg.oracle_slack = oracle_slack
+    cfg = ReplayConfig(
+        specs_, tuple(budget_list), max_tokens, seeds, files, profile, bound, horizons, oracle_slack, learn=learn
+    )
     cfg.system = check_system(system)
     if sum(x is not None and x != 0 for x in (profile, cross_fit_folds, learn)) > 1:
         raise KVStoreError("give one of --profile, --cross-fit and --learn")

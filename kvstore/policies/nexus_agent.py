@@ -158,19 +158,26 @@ class NexusAgentPolicy(NexusHeadPolicy):
         any reply query: the profile ranks the template's tail, which the recent window would otherwise hold with
         the task text's last lines; the rest of the time `recent_share`, for the latest tool output."""
         share, opening = self.config.recent_share, self.settings.opening_recent_share
-        if opening is None or ctx is None or ctx.prior is None or ctx.prior_kind != "profile":
+        if opening is None or ctx is None or not _profiled(ctx) or "reply_seen" not in ctx.state:
             return share
-        if "reply_seen" not in ctx.state or bool((ctx.state["reply_seen"] > 0).any()):
-            return share
-        return min(share, opening)
+        return share if bool(_replied(ctx).any()) else min(share, opening)
 
     def _nexus_on(self, ctx: ScoreContext, dtype: torch.dtype) -> torch.Tensor | float:
         """The Nexus term's weight: 1, or with `opening_nexus=False` 0 for each row ranking an opening without a
         memory profile before any reply query has been seen ([B, 1, 1]). Its remembered score counts either way."""
-        profiled = ctx.prior is not None and ctx.prior_kind == "profile"  # a token prior leaves it off, as none
-        if self.settings.opening_nexus or profiled or "reply_seen" not in ctx.state:
+        if self.settings.opening_nexus or _profiled(ctx) or "reply_seen" not in ctx.state:
             return 1.0
-        return (ctx.state["reply_seen"].flatten(1).amax(1) > 0).to(dtype)[:, None, None]
+        return _replied(ctx).to(dtype)[:, None, None]
+
+
+def _profiled(ctx: ScoreContext) -> bool:
+    """Whether a matched memory profile ranks the opening's template (a token prior does not count: as none)."""
+    return ctx.prior is not None and ctx.prior_kind == "profile"
+
+
+def _replied(ctx: ScoreContext) -> torch.Tensor:
+    """[B] bool: whether each row has seen a query of the agent's replies (its reply term's state)."""
+    return ctx.state["reply_seen"].flatten(1).amax(1) > 0
 
 
 def with_prior(acc: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
