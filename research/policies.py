@@ -1,7 +1,7 @@
 """Retired and experimental policy variants, kept to compare with (docs/memory.md tells their story): importing
 this module registers them in kvstore's registry through its public hook, `register_policy`, as kvpress keeps its
-evaluation registry outside the library. `nexus-agent bench replay --specs` imports it when a spec names a policy
-the product does not register and this folder is there.
+evaluation registry outside the library. The product never imports it: `python research/nexus_agent.py bench replay
+--specs ...` is `nexus-agent` with these registered.
 
     import research.policies  # then e.g. kvstore.make_cache(model, "nexus-agent-reply", budget=0.25)
 """
@@ -15,15 +15,18 @@ from kvstore.policies.nexus import NexusHeadPolicy, NexusPolicy
 from kvstore.policies.nexus_agent import NexusAgentPolicy
 from research.open_names import OpenNamesPolicy
 from research.opening_window import OpeningWindowPolicy
+from research.reply_peak import ReplyPeakPolicy
 from research.statement_prior import StatementPriorPolicy
 from research.task_names import TaskNamesPolicy
+from research.task_text import TaskTextPolicy
 from research.template_level import TemplateLevelPolicy
 from research.token_prior import TokenPriorPolicy
 
 _TOPK_HALF_RECENT = {"selector": "topk", "recent_share": 0.5}  # what every earlier default memory shared
 # today's default memory's options: the candidates below build on it (since one eviction per message went into the
 # default, they evict once per message too: `@prefill_slack=0` reproduces a row measured before it; likewise
-# `opening_recent_share=0.25`, `@opening_recent_share=none` before it)
+# `opening_recent_share=0.25`, `@opening_recent_share=none` before it; and `task_text_weight=1`, `@task_text_weight=0`
+# before it)
 _DEFAULT = policy_defaults("nexus-agent")
 
 # name -> (policy class, option defaults that name implies)
@@ -54,6 +57,10 @@ VARIANTS = {
     "nexus-agent-names": (TaskNamesPolicy, _DEFAULT),
     # issue 64: the default with the code names of an opening no profile matched (research/open_names.py)
     "nexus-agent-opennames": (OpenNamesPolicy, _DEFAULT),
+    # issue 64: the default plus the most one earlier reply attended each token (research/reply_peak.py)
+    "nexus-agent-peak": (ReplyPeakPolicy, _DEFAULT | {"task_text_weight": 0.0}),  # as measured
+    # issue 64: the default plus a bonus for every token of a matched opening's task text (research/task_text.py)
+    "nexus-agent-task": (TaskTextPolicy, _DEFAULT | {"task_text_weight": 0.0}),  # the product's term, off
 }
 
 for _name, (_cls, _defaults) in VARIANTS.items():

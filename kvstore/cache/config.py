@@ -24,7 +24,7 @@ _NEUTRAL = {"engine": "static"}
 # saved before token priors has none, so it computes the same with any value; it takes the default; task_head: a
 # session saved before it kept no task head; last_weight: nor a bonus for the latest reply; name_weight: nor one for
 # the task's code names; prefill_slack: every prefill chunk was brought back to the budget; opening_recent_share:
-# the opening kept the recent share of the rest)
+# the opening kept the recent share of the rest; task_text_weight: no bonus for the task's text)
 _ADDED = {
     "density_grows": False,
     "token_blend": 0.5,
@@ -33,6 +33,7 @@ _ADDED = {
     "name_weight": 0.0,
     "prefill_slack": 0,
     "opening_recent_share": None,
+    "task_text_weight": 0.0,
 }
 
 

@@ -36,6 +36,7 @@ POLICIES: dict[str, tuple[type[Policy], dict[str, Any]]] = {
     # accumulated attention each token received, its block's remembered per-head Nexus score and the attention it
     # received from the agent's own replies, plus 1 for every token the agent's replies wrote (own_weight) and 3
     # more for those of its latest reply (last_weight), 2 for the code names of a task a profile matched (name_weight),
+    # 1 for every token of that task's text once a reply has been seen (task_text_weight),
     # top-K, half of the budget always on the most recent tokens, each message up to 4,096 tokens evicted once after
     # its last prefill chunk (prefill_slack);
     # without a memory profile the opening is ranked by attention alone until the first reply (opening_nexus=False)
@@ -51,6 +52,7 @@ POLICIES: dict[str, tuple[type[Policy], dict[str, Any]]] = {
             "name_weight": 2.0,
             "prefill_slack": 4096,
             "opening_recent_share": 0.25,
+            "task_text_weight": 1.0,
         },
     ),
 }

@@ -23,6 +23,8 @@ class NexusAgentSettings(NexusSettings):
     task_head: int = 32  # the first tokens of the task's text in an opening a profile matched, given `task_weight`
     task_weight: float = 4.0  # the bonus of each of those tokens (the task's title: replies restate it)
     name_weight: float = 0.0  # a bonus to the code names of the task's text (kvstore.profiles.names)
+    task_text_weight: float = 0.0  # a bonus to every token of the task's text once a reply has been seen (where a
+    # profile matched: the statement replies restate all session long, its quotes, examples and flags)
     opening_recent_share: float | None = None  # the recent share before the first reply in an opening a profile
     # matched (its template's tail is the profile's to rank; at most recent_share); None: recent_share throughout
 
@@ -31,6 +33,7 @@ class NexusAgentSettings(NexusSettings):
         if not 0.0 <= self.token_blend <= 1.0:
             raise KVStoreError(f"token_blend must be in [0, 1], got {self.token_blend}")
         named = ("acc_weight", "reply_weight", "own_weight", "last_weight", "task_head", "task_weight", "name_weight")
+        named += ("task_text_weight",)
         negative = [f"{n}={getattr(self, n)}" for n in named if getattr(self, n) < 0]
         if negative:
             raise KVStoreError(f"{', '.join(named)} must be >= 0, got {', '.join(negative)}")
@@ -69,7 +72,10 @@ class NexusAgentPolicy(NexusHeadPolicy):
     (a long traceback) attends. The code names of the task's text (SessionSignals.names: dotted names, names with an
     underscore or inner capitals, calls, paths; their first occurrence, outside traceback frames; where no profile
     matched, those of the whole first user message) get `name_weight` on top: replies restate them after the first
-    tool output about as long as the budget.
+    tool output about as long as the budget. Once a reply has been seen, every token of a matched opening's task
+    text gets `task_text_weight` on top: replies restate the statement all session long (the error message it
+    quotes, grepped for; the example it gives, copied into a reproduction script), where the tool outputs would push
+    it out.
 
     Why three terms: on recorded agent conversations the accumulated attention keeps what the long opening (system
     prompt and task, compressed chunk by chunk before any reply) needs, where the window-scored Nexus score loses it;
@@ -142,16 +148,27 @@ class NexusAgentPolicy(NexusHeadPolicy):
             score = score + self.settings.last_weight * ctx.last_own.to(score.dtype)
         if ctx.names is not None:
             score = score + self.settings.name_weight * ctx.names.to(score.dtype)
-        return score + self._task_head(ctx, score.dtype)
+        return score + self._task_bonus(ctx, score.dtype)
 
-    def _task_head(self, ctx: ScoreContext, dtype: torch.dtype) -> torch.Tensor | float:
-        """`task_weight` for the held tokens among the first `task_head` of the task's text, where a profile matched
-        the opening (ctx.task_span), else 0."""
-        if ctx.task_span is None or self.settings.task_head == 0 or self.settings.task_weight == 0:
+    def _task_bonus(self, ctx: ScoreContext, dtype: torch.dtype) -> torch.Tensor | float:
+        """Where a profile matched the opening (ctx.task_span), else 0: `task_weight` for the held tokens among the
+        first `task_head` of the task's text, and `task_text_weight` for every token of it in each row that has seen
+        a reply query (the opening's own eviction ranks without it: the first reply needs the template's call
+        syntax more than the statement's every line)."""
+        if ctx.task_span is None:
             return 0.0
         start, end = ctx.task_span
-        head = (ctx.positions >= start) & (ctx.positions < min(end, start + self.settings.task_head))
-        return self.settings.task_weight * head.to(dtype)
+        bonus: torch.Tensor | float = 0.0
+        s = self.settings
+        if s.task_head > 0 and s.task_weight > 0:
+            head = (ctx.positions >= start) & (ctx.positions < min(end, start + s.task_head))
+            bonus = s.task_weight * head.to(dtype)
+        if s.task_text_weight > 0:
+            text = ((ctx.positions >= start) & (ctx.positions < end)).to(dtype)
+            if "reply_seen" in ctx.state:  # without the reply term's state: from the opening on
+                text = text * _replied(ctx).to(dtype)[:, None, None]
+            bonus = bonus + s.task_text_weight * text
+        return bonus
 
     def recent_share(self, ctx: ScoreContext | None) -> float:
         """`opening_recent_share` (never more than `recent_share`) while a profile-matched opening is evicted before

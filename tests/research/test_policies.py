@@ -36,11 +36,19 @@ AS_PRODUCT = {
             "opening_nexus": True,
             "prefill_slack": 0,
             "opening_recent_share": None,
+            "task_text_weight": 0.0,
         },
     ),
     "nexus-agent-reply": (
         "nexus-agent",
-        {"own_weight": 0.0, "last_weight": 0.0, "name_weight": 0.0, "prefill_slack": 0, "opening_recent_share": None},
+        {
+            "own_weight": 0.0,
+            "last_weight": 0.0,
+            "name_weight": 0.0,
+            "prefill_slack": 0,
+            "opening_recent_share": None,
+            "task_text_weight": 0.0,
+        },
     ),
     "nexus-agent-tp": ("nexus-agent", {}),  # the default under another name (research/opening_first_reply.py)
     "nexus-agent-opennames": ("nexus-agent", {}),  # likewise (research/open_names.py patches its session)
@@ -53,6 +61,8 @@ OWN_TESTS = {
     "nexus-agent-tlevel",
     "nexus-agent-sprior",
     "nexus-agent-names",
+    "nexus-agent-peak",
+    "nexus-agent-task",
 }
 
 
@@ -197,3 +207,80 @@ def test_the_names_variant_under_the_products_rules_keeps_what_the_default_keeps
     for a, b in zip(kept("nexus-agent-names"), default, strict=True):
         assert torch.equal(a, b)
     assert not all(torch.equal(a, b) for a, b in zip(kept("nexus-agent-names", name_frames=True), default, strict=True))
+
+
+def test_the_peak_variant_remembers_the_most_one_reply_attended_each_token() -> None:
+    """research/reply_peak.py: each held token keeps the largest per-query attention one earlier reply paid it,
+    where the pooled reply term thins it out over the replies that did not read it; it changes what is kept."""
+    from sessionlib import qwen_tokenizer, words
+
+    from kvstore import Session, SessionConfig
+
+    def session(budget: int, **options) -> Session:
+        options = {"chunk_size": 64, "block": 16} | options
+        config = SessionConfig(policy="nexus-agent-peak", budget=budget, protect="none", cache_options=options)
+        s = Session(tiny_chat_model(), qwen_tokenizer(), config)
+        s.append([{"role": "system", "content": words(80)}, {"role": "user", "content": words(120, "u")}])
+        s.prefill()
+        return s
+
+    s = session(4096)
+    layer = s.cache.layers[1]
+    means, before = [], torch.zeros(2, *layer.state["reply_acc"].shape)
+    for turn in range(2):
+        s.teacher_force([{"role": "assistant", "content": words(30, f"a{turn}")}])
+        s.append([{"role": "user", "content": words(40, f"t{turn}")}])  # a tool's output ends the reply
+        s.prefill()
+        now = torch.stack([layer.state["reply_acc"], layer.state["reply_seen"]])  # nothing evicted: slots = positions
+        grown = now - torch.nn.functional.pad(before, (0, now.shape[-1] - before.shape[-1]))
+        means.append(grown[0] / grown[1].amax(-1, keepdim=True))  # this reply's per-query attention to each token
+        before = now
+        assert float(layer.state["peak_sum"].abs().max()) == 0.0 and float(layer.state["peak_n"].max()) == 0.0
+    peak = layer.state["peak"]
+    first = torch.nn.functional.pad(means[0], (0, peak.shape[-1] - means[0].shape[-1]))
+    torch.testing.assert_close(peak, torch.maximum(first, means[1]))
+    opening = s.cache.signals.replies[0][0]  # the tokens both replies could attend
+    pooled = (layer.state["reply_acc"] / layer.state["reply_seen"].clamp_min(1))[..., :opening]
+    assert bool((peak[..., :opening] >= pooled - 1e-6).all()) and bool((peak[..., :opening] > pooled + 1e-6).any())
+
+    def kept(weight: float) -> list[torch.Tensor]:
+        s = session(160, peak_weight=weight)
+        for turn in range(3):
+            s.teacher_force([{"role": "assistant", "content": words(40, f"a{turn}")}])
+            s.append([{"role": "user", "content": words(120, f"t{turn}")}])
+            s.prefill()
+        return [layer.positions for layer in s.cache.layers]
+
+    assert any(not torch.equal(a, b) for a, b in zip(kept(0.0), kept(4.0), strict=True))
+    with pytest.raises(KVStoreError, match="peak_weight"):
+        kvstore.CacheConfig.from_options("nexus-agent-peak", peak_weight=-1.0)
+
+
+def test_the_task_text_variant_keeps_more_of_the_task(tmp_path) -> None:
+    """research/task_text.py: a bonus for every token of a matched opening's task text; at 0 it keeps what the
+    default with its own task-text term off keeps."""
+    from profilelib import conversation, save_tiny_profile
+    from sessionlib import qwen_tokenizer, words
+
+    from kvstore import Session, SessionConfig
+
+    profile = str(save_tiny_profile(tmp_path / "p.pt"))
+
+    def kept(policy: str, **options) -> tuple[list[torch.Tensor], tuple[int, int]]:
+        options = {"chunk_size": 128} | options
+        config = SessionConfig(policy=policy, budget=256, profile=profile, cache_options=options)
+        s = Session(tiny_chat_model(), qwen_tokenizer(), config)
+        s.append(conversation(words(500, "task"), replies=1)[:2])
+        s.prefill()
+        return [layer.positions for layer in s.cache.layers], s.cache.signals.task_span
+
+    span = kept("nexus-agent")[1]
+    assert span is not None
+    off = kept("nexus-agent", task_text_weight=0.0)[0]  # the product's own term off: the variant adds its own
+    for a, b in zip(kept("nexus-agent-task", task_all_weight=0.0)[0], off, strict=True):
+        assert torch.equal(a, b)
+
+    def inside(positions: list[torch.Tensor]) -> int:
+        return sum(int(((p >= span[0]) & (p < span[1])).sum()) for p in positions)
+
+    assert inside(kept("nexus-agent-task", task_all_weight=4.0)[0]) > inside(off)

@@ -65,7 +65,7 @@ def test_no_matched_profile_no_task_head(profile_file: Path) -> None:
         s.prefill()
         assert s.cache.signals.task_span is None
         ctx = s.cache.layers[0].score_context()
-        assert s.cache.policy._task_head(ctx, torch.float32) == 0.0
+        assert s.cache.policy._task_bonus(ctx, torch.float32) == 0.0
 
 
 def test_a_saved_session_keeps_its_task_head(profile_file: Path, tmp_path: Path) -> None:
@@ -74,3 +74,37 @@ def test_a_saved_session_keeps_its_task_head(profile_file: Path, tmp_path: Path)
     back = Session.load(tmp_path / "s.pt", tiny_chat_model(), qwen_tokenizer())
     assert back.cache.signals.task_span == s.cache.signals.task_span
     assert back.cache.config == s.cache.config
+
+
+def _replied(profile: str, **options) -> Session:
+    """A task about as large as the budget, one reply, then tool outputs that would push it out."""
+    s = _session(profile, **options)
+    s.append(conversation(words(200, "delta"), replies=1)[:2])
+    s.prefill()
+    s.teacher_force([{"role": "assistant", "content": "look " + words(30, "a")}])
+    for i in range(3):
+        s.append([{"role": "user", "content": words(120, f"o{i}")}])
+        s.prefill()
+    return s
+
+
+def test_the_task_text_gets_its_bonus_once_a_reply_has_been_seen(profile_file: Path) -> None:
+    """`task_text_weight` (1 in the default memory): every held token of the matched task's text gets it, but only
+    in a row that has seen a reply query; the opening's own eviction ranks without it."""
+    s = _opened(str(profile_file))
+    assert s.cache.config.settings.task_text_weight == 1.0
+    off = _session(str(profile_file), task_text_weight=0.0).cache.policy
+    ctx = s.cache.layers[1].score_context()
+    torch.testing.assert_close(s.cache.policy._task_bonus(ctx, torch.float32), off._task_bonus(ctx, torch.float32))
+    s = _replied(str(profile_file))
+    start, end = s.cache.signals.task_span
+    ctx = s.cache.layers[1].score_context()
+    extra = s.cache.policy._task_bonus(ctx, torch.float32) - off._task_bonus(ctx, torch.float32)
+    inside = (ctx.positions >= start) & (ctx.positions < end)
+    assert bool(inside.any())
+    torch.testing.assert_close(extra, inside.float())
+
+    def task_tokens(session: Session) -> int:
+        return sum(int(((p >= start) & (p < end)).sum()) for p in (layer.positions for layer in session.cache.layers))
+
+    assert task_tokens(s) > task_tokens(_replied(str(profile_file), task_text_weight=0.0))
