@@ -38,7 +38,7 @@ def main(out: Path, files: list[Path]) -> None:
             turns = [t for c in done for t in by[s][c]]
             first = [t for c in done for t in by[s][c] if t["turn"] == 1]
             rows[s] = (*pooled(turns), pooled(first)[0])
-        best = min((rows[s][0], s) for s in BASELINES if s in rows)
+        best = min(((rows[s][0], s) for s in BASELINES if s in rows), default=None)  # None: no baseline at this budget
         oracle_first = rows[ORACLE][3] if ORACLE in rows else None
         lines.append(f"budget {budget}: {len(done)} conversations ({', '.join(done)})")
         if left:
@@ -49,8 +49,9 @@ def main(out: Path, files: list[Path]) -> None:
         for s in sorted(rows, key=lambda s: rows[s][0]):
             kl, top1, _, first = rows[s]
             vs_oracle = f"{first / oracle_first:.2f}" if oracle_first else "-"
-            lines.append(f"| {s} | {kl:.4f} | {kl / best[0]:.2f} | {first:.4f} | {vs_oracle} | {top1:.3f} |")
-        lines.append(f"\nbest baseline: {best[1]}\n")
+            vs_best = f"{kl / best[0]:.2f}" if best else "-"
+            lines.append(f"| {s} | {kl:.4f} | {vs_best} | {first:.4f} | {vs_oracle} | {top1:.3f} |")
+        lines.append(f"\nbest baseline: {best[1] if best else 'none at this budget (give its files too)'}\n")
     text = "\n".join(lines)
     out.write_text(text + "\n")
     print(text)
