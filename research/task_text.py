@@ -17,7 +17,7 @@ import torch
 
 from kvstore.errors import KVStoreError
 from kvstore.policies.base import ScoreContext
-from kvstore.policies.nexus_agent import NexusAgentPolicy, NexusAgentSettings, _replied
+from kvstore.policies.nexus_agent import NexusAgentPolicy, NexusAgentSettings, _replied, task_tokens
 
 
 @dataclass
@@ -37,10 +37,10 @@ class TaskTextPolicy(NexusAgentPolicy):
 
     def score(self, ctx: ScoreContext) -> torch.Tensor:
         score = super().score(ctx)
-        if ctx.task_span is None:
+        task = task_tokens(ctx)
+        if task is None:
             return score
-        start, end = ctx.task_span
-        inside = ((ctx.positions >= start) & (ctx.positions < end)).to(score.dtype)
+        inside = task.to(score.dtype)
         if self.settings.task_wait:
             inside = inside * _replied(ctx).to(score.dtype)[:, None, None]
         return score + self.settings.task_all_weight * inside

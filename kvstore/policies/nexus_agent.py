@@ -155,16 +155,16 @@ class NexusAgentPolicy(NexusHeadPolicy):
         first `task_head` of the task's text, and `task_text_weight` for every token of it in each row that has seen
         a reply query (the opening's own eviction ranks without it: the first reply needs the template's call
         syntax more than the statement's every line)."""
-        if ctx.task_span is None:
+        task = task_tokens(ctx)
+        if task is None:
             return 0.0
-        start, end = ctx.task_span
         bonus: torch.Tensor | float = 0.0
         s = self.settings
         if s.task_head > 0 and s.task_weight > 0:
-            head = (ctx.positions >= start) & (ctx.positions < min(end, start + s.task_head))
+            head = task & (ctx.positions < ctx.task_span[0] + s.task_head)
             bonus = s.task_weight * head.to(dtype)
         if s.task_text_weight > 0:
-            text = ((ctx.positions >= start) & (ctx.positions < end)).to(dtype)
+            text = task.to(dtype)
             if "reply_seen" in ctx.state:  # without the reply term's state: from the opening on
                 text = text * _replied(ctx).to(dtype)[:, None, None]
             bonus = bonus + s.task_text_weight * text
@@ -185,6 +185,15 @@ class NexusAgentPolicy(NexusHeadPolicy):
         if self.settings.opening_nexus or _profiled(ctx) or "reply_seen" not in ctx.state:
             return 1.0
         return _replied(ctx).to(dtype)[:, None, None]
+
+
+def task_tokens(ctx: ScoreContext) -> torch.Tensor | None:
+    """[B, Hkv, T] bool: which held tokens lie in the task's text of an opening a profile matched (ctx.task_span);
+    None without one."""
+    if ctx.task_span is None:
+        return None
+    start, end = ctx.task_span
+    return (ctx.positions >= start) & (ctx.positions < end)
 
 
 def _profiled(ctx: ScoreContext) -> bool:
