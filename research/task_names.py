@@ -12,6 +12,8 @@ attends, and the flood of tool output evicts them. The product now finds them (k
 - `name_wait`: the bonus only once the first reply has been seen (the product gives it from the opening on);
 - `name_outer`: the names on the first this many frames of each traceback count too (the outermost calls: the
   test's or the user's code, which replies restate);
+- `name_inner`: the names on the last this many frames of each traceback count too (where the error was raised,
+  which a first reply names: "the error is in `brain_builtin_inference.py`, `_infer_str_format_call`, line 956");
 - `code_weight`: a bonus for every token of the task's code lines too (an import, a class or def line, a `>>>`
   prompt, an assignment, an indented line; not a traceback's frames, not Trac's "(last modified by ...)"), which
   replies copy into their reproduction scripts.
@@ -46,20 +48,21 @@ CODE_LINE = re.compile(
 )
 
 
-def outer_frame_names(text: str, outer: int) -> list[tuple[int, int]]:
-    """The product's names (first occurrences, not on frames), plus those on the first `outer` frames of each
-    traceback (counted from its "Traceback (most recent call last):" line): the test's or the user's own calls,
-    which replies restate, before the library's."""
+def outer_frame_names(text: str, outer: int, inner: int = 0, whole: bool = False) -> list[tuple[int, int]]:
+    """The product's names (first occurrences, not on frames), plus those on the first `outer` and the last `inner`
+    frames of each traceback (counted from its "Traceback (most recent call last):" line): the test's or the user's
+    own calls, which replies restate, before the library's; and where the error was raised, which replies name
+    first. With `whole`, every character of those frames counts (the line number and the source line too), not
+    only their names."""
     starts = [m.start() for m in re.finditer(r"Traceback \(most recent call last\):", text)]
-    frames, count, current = [], {}, None
+    tracebacks: dict[int | None, list[tuple[int, int]]] = {}
     for a, b in frame_spans(text):
-        tb = max((s for s in starts if s < a), default=None)
-        if tb != current:
-            current, count[tb] = tb, 0
-        if count[tb] >= outer:
-            frames.append((a, b))
-        count[tb] += 1
-    return name_spans(text, frames=frames)
+        tracebacks.setdefault(max((s for s in starts if s < a), default=None), []).append((a, b))
+    frames = [f for fs in tracebacks.values() for i, f in enumerate(fs) if outer <= i < len(fs) - inner]
+    if not whole:
+        return name_spans(text, frames=frames)
+    kept = sorted(set(frame_spans(text)) - set(frames))
+    return sorted(name_spans(text, frames=frames + kept) + kept)
 
 
 def code_lines(text: str) -> list[tuple[int, int]]:
@@ -80,6 +83,8 @@ class TaskNamesSettings(NexusAgentSettings):
     name_wait: bool = False  # the bonus only once a reply query has been seen (the opening's prefill ranks without)
     code_weight: float = 0.0  # a bonus for each token of the task's code lines
     name_outer: int = 0  # names on the first this many frames of each traceback count too
+    name_inner: int = 0  # names on the last this many frames of each traceback count too
+    frame_whole: bool = False  # with name_outer / name_inner: every token of those frames, not only their names
 
 
 class TaskNamesPolicy(NexusAgentPolicy):
@@ -107,8 +112,9 @@ class TaskNamesPolicy(NexusAgentPolicy):
 
     def positions(self, tokenizer, ids: list[int], span: tuple[int, int]) -> torch.Tensor:
         rules = {"first": self.settings.name_first, "frames": [] if self.settings.name_frames else None}
-        if self.settings.name_outer > 0:
-            runs = text_runs(tokenizer, ids, span, lambda text: outer_frame_names(text, self.settings.name_outer))
+        outer, inner, whole = self.settings.name_outer, self.settings.name_inner, self.settings.frame_whole
+        if outer > 0 or inner > 0:
+            runs = text_runs(tokenizer, ids, span, lambda text: outer_frame_names(text, outer, inner, whole))
         else:
             runs = name_positions(tokenizer, ids, span, **rules)
         found = [p for a, b in runs for p in range(a, b)]

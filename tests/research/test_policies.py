@@ -63,6 +63,7 @@ OWN_TESTS = {
     "nexus-agent-names",
     "nexus-agent-peak",
     "nexus-agent-task",
+    "nexus-agent-tail",
 }
 
 
@@ -209,6 +210,34 @@ def test_the_names_variant_under_the_products_rules_keeps_what_the_default_keeps
     assert not all(torch.equal(a, b) for a, b in zip(kept("nexus-agent-names", name_frames=True), default, strict=True))
 
 
+def test_the_frame_rules_count_the_outermost_and_innermost_frames_of_each_traceback() -> None:
+    """research/task_names.py's `name_outer` / `name_inner`: the names on the first / last frames of each traceback
+    count on top of the product's; with `frame_whole` every character of those frames does (the line number too)."""
+    from research.task_names import outer_frame_names
+
+    def tb(tag: str) -> str:
+        frame = '  File "/x/{t}_{i}.py", line {i}, in run_{t}_{i}\n    go_{t}_{i}()\n'
+        frames = "".join(frame.format(t=tag, i=i) for i in range(3))
+        return "Traceback (most recent call last):\n" + frames + f"ValueError: bad_{tag}\n"
+
+    text = "See fix_me.\n" + tb("a") + "then\n" + tb("b")
+
+    def found(*args) -> list[str]:
+        return [text[a:b] for a, b in outer_frame_names(text, *args)]
+
+    product = ["fix_me", "ValueError", "bad_a", "bad_b"]
+    assert found(0) == product
+    assert found(0, 1) == ["fix_me", "/x/a_2.py", "run_a_2", "go_a_2()", "ValueError", "bad_a"] + [
+        "/x/b_2.py",
+        "run_b_2",
+        "go_b_2()",
+        "bad_b",
+    ]
+    assert found(1)[1:4] == ["/x/a_0.py", "run_a_0", "go_a_0()"]
+    whole = found(0, 1, True)
+    assert whole[1] == '  File "/x/a_2.py", line 2, in run_a_2\n    go_a_2()\n' and len(whole) == 6
+
+
 def test_the_peak_variant_remembers_the_most_one_reply_attended_each_token() -> None:
     """research/reply_peak.py: each held token keeps the largest per-query attention one earlier reply paid it,
     where the pooled reply term thins it out over the replies that did not read it; it changes what is kept."""
@@ -284,3 +313,31 @@ def test_the_task_text_variant_keeps_more_of_the_task(tmp_path) -> None:
         return sum(int(((p >= span[0]) & (p < span[1])).sum()) for p in positions)
 
     assert inside(kept("nexus-agent-task", task_all_weight=4.0)[0]) > inside(off)
+
+
+def test_the_task_tail_variant_keeps_the_task_texts_last_tokens_before_the_first_reply(tmp_path) -> None:
+    """research/task_tail.py: before the first reply, the task text's last `tail_share` x budget tokens are forced
+    in every head; with none and the default's recent window it keeps what the default keeps."""
+    from profilelib import conversation, save_tiny_profile
+    from sessionlib import qwen_tokenizer, words
+
+    from kvstore import Session, SessionConfig
+
+    profile = str(save_tiny_profile(tmp_path / "p.pt"))
+
+    def kept(policy: str, **options) -> tuple[list[torch.Tensor], tuple[int, int]]:
+        options = {"chunk_size": 128} | options
+        config = SessionConfig(policy=policy, budget=256, profile=profile, cache_options=options)
+        s = Session(tiny_chat_model(), qwen_tokenizer(), config)
+        s.append(conversation(words(500, "task"), replies=1)[:2])
+        s.prefill()
+        return [layer.positions for layer in s.cache.layers], s.cache.signals.task_span
+
+    default, span = kept("nexus-agent")
+    assert span is not None
+    for a, b in zip(kept("nexus-agent-tail", tail_share=0.0, opening_recent_share=0.25)[0], default, strict=True):
+        assert torch.equal(a, b)
+    tail = torch.arange(span[1] - 64, span[1])  # a quarter of the 256-token budget
+    for positions in kept("nexus-agent-tail")[0]:
+        assert bool(torch.isin(tail, positions).all())
+    assert not all(bool(torch.isin(tail, p).all()) for p in default)
