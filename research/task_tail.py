@@ -8,6 +8,9 @@ ends in the traceback the first reply starts from (pylint-dev/astroid-1866, sect
 is evicted. This variant gives the last `tail_share` x budget tokens of the task's text `tail_weight` on top of the
 default's score until the first reply query has been seen (a weight far above the other terms forces them), and
 forces `opening_recent_share` of the opening's end as the default does (0: none, the profile ranks the suffix).
+
+Measured (section 13): it fixes astroid-1866's first reply (22.09 -> 0.47 KL-tokens on SmolLM2) and makes the first
+reply worse on 27 of the 40 conversations of `deepseek-chat-swebench-test` (2.37x -> 2.81x the oracle's); not taken.
 """
 
 from __future__ import annotations
