@@ -288,20 +288,12 @@ def test_the_peak_variant_remembers_the_most_one_reply_attended_each_token() -> 
 def test_the_task_text_variant_keeps_more_of_the_task(tmp_path) -> None:
     """research/task_text.py: a bonus for every token of a matched opening's task text; at 0 it keeps what the
     default with its own task-text term off keeps."""
-    from profilelib import conversation, save_tiny_profile
-    from sessionlib import qwen_tokenizer, words
-
-    from kvstore import Session, SessionConfig
+    from profilelib import save_tiny_profile
 
     profile = str(save_tiny_profile(tmp_path / "p.pt"))
 
     def kept(policy: str, **options) -> tuple[list[torch.Tensor], tuple[int, int]]:
-        options = {"chunk_size": 128} | options
-        config = SessionConfig(policy=policy, budget=256, profile=profile, cache_options=options)
-        s = Session(tiny_chat_model(), qwen_tokenizer(), config)
-        s.append(conversation(words(500, "task"), replies=1)[:2])
-        s.prefill()
-        return [layer.positions for layer in s.cache.layers], s.cache.signals.task_span
+        return _opening_kept(profile, policy, **options)
 
     span = kept("nexus-agent")[1]
     assert span is not None
@@ -318,20 +310,12 @@ def test_the_task_text_variant_keeps_more_of_the_task(tmp_path) -> None:
 def test_the_task_tail_variant_keeps_the_task_texts_last_tokens_before_the_first_reply(tmp_path) -> None:
     """research/task_tail.py: before the first reply, the task text's last `tail_share` x budget tokens are forced
     in every head; with none and the default's recent window it keeps what the default keeps."""
-    from profilelib import conversation, save_tiny_profile
-    from sessionlib import qwen_tokenizer, words
-
-    from kvstore import Session, SessionConfig
+    from profilelib import save_tiny_profile
 
     profile = str(save_tiny_profile(tmp_path / "p.pt"))
 
     def kept(policy: str, **options) -> tuple[list[torch.Tensor], tuple[int, int]]:
-        options = {"chunk_size": 128} | options
-        config = SessionConfig(policy=policy, budget=256, profile=profile, cache_options=options)
-        s = Session(tiny_chat_model(), qwen_tokenizer(), config)
-        s.append(conversation(words(500, "task"), replies=1)[:2])
-        s.prefill()
-        return [layer.positions for layer in s.cache.layers], s.cache.signals.task_span
+        return _opening_kept(profile, policy, **options)
 
     default, span = kept("nexus-agent")
     assert span is not None
@@ -341,3 +325,19 @@ def test_the_task_tail_variant_keeps_the_task_texts_last_tokens_before_the_first
     for positions in kept("nexus-agent-tail")[0]:
         assert bool(torch.isin(tail, positions).all())
     assert not all(bool(torch.isin(tail, p).all()) for p in default)
+
+
+def _opening_kept(profile: str, policy: str, **options) -> tuple[list[torch.Tensor], tuple[int, int]]:
+    """Each layer's held positions after a 500-word task opening under `policy` at a 256-token budget, with the
+    profile matched, and the opening's task span."""
+    from profilelib import conversation
+    from sessionlib import qwen_tokenizer, words
+
+    from kvstore import Session, SessionConfig
+
+    options = {"chunk_size": 128} | options
+    config = SessionConfig(policy=policy, budget=256, profile=profile, cache_options=options)
+    s = Session(tiny_chat_model(), qwen_tokenizer(), config)
+    s.append(conversation(words(500, "task"), replies=1)[:2])
+    s.prefill()
+    return [layer.positions for layer in s.cache.layers], s.cache.signals.task_span
