@@ -21,7 +21,7 @@ import torch
 
 from kvstore.errors import KVStoreError
 from kvstore.policies.base import ScoreContext
-from kvstore.policies.nexus_agent import NexusAgentPolicy, NexusAgentSettings, _replied
+from kvstore.policies.nexus_agent import NexusAgentPolicy, NexusAgentSettings, _replied, task_tokens
 
 
 @dataclass
@@ -43,10 +43,9 @@ class TaskTailPolicy(NexusAgentPolicy):
 
     def score(self, ctx: ScoreContext) -> torch.Tensor:
         score = super().score(ctx)
-        if ctx.task_span is None or self.settings.tail_share == 0 or "reply_seen" not in ctx.state:
+        task = task_tokens(ctx)
+        if task is None or self.settings.tail_share == 0 or "reply_seen" not in ctx.state:
             return score
-        end = ctx.task_span[1]
-        start = max(ctx.task_span[0], end - int(self.settings.tail_share * self.config.budget))
-        tail = (ctx.positions >= start) & (ctx.positions < end)
+        tail = task & (ctx.positions >= ctx.task_span[1] - int(self.settings.tail_share * self.config.budget))
         waiting = ~_replied(ctx)
         return score + self.settings.tail_weight * (tail & waiting[:, None, None]).to(score.dtype)
