@@ -32,6 +32,7 @@ from kvstore.models.registry import load_model  # noqa: E402
 from kvstore.profiles.profile import MemoryProfile  # noqa: E402
 from kvstore.profiles.tokens import TokenPrior  # noqa: E402
 from research.statement_prior import StatementPrior  # noqa: E402
+from research.task_surprise import patch_session  # noqa: E402
 
 
 def token_prior(session, weights: torch.Tensor) -> None:
@@ -90,6 +91,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    patch_session()  # hands nexus-agent-surprise its positions; no other policy reads them
     specs = [parse_spec(s) for s in args.specs.split(";") if s.strip()]
     budgets = [float(b) for b in args.budgets.split(",")]
     model, tok, _ = load_model(args.model)

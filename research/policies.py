@@ -18,6 +18,7 @@ from research.opening_window import OpeningWindowPolicy
 from research.reply_peak import ReplyPeakPolicy
 from research.statement_prior import StatementPriorPolicy
 from research.task_names import TaskNamesPolicy
+from research.task_surprise import TaskSurprisePolicy
 from research.task_tail import TaskTailPolicy
 from research.task_text import TaskTextPolicy
 from research.template_level import TemplateLevelPolicy
@@ -64,6 +65,8 @@ VARIANTS = {
     "nexus-agent-task": (TaskTextPolicy, _DEFAULT | {"task_text_weight": 0.0}),  # the product's term, off
     # issue 64: the default with the opening's recent window counted back from the task text's end (task_tail.py)
     "nexus-agent-tail": (TaskTailPolicy, _DEFAULT | {"opening_recent_share": 0.0}),
+    # issue 64: the default plus a bonus for the task text's most surprising tokens (research/task_surprise.py)
+    "nexus-agent-surprise": (TaskSurprisePolicy, _DEFAULT),
 }
 
 for _name, (_cls, _defaults) in VARIANTS.items():

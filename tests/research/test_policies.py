@@ -64,6 +64,7 @@ OWN_TESTS = {
     "nexus-agent-peak",
     "nexus-agent-task",
     "nexus-agent-tail",
+    "nexus-agent-surprise",
 }
 
 
@@ -327,9 +328,45 @@ def test_the_task_tail_variant_keeps_the_task_texts_last_tokens_before_the_first
     assert not all(bool(torch.isin(tail, p).all()) for p in default)
 
 
-def _opening_kept(profile: str, policy: str, **options) -> tuple[list[torch.Tensor], tuple[int, int]]:
+def test_the_surprise_variant_keeps_the_task_texts_most_surprising_tokens(tmp_path, monkeypatch) -> None:
+    """research/task_surprise.py: the session hands the policy the task text's most surprising positions (by the
+    model's own -log p, read in chunks as the whole logits would give them); a weight far above the other terms
+    keeps every one of them, and weight 0 keeps what the default keeps."""
+    from profilelib import save_tiny_profile
+
+    from kvstore import Session
+    from research import task_surprise
+
+    monkeypatch.setattr(Session, "append", Session.append)  # restored after the test
+    monkeypatch.setattr(task_surprise, "CHUNK", 100)  # several chunks over the 500-word opening
+    task_surprise.patch_session()
+    model = tiny_chat_model()
+    ids = torch.randint(0, 1000, (300,), generator=torch.Generator().manual_seed(0)).tolist()
+    with torch.no_grad():
+        logp = model(torch.tensor([ids])).logits[0].float().log_softmax(-1)
+    whole = -logp[:-1].gather(-1, torch.tensor(ids[1:])[:, None]).squeeze(-1)
+    assert torch.allclose(task_surprise.surprisal(model, ids)[1:], whole, atol=1e-4)
+    nll = torch.tensor([0.0, 5.0, 1.0, 4.0, 3.0, 9.0])
+    assert task_surprise.most_surprising(nll, (1, 5), 0.5).tolist() == [1, 3]
+    profile = str(save_tiny_profile(tmp_path / "p.pt"))
+    default, span = _opening_kept(profile, "nexus-agent")
+    assert span is not None
+    for a, b in zip(_opening_kept(profile, "nexus-agent-surprise", surprise_weight=0.0)[0], default, strict=True):
+        assert torch.equal(a, b)
+    sessions: list = []
+    kept = _opening_kept(profile, "nexus-agent-surprise", sessions, surprise_weight=100.0, surprise_share=0.05)[0]
+    surprising = sessions[0].cache.policy.surprising
+    assert surprising is not None and 0 < len(surprising) <= 64
+    assert bool(((surprising >= span[0]) & (surprising < span[1])).all())
+    assert all(bool(torch.isin(surprising, p).all()) for p in kept)
+    assert not all(bool(torch.isin(surprising, p).all()) for p in default)
+
+
+def _opening_kept(
+    profile: str, policy: str, sessions: list | None = None, **options
+) -> tuple[list[torch.Tensor], tuple[int, int]]:
     """Each layer's held positions after a 500-word task opening under `policy` at a 256-token budget, with the
-    profile matched, and the opening's task span."""
+    profile matched, and the opening's task span; the session is appended to `sessions` when given."""
     from profilelib import conversation
     from sessionlib import qwen_tokenizer, words
 
@@ -340,4 +377,6 @@ def _opening_kept(profile: str, policy: str, **options) -> tuple[list[torch.Tens
     s = Session(tiny_chat_model(), qwen_tokenizer(), config)
     s.append(conversation(words(500, "task"), replies=1)[:2])
     s.prefill()
+    if sessions is not None:
+        sessions.append(s)
     return [layer.positions for layer in s.cache.layers], s.cache.signals.task_span
