@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvstore.policies.nexus_agent import NexusAgentPolicy  # noqa: E402
 from kvstore.profiles.names import name_positions  # noqa: E402
+from research.session_hooks import after_append  # noqa: E402
 
 
 class OpenNamesPolicy(NexusAgentPolicy):
@@ -49,20 +50,16 @@ def user_span(session) -> tuple[int, int] | None:
 def patch_session() -> None:
     """Give an OpenNamesPolicy session the code names of its first user message once the opening is in, when no
     profile gave it the task's names."""
-    from kvstore.session.session import Session
 
-    append = Session.append
-
-    def patched(self, messages, encode=None):
-        append(self, messages, encode)
-        signals = getattr(self.cache, "signals", None)
-        if signals is None or signals.names or self.config.policy != OpenNamesPolicy.name:
+    def hand_over(session) -> None:
+        signals = getattr(session.cache, "signals", None)
+        if signals is None or signals.names or session.config.policy != OpenNamesPolicy.name:
             return
-        span = user_span(self)
+        span = user_span(session)
         if span is not None and signals.task_span is None:
-            signals.names = name_positions(self.tokenizer, self.tokens, span)
+            signals.names = name_positions(session.tokenizer, session.tokens, span)
 
-    Session.append = patched
+    after_append(hand_over)
 
 
 if __name__ == "__main__":

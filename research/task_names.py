@@ -40,6 +40,7 @@ import torch  # noqa: E402
 from kvstore.policies.base import ScoreContext  # noqa: E402
 from kvstore.policies.nexus_agent import NexusAgentPolicy, NexusAgentSettings  # noqa: E402
 from kvstore.profiles.names import frame_spans, name_positions, name_spans, text_runs  # noqa: E402
+from research.session_hooks import after_append  # noqa: E402
 
 CODE_LINE = re.compile(
     r"^(?:[ \t]*(?:from [\w.]+ import |import [\w.]|class \w|def \w|>>> |@\w|return\b)|[ \t]+\S"
@@ -124,21 +125,17 @@ class TaskNamesPolicy(NexusAgentPolicy):
 
 def patch_session() -> None:
     """Hand a TaskNamesPolicy the code-name positions of its session's task text once the opening is in."""
-    from kvstore.session.session import Session
 
-    append = Session.append
-
-    def patched(self, messages, encode=None):
-        append(self, messages, encode)
-        policy = getattr(self.cache, "policy", None)
-        signals = getattr(self.cache, "signals", None)
+    def hand_over(session) -> None:
+        policy = getattr(session.cache, "policy", None)
+        signals = getattr(session.cache, "signals", None)
         if isinstance(policy, TaskNamesPolicy) and policy.names is None and signals is not None:
             if signals.task_span is not None:
-                policy.names = policy.positions(self.tokenizer, self.tokens, signals.task_span)
-                runs = text_runs(self.tokenizer, self.tokens, signals.task_span, code_lines)
+                policy.names = policy.positions(session.tokenizer, session.tokens, signals.task_span)
+                runs = text_runs(session.tokenizer, session.tokens, signals.task_span, code_lines)
                 policy.code = torch.tensor([p for a, b in runs for p in range(a, b)], dtype=torch.long)
 
-    Session.append = patched
+    after_append(hand_over)
 
 
 if __name__ == "__main__":
