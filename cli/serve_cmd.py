@@ -101,13 +101,14 @@ def serve_cmd(
         model=model, policy=policy, budget=budget, protocol=protocol, protect=protect,
         profile=resolve_profile(profile, SERVE, model), seed=seed, device=device,
     )  # fmt: skip
+    body_limit = parse_size(max_body)  # "none": the default (0 is refused, as any other size under a byte)
     config = ServeConfig(
         host=host, port=port, memory=memory, served_name=served_name, max_sessions=max_sessions, max_batch=max_batch,
         memory_cap=parse_size(memory_cap), park=park, park_dir=park_dir, park_quota=parse_size(park_quota),
         queue_timeout_s=queue_timeout, drain_s=drain,
         max_new_tokens=max_new_tokens, dtype=dtype, threads=threads, chunk_size=chunk_size,
         interleave_prefill=interleave, api_key=api_key, tls_cert=tls_cert, tls_key=tls_key, backlog=backlog,
-        max_connections=max_connections, max_body_bytes=parse_size(max_body) or _D.max_body_bytes,
+        max_connections=max_connections, max_body_bytes=_D.max_body_bytes if body_limit is None else body_limit,
         keep_alive_s=keep_alive, header_timeout_s=header_timeout,
     )  # fmt: skip
     raise_fd_limit(max_connections)

@@ -93,8 +93,9 @@ class ServeConfig:
         for name in ("max_sessions", "max_batch", "max_new_tokens", "chunk_size"):
             if getattr(self, name) < 1:
                 raise ServeSettingError(name, f"must be >= 1, got {getattr(self, name)}")
-        for name in ("backlog", "max_connections", "max_body_bytes", "keep_alive_s", "header_timeout_s"):
-            if getattr(self, name) <= 0:
+        for name in ("backlog", "max_connections", "max_body_bytes", "keep_alive_s", "header_timeout_s",
+                     "queue_timeout_s", "session_ttl_s"):  # fmt: skip
+            if not getattr(self, name) > 0:  # NaN too: a timeout of NaN seconds never passes
                 raise ServeSettingError(name, f"must be positive, got {getattr(self, name)}")
         for name in ("park_quota", "profile_max_bytes", "max_profiles"):
             if getattr(self, name) is not None and getattr(self, name) < 1:

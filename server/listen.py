@@ -69,6 +69,9 @@ class HeaderDeadline(H11Protocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._lingering = False  # closing: what the client still sends is dropped until it stops
         self._raw: asyncio.Transport | None = None  # the socket's own transport (self.transport: _Lingering)
+        # the connection limit, checked by self.app (uvicorn's own check would answer in plain text, not JSON)
+        self.max_connections, self.limit_concurrency = self.limit_concurrency, None
+        self.app = functools.partial(self._within_limit, self.app)
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         self._raw = transport
@@ -83,6 +86,19 @@ class HeaderDeadline(H11Protocol):
         if self._deadline is not None:
             self._deadline.cancel()
         super().connection_lost(exc)
+
+    async def _within_limit(self, app, scope, receive, send) -> None:
+        """`app`, or HTTP 503 as JSON past `max_connections` open connections (or as many requests running: this
+        one's task is among them), as uvicorn's limit_concurrency, whose answer would be plain text."""
+        limit = self.max_connections
+        if limit is None or (len(self.connections) < limit and len(self.tasks) <= limit):
+            return await app(scope, receive, send)
+        self.logger.warning("Exceeded concurrency limit.")
+        message = f"server busy: {limit} connections are open, its limit (max_connections); retry shortly"
+        error = ServeError(message, 503, "server_busy")
+        headers = [(b"content-type", b"application/json"), (b"retry-after", b"5"), (b"connection", b"close")]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": json.dumps(api.error_body(error)).encode()})
 
     def send_400_response(self, msg: str) -> None:
         """A request h11 cannot parse (a bad request line or header, e.g. a Content-Length that is not a number):

@@ -46,10 +46,14 @@ class Said:
 
     @classmethod
     def load(cls, row: list) -> Said:
-        """From `dump`'s list, or the older [role, content, stops]."""
-        role, content, stops, *rest = row
-        calls = tuple(tuple(c) for c in rest[0]) if rest else ()
-        return cls(role, content, tuple(stops), calls, rest[1] if len(rest) > 1 else "")
+        """From `dump`'s list, or the older [role, content, stops]; ValueError for a row of another shape."""
+        if not isinstance(row, list) or not 3 <= len(row) <= 5:
+            raise ValueError(f"a transcript row is [role, content, stops, calls, tools], not {str(row)[:40]}")
+        role, content, stops, calls, tools = row + [[], ""][len(row) - 3 :]
+        pairs = _string_list(calls, list) and all(_string_list(c) and len(c) == 2 for c in calls)
+        if role not in ROLES or not _string_list([content, tools]) or not _string_list(stops) or not pairs:
+            raise ValueError(f"a transcript row holds a value of the wrong type: {str(row)[:60]}")
+        return cls(role, content, tuple(stops), tuple(tuple(c) for c in calls), tools)
 
     def matches(self, message: dict[str, Any]) -> bool:
         if message["role"] != self.role or _calls(message) != self.calls:
@@ -59,6 +63,11 @@ class Said:
         if self.role != "assistant" or message["content"] == self.content:
             return message["content"] == self.content
         return _loose(message["content"], self.stops) == _loose(self.content, self.stops)
+
+
+def _string_list(values: object, kind: type = str) -> bool:
+    """`values` is a list of `kind` (str: strings; list: lists)."""
+    return isinstance(values, list) and all(isinstance(v, kind) for v in values)
 
 
 def _loose(text: str, stops: tuple[str, ...]) -> str:
@@ -99,15 +108,20 @@ def normalize(messages: object, tools: list[dict] | None = None) -> list[dict[st
 def _one(message: object, index: int) -> dict[str, Any]:
     if not isinstance(message, dict):
         raise ServeError(f"messages[{index}] must be an object")
-    role = ROLE_ALIASES.get(message.get("role"), message.get("role"))
+    role = message.get("role")
+    role = ROLE_ALIASES.get(role, role) if isinstance(role, str) else role
     if role not in ROLES:
         raise ServeError(f"messages[{index}]: unsupported role {message.get('role')!r}; use one of {', '.join(ROLES)}")
     content = message.get("content")
     if isinstance(content, list):  # content parts: only text parts can be rendered
         if any(not isinstance(p, dict) or p.get("type") != "text" for p in content):
             raise ServeError(f"messages[{index}]: only text content parts are supported")
-        content = "".join(str(p.get("text", "")) for p in content)
+        if any(not isinstance(p.get("text"), str) for p in content):
+            raise ServeError(f"messages[{index}]: a text content part's 'text' must be a string")
+        content = "".join(p["text"] for p in content)
     calls = message.get("tool_calls") if role == "assistant" else None
+    if calls is not None and not isinstance(calls, list):
+        raise ServeError(f"messages[{index}].tool_calls must be a list of tool calls")
     if content is None and calls:
         content = ""
     if not isinstance(content, str):

@@ -171,9 +171,7 @@ def _remove(reason: str, *paths: Path) -> None:
 def _read_entry(sidecar: Path, path: Path, model, session_config) -> Entry:
     """The registry entry of a parked session, after checking its session file (format, checksum, model, config)."""
 
-    doc = json.loads(sidecar.read_text())
-    if doc.get("format") != FORMAT or doc.get("version") != VERSION:
-        raise ValueError(f"not a {FORMAT} sidecar of version {VERSION}")
+    doc = _check_sidecar(json.loads(sidecar.read_text()))
     if session_path(sidecar.parent, doc["id"]) != path:
         raise ValueError("its session id does not name this file")
     try:
@@ -187,6 +185,24 @@ def _read_entry(sidecar: Path, path: Path, model, session_config) -> Entry:
         last_used=time.monotonic() - idle, history_tokens=int(doc["history_tokens"]),
         parked_bytes=path.stat().st_size + sidecar.stat().st_size, restores=int(doc["restores"]),
     )  # fmt: skip
+
+
+# a sidecar's fields, their JSON types and those types' names (a value of another type: a file damaged or edited)
+_FIELDS = {"id": (str, "string"), "seed": (int, "integer"), "named": (bool, "boolean"), "owner": (str, "string"),
+           "last_used": (int | float, "number"), "history_tokens": (int, "integer"), "restores": (int, "integer"),
+           "transcript": (list, "array")}  # fmt: skip
+
+
+def _check_sidecar(doc: Any) -> dict[str, Any]:
+    """`doc` when it is a sidecar of this format whose fields hold their types; else ValueError naming the first
+    that does not."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
+        raise ValueError(f"not a {FORMAT} sidecar of version {VERSION}")
+    for name, (kind, word) in _FIELDS.items():
+        value = doc.get(name, "" if name == "owner" else None)  # sidecars before owners had none
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise ValueError(f"its field {name!r} is not a JSON {word}")
+    return doc
 
 
 def _write_sidecar(path: Path, entry: Entry) -> None:
@@ -241,7 +257,7 @@ def parked_files(folder: Path) -> list[Path]:
     `.lock`, nor anything else a user keeps there."""
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.iterdir() if _OURS.fullmatch(p.name))
+    return sorted(p for p in folder.iterdir() if _OURS.fullmatch(p.name) and not p.is_dir())
 
 
 def keep_across_restarts(registry: Registry, scheduler) -> None:
