@@ -57,15 +57,21 @@ def _show(chat, args: list[str]) -> None:
     if not outputs:
         chat.say(("no step has run yet in this chat", "yellow"))
         return
-    if args and not args[0].isdigit():
+    step = _count(args[0]) if args else max(outputs)
+    if step is None or len(args) > 1:
         chat.say(("usage: /show [N] (N: a step number of the last turn)", "yellow"))
         return
-    step = int(args[0]) if args else max(outputs)
     if step not in outputs:
         chat.say((f"no step {step} in the last turn (steps: {', '.join(map(str, sorted(outputs)))})", "yellow"))
         return
     chat.say(("step ", "bold"), (str(step), "bold"), " ", safe_text(outputs[step][0]))
     chat.say(full(outputs[step][1]))
+
+
+def _count(word: str) -> int | None:
+    """A command's number argument (None: not one): at most 18 ASCII digits (`²` is a digit to str.isdigit but
+    not to int(), and int() refuses a string of over 4300 digits)."""
+    return int(word) if word.isascii() and word.isdigit() and len(word) <= 18 else None
 
 
 def _diff(chat, args: list[str]) -> None:
@@ -76,11 +82,12 @@ def _diff(chat, args: list[str]) -> None:
 def _undo(chat, args: list[str]) -> None:
     from pipeline.chat import snapshot as snap  # lazy: git, urllib, off --help
 
-    if args and (not args[0].isdigit() or int(args[0]) < 1 or len(args) > 1):
+    n = _count(args[0]) if args else 1
+    if not n or len(args) > 1:
         chat.say(("usage: /undo [N] (N: how many turns to go back, default 1)", "yellow"))
         return
     try:
-        undone = chat.runner.undo(int(args[0]) if args else 1)
+        undone = chat.runner.undo(n)
     except snap.SnapshotError as exc:
         chat.say(safe_text(str(exc), "yellow"))
         return
@@ -88,7 +95,7 @@ def _undo(chat, args: list[str]) -> None:
         chat.say(("undo: ", "bold"), safe_text(f"turn {turn}: {done.summary()}"))
         if done.unrestorable:
             chat.say(safe_text(f"not restorable (too large to keep): {', '.join(done.unrestorable)}", "yellow"))
-    if len(undone) < (int(args[0]) if args else 1):
+    if len(undone) < n:
         chat.say(safe_text(f"no older checkpoint: {len(undone)} turn(s) undone", "yellow"))
 
 

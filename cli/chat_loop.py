@@ -3,6 +3,7 @@ runner (pipeline/chat/runner.py) reports through its callbacks; the chat's logic
 
 from __future__ import annotations
 
+import shlex
 import signal
 import sys
 from typing import Any
@@ -69,7 +70,7 @@ class Chat:
         if not kept:
             self._print(safe_text(f"no request was sent: session {name} is not kept"))
             return
-        hint = f"nexus-agent chat --session {name} --resume"
+        hint = f"nexus-agent chat --session {shlex.quote(name)} --resume"  # a name with a space, quoted
         self._print(safe_text(f"session saved in {self.runner.folder} (continue with: {hint})"))
 
     def _read(self) -> str | None:

@@ -84,12 +84,13 @@ def undo(repo: Path, folder: Path, dirs, n: int) -> list[tuple[int, snap.Restore
                 break
             raise snap.SnapshotError("nothing to undo: no agent turn of this session is left to undo")
         done.append((current.turn, snap.restore(repo, folder, dirs)))
-        _step_back(folder, current.turn)
+        step_back(folder, current.turn)
     return done
 
 
-def _step_back(folder: Path, turn: int) -> None:
-    """Turn `turn` is undone: the turn before it on the stack becomes the current snapshot."""
+def step_back(folder: Path, turn: int) -> None:
+    """Turn `turn` is undone, or never ran (its request was not sent): its checkpoint is dropped and the turn before
+    it on the stack becomes the current snapshot."""
     snap.turn_file(folder, turn).unlink(missing_ok=True)
     stack = [c for c in load(folder) if c.turn < turn]
     _save(folder, stack)

@@ -2,8 +2,8 @@
 chat session starts and put in the model's system prompt.
 
 The agent can write the repo, so the file is read safely: without following a symlink (O_NOFOLLOW), only when it
-is a regular file (not a FIFO that would block, not a device), at most MAX_BYTES (the rest is cut, and said so),
-as UTF-8 (undecodable bytes replaced).
+is a regular file (not a FIFO that would block, not a device, not a folder) and not binary (no NUL byte), at most
+MAX_BYTES (the rest is cut, and said so), as UTF-8 (undecodable bytes replaced).
 """
 
 from __future__ import annotations
@@ -40,16 +40,19 @@ def read(repo: Path) -> Instructions:
     except OSError as exc:
         why = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
         return Instructions("", f"{FILE} not read: {why}")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a folder
+        os.close(fd)
+        return Instructions("", f"{FILE} not read: not a regular file")
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            return Instructions("", f"{FILE} not read: not a regular file")
         data = fh.read(MAX_BYTES + 1)
-    cut = len(data) > MAX_BYTES
-    text = data[:MAX_BYTES].decode("utf-8", "replace").strip()
+    cut, raw = len(data) > MAX_BYTES, data[:MAX_BYTES].strip()
+    if b"\0" in raw:
+        return Instructions("", f"{FILE} not read: a binary file (it holds NUL bytes)")
+    text = raw.decode("utf-8", "replace").strip()
     if not text:
         return Instructions("", f"{FILE} is empty: nothing read")
     more = f" (cut at {MAX_BYTES // 1024} KiB)" if cut else ""
-    return Instructions(text, f"{FILE} read into the model's instructions ({len(text.encode())} bytes{more})")
+    return Instructions(text, f"{FILE} read into the model's instructions ({len(raw)} bytes{more})")
 
 
 def system_prompt(base: str, found: Instructions) -> str:

@@ -50,6 +50,12 @@ def open_chat(
         emit({"kind": "warning", "text": f"session {taken!r} exists (continue it with --resume); this chat is a new "
                                          f"session {name!r}"})  # fmt: skip
     folder = cs.session_dir(name)
+    with sessions.hold(folder):  # one chat per session: a second one is refused before anything is read
+        yield from _opened(settings, folder, name, emit, status, on_event, callbacks)
+
+
+def _opened(settings: ChatSettings, folder: Path, name: str, emit, status, on_event, callbacks: dict[str, Any]):
+    """open_chat's work once the session is held: the runner, then (--learn-profile) the profile learned."""
     state, conversation, cfg = open_conversation(settings, folder)
     env = python_env(Path(state.repo), status, emit) if settings.python_env else None
     with open_repo_sandbox(Path(state.repo), name, env) as sandbox:

@@ -89,6 +89,7 @@ class ChatRunner:
         """One request: an agent turn on a checkpoint of the repo (/undo); its report when it ended by itself."""
         first = not self.conv.has_history
         msg = request_message(text, first, self.state.unseen, self.sandbox.workdir, self.state.notice)
+        told = (self.state.unseen, self.state.notice)  # what the request carries to the model
         self._checkpoint(len(self.state.requests) + 1, text)
         self.state.requests.append(text)
         self.state.unseen = self.state.notice = ""
@@ -96,12 +97,27 @@ class ChatRunner:
         turn = self._run_turn(text, [self.system, msg] if first else [msg])
         self._seal()
         if turn.result is not None:
+            if turn.result.exit_reason == "token_limit":
+                turn.note = self._not_sent(first, told) if not turn.result.steps else self.conv.token_limit_note()
             self._save()
             turn.changed = changed_files(self.repo, self.git_dirs)
             turn.diff = self.turn_diff()
-            if turn.result.exit_reason == "token_limit":
-                turn.note = self.conv.token_limit_note()
         return turn
+
+    def _not_sent(self, first: bool, told: tuple[str, str]) -> str:
+        """The request did not fit in what is left of the model's context, so the model never saw it: it is dropped
+        (a new session with nothing in its memory is not kept: it could not be resumed), and what it carried (an
+        unseen output, an undo's notice) goes with the next one. What to shorten."""
+        checkpoints.step_back(self.folder, len(self.state.requests))  # the turn never ran: nothing to /undo
+        self.state.requests.pop()
+        self.state.unseen, self.state.notice = told
+        if not first:
+            return ("the request does not fit in what is left of the model's context: nothing was sent; shorten it, "
+                    "or start a new --session")  # fmt: skip
+        read = self.instructions_line.startswith(f"{agents_md.FILE} read")
+        what = f"the repo's {agents_md.FILE} (or the request)" if read else "the request"
+        return (f"the first request does not fit in the model's context with the system prompt: nothing was sent; "
+                f"shorten {what}, or use a model with a longer context")  # fmt: skip
 
     def _run_turn(self, text: str, messages: list[dict[str, str]]) -> Turn:
         """The agent's turn: Ctrl-C ends it (at a step boundary, or now with a rollback); a model error (server

@@ -3,13 +3,18 @@ deleting one, and the name of a new chat when the repo's default name is taken."
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.chat import state as cs
 from pipeline.errors import RunError
+from pipeline.folder_lock import LOCK_FILE, hold_folder
 from pipeline.home import home
 
 
@@ -49,20 +54,71 @@ def sessions_of(repo: Path | None = None) -> list[SessionInfo]:
 
 
 def new_name(base: str) -> str:
-    """`base` when no session has that name yet, else the first free `base-2`, `base-3`, ..."""
-    if not (cs.session_dir(base) / cs.STATE_FILE).exists():
+    """`base` when no session has that name yet, else the first free `base-2`, `base-3`, ... (a name a chat is
+    opening in another process is taken too)."""
+
+    def taken(name: str) -> bool:
+        return (cs.session_dir(name) / cs.STATE_FILE).exists() or in_use(cs.session_dir(name))
+
+    if not taken(base):
         return base
     n = 2
-    while (cs.session_dir(f"{base}-{n}") / cs.STATE_FILE).exists():
+    while taken(f"{base}-{n}"):
         n += 1
     return f"{base}-{n}"
 
 
+@contextmanager
+def hold(folder: Path) -> Iterator[None]:
+    """The open chat's hold on its session folder (pipeline.folder_lock): a second chat on the same session is
+    refused at once (the two would overwrite each other's memory and requests). A folder that holds only the lock
+    file when the chat ends (it never started) is removed."""
+    with ExitStack() as held:
+        try:
+            held.enter_context(hold_folder(folder))
+        except RunError:
+            if not in_use(folder):  # not another chat's: the folder itself cannot be used (its message says why)
+                raise
+            raise RunError(f"session {folder.name!r} is open in another chat (pid {_holder(folder)}); leave that "
+                           "chat first, or pick another --session") from None  # fmt: skip
+        try:
+            yield
+        finally:
+            if folder.is_dir() and [p.name for p in folder.iterdir()] == [LOCK_FILE]:
+                (folder / LOCK_FILE).unlink()  # still held: no other chat can have taken it
+                folder.rmdir()
+
+
+def _holder(folder: Path) -> str:
+    try:
+        return (folder / LOCK_FILE).read_text(errors="replace").strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def in_use(folder: Path) -> bool:
+    """Whether a chat (another process) holds the session in `folder` now."""
+    try:
+        fd = os.open(folder / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def delete(name: str, current: str) -> SessionInfo:
-    """Delete the saved session `name` (never the one this chat is running); RunError when there is no such one."""
+    """Delete the saved session `name` (never the one this chat is running, nor one another chat has open);
+    RunError when there is no such one."""
     if name == current:
         raise RunError(f"session {name!r} is this chat's own; leave it first, then delete it from another chat")
     folder = cs.session_dir(name)
+    if in_use(folder):
+        raise RunError(f"session {name!r} is open in another chat (pid {_holder(folder)}); leave it there first")
     info = read_info(folder)
     if info is None:
         raise RunError(f"no chat session {name!r} (see /sessions)")

@@ -119,15 +119,11 @@ def take(repo: Path, folder: Path, dirs: tuple[Path, Path] | None, turn: int) ->
         entry = _record(repo, rel, store, previous.entries.get(rel) if previous else None, budget)
         if entry is not None:
             snap.entries[rel] = entry
-        elif _exists(repo, rel):
+        elif not (repo / rel).is_symlink() and (repo / rel).is_file():  # too large (a submodule: not in a snapshot)
             snap.skipped.append(rel)
     snap.save(folder)
     _collect(store, _kept_digests(folder))
     return snap
-
-
-def _exists(repo: Path, rel: str) -> bool:
-    return os.path.lexists(repo / rel)
 
 
 def _record(repo: Path, rel: str, store: Path, before: Entry | None, budget: list[int]) -> Entry | None:

@@ -46,7 +46,7 @@ As before: use the tools, then call finish with command=submit and your answer o
 
 
 def session_dir(name: str) -> Path:
-    if not name or "/" in name or name.startswith(".") or len(name.encode()) > 200:
+    if not name or "/" in name or name.startswith(".") or not name.isprintable() or len(name.encode()) > 200:
         shown = name if len(name) <= 40 else name[:40] + "…"
         raise RunError(f"--session {shown!r}: use a plain name (letters, digits, - and _, at most 200 bytes)")
     return home() / "sessions" / name

@@ -52,3 +52,18 @@ def test_the_system_prompt_carries_the_instructions(tmp_path: Path) -> None:
 
 def test_without_instructions_the_prompt_is_unchanged() -> None:
     assert ins.system_prompt("base", ins.Instructions("", "")) == "base"
+
+
+def test_a_folder_named_agents_md_is_not_read(tmp_path: Path) -> None:
+    (tmp_path / "AGENTS.md").mkdir()
+    assert ins.read(tmp_path) == ins.Instructions("", "AGENTS.md not read: not a regular file")
+
+
+def test_a_binary_file_is_not_read(tmp_path: Path) -> None:
+    (tmp_path / "AGENTS.md").write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\xff\xfe" * 100)
+    assert ins.read(tmp_path) == ins.Instructions("", "AGENTS.md not read: a binary file (it holds NUL bytes)")
+
+
+def test_the_line_counts_the_bytes_read_not_their_replacements(tmp_path: Path) -> None:
+    (tmp_path / "AGENTS.md").write_bytes(b"caf\xe9 au lait\n")  # Latin-1: one undecodable byte, replaced
+    assert ins.read(tmp_path).line == "AGENTS.md read into the model's instructions (12 bytes)"

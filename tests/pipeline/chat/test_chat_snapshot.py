@@ -102,3 +102,13 @@ def test_undo_leaves_alone_what_changed_after_the_turn(tmp_path: Path) -> None:
     assert done.changed == ["pkg/mod.py"] and sorted(done.kept) == ["mine.txt", "run.sh"] and done.removed == []
     assert (repo / "pkg" / "mod.py").read_text() == "x = 1\n" and (repo / "run.sh").read_text() == "echo mine\n"
     assert (repo / "mine.txt").exists() and "left as they are (changed after the turn)" in done.summary()
+
+
+def test_a_submodule_is_not_said_to_be_unrestorable(tmp_path: Path) -> None:
+    sub = _repo(tmp_path / "sub")
+    repo, folder = _repo(tmp_path), tmp_path / "session"
+    add = ["git", "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "lib"]
+    for cmd in (add, ["git", "commit", "-qm", "sub"]):
+        subprocess.run(cmd, cwd=repo, check=True, env=GIT_ENV)
+    snap.take(repo, folder, git_dirs(repo), turn=1)
+    assert snap.restore(repo, folder, git_dirs(repo)).unrestorable == []
