@@ -36,8 +36,9 @@ def eval_cmd(
     ),
 ) -> None:
     """Solve and grade each task into --out/<id>/; a rerun of the same command skips the finished tasks and runs the
-    rest, including those whose run failed (an error is not a result: it is left out of predictions.jsonl). A folder
-    whose run had other settings, or whose memory ran with defaults this version changed, is refused (exit 2).
+    rest, including those whose run failed (an error is not a result: it is left out of predictions.jsonl). A rerun
+    on other --instances keeps the results of the tasks it does not select in predictions.jsonl and summary.json. A
+    folder whose run had other settings, or whose memory ran with defaults this version changed, is refused (exit 2).
 
     Exit code: 0 when every selected task finished, 1 when some task's run failed (listed with its reason at the
     end), 2 for a bad option or --out folder (nothing runs), 130 when interrupted (Ctrl-C: the finished tasks' files
@@ -50,13 +51,14 @@ def eval_cmd(
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
     else:
-        _print_summary(console, summary, out)
+        _print_summary(console, summary, out, len(batch.tasks))
     if summary["errors"]:
         raise typer.Exit(EXIT_TASK_ERRORS)
 
 
 def _run_batch(console: Console, batch) -> dict:
     """Say what the batch will do, run it with the live view; its summary. Ctrl-C: one line on what is left."""
+    from cli.live import plural  # lazy: rich.live (+65 modules), off --help
     from pipeline.eval_files import finished, read_report  # lazy: torch, transformers, off --help
 
     cfg, out = batch.cfg, batch.out
@@ -64,7 +66,10 @@ def _run_batch(console: Console, batch) -> dict:
     again = f" ({retried} of them failed before and run again)" if retried else ""
     done = len(batch.tasks) - len(batch.todo)
     console.print(
-        safe_text(f"eval: {len(batch.tasks)} tasks, {done} finished earlier, {len(batch.todo)} to run{again} -> {out}")
+        safe_text(
+            f"eval: {plural(len(batch.tasks), 'task')}, {done} finished earlier, {len(batch.todo)} to run{again} "
+            f"-> {out}"
+        )
     )
     if cfg.lacks_profile and len(batch.todo) > 2:
         console.print(
@@ -89,7 +94,7 @@ def _run(console: Console, batch, done: int) -> dict:
         return run_eval(batch, view.event, view.finished_one, say_to(console))
 
 
-def _print_summary(console: Console, summary: dict, out: Path) -> None:
+def _print_summary(console: Console, summary: dict, out: Path, selected: int) -> None:
     from cli.live import plural  # lazy: rich.live (+65 modules), off --help
 
     t = summary["totals"]
@@ -103,6 +108,10 @@ def _print_summary(console: Console, summary: dict, out: Path) -> None:
         highlight=False,
     )
     console.print(safe_text(f"predictions: {out}/predictions.jsonl, summary: {out}/summary.json"))
+    if summary["total"] > selected:  # an earlier run of this --out on other tasks: its results are kept
+        others = summary["total"] - selected
+        kept = f"(both also hold {plural(others, 'task')} finished earlier in {out}, not selected now)"
+        console.print(safe_text(kept))
     errors = summary["errors"]
     if errors:
         head = f"{plural(len(errors), 'task')} failed to run (not results; the same command runs them again):"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import typer
@@ -33,7 +34,9 @@ def grade_cmd(
     from swe_env.sandbox.factory import SandboxConfig  # lazy: urllib, off --help
     from tasks import get_task  # lazy: urllib, off --help
 
+    _check_options(sandbox, timeout, json_path)  # a bad option: one line, before any sandbox
     task = get_task(instance_id, dataset)
+    text = _patch_text(patch, task)
     cfg = GradeConfig(
         backend=sandbox,
         sandbox=SandboxConfig(repo_cache=given["repo_cache"], install_tools=False),
@@ -41,10 +44,9 @@ def grade_cmd(
     )
     console = make_console()
     with console.status(f"grading {instance_id} ({sandbox})"):
-        report = grade(task, _patch_text(patch, task), config=cfg)
+        report = grade(task, text, config=cfg)
     if json_path is not None:  # first: the report is on disk whatever the display does
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(report.to_json() + "\n")
+        _write_json(json_path, report.to_json() + "\n")
     _print(console, report)
     if json_path is not None:
         console.print(f"report written to {safe_markup(str(json_path))}")
@@ -56,6 +58,38 @@ def exit_code(status: str) -> int:
     return 0 if status == "resolved" else 2 if status == "error" else 1
 
 
+def _check_options(sandbox: str, timeout: float, json_path: Path | None) -> None:
+    """Refuse, in one line, what would only fail after the sandbox opened or the tests ran: an unknown --sandbox, a
+    --timeout that is not positive, a --json file that cannot be written."""
+    from swe_env.sandbox import BACKENDS  # lazy: urllib, off --help
+    from tasks.schema import TaskError  # lazy: urllib, off --help
+
+    if sandbox not in BACKENDS:
+        raise TaskError(f"unknown --sandbox {sandbox!r}; choose one of {', '.join(BACKENDS)}")
+    if not timeout > 0:  # NaN included
+        raise TaskError(f"--timeout {timeout:g}: give the seconds the tests may run, more than 0")
+    if json_path is not None:
+        if json_path.is_dir():
+            raise TaskError(f"--json {json_path} is a folder; give the file to write the report to")
+        _write_json(json_path, "", probe=True)
+
+
+def _write_json(path: Path, text: str, probe: bool = False) -> None:
+    """Write the report to --json's file (`probe`: only check that it can be written, creating its folder and
+    leaving no file behind); an OSError is one line, never a traceback."""
+    from pipeline.files import atomic_write  # lazy: off --help
+    from tasks.schema import TaskError  # lazy: urllib, off --help
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if probe:
+            tempfile.TemporaryFile(dir=path.parent).close()  # where atomic_write writes first
+            return
+        atomic_write(path, text)
+    except OSError as exc:
+        raise TaskError(f"--json {path}: cannot write the report there ({exc.strerror or exc})") from None
+
+
 def _patch_text(patch: str, task) -> str:
     if patch == "gold":
         return task.patch
@@ -64,6 +98,8 @@ def _patch_text(patch: str, task) -> str:
     from tasks.schema import TaskError  # lazy: urllib, off --help
 
     path = Path(patch)
+    if path.is_dir():
+        raise TaskError(f"patch file {patch} is a folder; give a diff file (or use --patch gold / --patch empty)")
     if not path.is_file():
         raise TaskError(f"patch file {patch} not found (or use --patch gold / --patch empty)")
     try:

@@ -35,6 +35,8 @@ def profiles_cmd(
 
         folder = SHIPPED
     where = folder if folder is not None else profile_store()
+    if folder is not None and folder.is_file():
+        raise KVStoreError(f"{folder} is a file; give the folder that holds it (profiles lists folders)")
     if folder is not None and not folder.is_dir():
         raise KVStoreError(f"{folder}: no such folder")
     rows = profile_rows(profile_files(where))

@@ -18,7 +18,7 @@ from cli.options import run_options
 from cli.safe_text import safe_text, say_to
 from pipeline.config import DEFAULT_MAX_STEPS, DEFAULT_TASK, RunConfig
 from pipeline.errors import RunError
-from pipeline.files import TRAJECTORY, new_run_folder
+from pipeline.files import TRAJECTORY, check_run_folder, new_run_folder
 from pipeline.folder_lock import hold_folder
 from pipeline.profiles.learn import learn_after
 
@@ -55,6 +55,8 @@ def solve_cmd(
 
     console = make_console(stderr=as_json)  # with --json, stdout carries the report alone
     with _task(console, cfg, instance_id, repo, issue, test_cmd) as (task, cfg):
+        if out is not None:
+            check_run_folder(out)  # another tool's files there: one line, before anything starts
         preflight(cfg, [task])  # after the task: a bad id is answered without importing torch
         out = out or new_run_folder(Path("runs"), task.instance_id)
         with hold_folder(out):  # another run on --out: one line, before anything starts

@@ -27,7 +27,9 @@ def _first_line(text: str, width: int = 80) -> str:
 @tasks_app.command("list")
 def list_tasks(
     dataset: str = typer.Option(None, "--dataset", "-d", help=DATASET_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object per task (id, repo, tests, issue)."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print a JSON list, one object per task (id, repo, tests, issue)."
+    ),
 ) -> None:
     """One row per task: id, repo, number of FAIL_TO_PASS / PASS_TO_PASS tests, the issue's first line. Piped or
     redirected, the table keeps whole ids and lines (no terminal width to fit)."""
@@ -37,8 +39,10 @@ def list_tasks(
     if as_json:
         typer.echo(json.dumps([_summary(t) for t in tasks], indent=2))
         return
-    table = Table(title=f"{len(tasks)} tasks from {dataset or 'builtin'}")
-    for column in ("instance_id", "repo", "#F2P", "#P2P", "issue"):
+    table = Table(title=f"{len(tasks)} task{'s' * (len(tasks) != 1)} from {dataset or 'builtin'}")
+    widest = min(max(len(t.instance_id) for t in tasks), 60)  # ids whole on a terminal: they are what users copy
+    table.add_column("instance_id", no_wrap=True, min_width=widest)
+    for column in ("repo", "#F2P", "#P2P", "issue"):
         table.add_column(column, justify="right" if column.startswith("#") else "left")
     for task in tasks:
         counts = (str(len(task.fail_to_pass)), str(len(task.pass_to_pass)))

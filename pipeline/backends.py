@@ -265,21 +265,34 @@ def check_policy(cfg: RunConfig) -> None:
 
 
 def check_protected_opening(cfg: RunConfig, issues: list[str]) -> None:
-    """Fail fast (KVStoreError) when a token budget cannot hold the protected opening of one of these issues.
+    """Fail fast (KVStoreError) when a token budget cannot hold the protected opening of one of these issues, or
+    (nothing protected) the policy's forced blocks.
 
     Only tokenizes: the session sits on a weightless (meta) copy of the model, so no weights load before workers do.
     """
     memory = cfg.memory
-    if memory.protect == "none" or not isinstance(memory.budget, int) or cfg.replaying or cfg.server is not None:
+    if not isinstance(memory.budget, int) or cfg.replaying or cfg.server is not None:
         return
-
     source = resolve(cfg.memory.model)
     local = isinstance(source, Path)
+    if memory.protect == "none":
+        _check_forced_blocks(cfg, AutoConfig.from_pretrained(source, local_files_only=local))
+        return
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(source, local_files_only=local))
     for issue in issues:
         Session(model, tokenizer, cfg.session_config()).append(initial_messages(issue))
+
+
+def _check_forced_blocks(cfg: RunConfig, config: Any) -> None:
+    """Fail fast (KVStoreError) when the token budget cannot hold the policy's forced blocks (sinks, recent tokens):
+    the run's cache, built for the model's layers and kv heads alone, refuses it as the session would after the
+    sandbox opened and the model loaded (`--budget 1` did)."""
+    from kvstore.cache.evicting import EvictingCache  # lazy: only for a local model's token budget
+
+    shape = {"num_layers": config.num_hidden_layers, "num_kv_heads": config.num_key_value_heads}
+    EvictingCache(cfg.session_config().cache, shape)
 
 
 def check_tools_template(cfg: RunConfig) -> None:

@@ -86,8 +86,11 @@ class RunConfig:
         self.memory = replace(self.memory, profile=profile)  # a copy: the caller's settings stay as given
         if self.workers < 1:
             raise RunSettingError("workers", f"must be at least 1, got {self.workers}")
-        if self.temperature < 0 or self.command_timeout <= 0 or self.test_timeout <= 0:
-            raise RunError("temperature must be >= 0 and the timeouts > 0")
+        if not self.temperature >= 0:  # NaN too
+            raise RunSettingError("temperature", f"must be at least 0, got {self.temperature}")
+        for name in ("command_timeout", "test_timeout"):
+            if not getattr(self, name) > 0:
+                raise RunSettingError(name, f"must be more than 0 seconds, got {getattr(self, name)}")
         self._check_call_format()
 
     def _check_call_format(self) -> None:

@@ -34,16 +34,16 @@ _OLDER_RUNS = {"protect": "none", "profile": None, "warmup": 0}
 
 def select(tasks: list[Task], instances: str | None, slice_: str | None) -> list[Task]:
     """The tasks named by --instances a,b (in that order) or --slice a:b (Python slice of the source order)."""
-    if instances and slice_:
+    if instances is not None and slice_ is not None:
         raise RunError("give --instances or --slice, not both")
-    if instances:
+    if instances is not None:  # an empty one selects nothing, not everything
         by_id = {t.instance_id: t for t in tasks}
         wanted = [i.strip() for i in instances.split(",") if i.strip()]
         unknown = [i for i in wanted if i not in by_id]
         if unknown:
             raise RunError(f"unknown instance id(s) in --instances: {', '.join(unknown)}")
         return [by_id[i] for i in dict.fromkeys(wanted)]
-    if slice_:
+    if slice_ is not None:
         try:
             start, stop = (int(p) if p.strip() else None for p in slice_.split(":"))
         except ValueError:
@@ -169,9 +169,12 @@ def _read_run_file(path: Path) -> dict[str, Any]:
 
 
 def write_outputs(out: Path, tasks: list[Task], wall_s: float) -> dict[str, Any]:
-    """Rewrite predictions.jsonl and summary.json from the tasks' reports (predictions: the finished ones); the
-    summary."""
+    """Rewrite predictions.jsonl and summary.json from the tasks' reports (predictions: the finished ones), and from
+    those of the other tasks finished in `out` (an earlier run of this batch on other --instances or a --slice: a
+    rerun of a part loses none of the rest); the summary."""
     reports = [r for t in tasks if (r := read_report(out, t.instance_id)) is not None]
+    others = _finished_elsewhere(out, {t.instance_id for t in tasks})
+    reports += others
     lines = []
     for r in filter(finished, reports):
         patch_path = task_dir(out, r["instance_id"]) / PATCH
@@ -179,9 +182,24 @@ def write_outputs(out: Path, tasks: list[Task], wall_s: float) -> dict[str, Any]
         pred = {"instance_id": r["instance_id"], "model_name_or_path": r["model_name_or_path"], "model_patch": patch}
         lines.append(json.dumps(pred) + "\n")
     atomic_write(out / PREDICTIONS, "".join(lines))
-    summary = summarize(reports, len(tasks), wall_s)
+    summary = summarize(reports, len(tasks) + len(others), wall_s)
     atomic_write(out / SUMMARY, json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _finished_elsewhere(out: Path, selected: set[str]) -> list[dict[str, Any]]:
+    """The finished reports of task folders in `out` whose task is not in `selected`, in folder-name order."""
+    found = []
+    for folder in sorted(p for p in out.iterdir() if p.is_dir()):
+        try:
+            ident = json.loads((folder / REPORT).read_text(encoding="utf-8")).get("instance_id")
+        except (OSError, ValueError, AttributeError):  # no report, a damaged one, not an object
+            continue
+        if isinstance(ident, str) and ident not in selected and task_dir(out, ident) == folder:
+            report = read_report(out, ident)
+            if finished(report):
+                found.append(report)
+    return found
 
 
 def summarize(reports: list[dict[str, Any]], total: int, wall_s: float) -> dict[str, Any]:

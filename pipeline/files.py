@@ -31,6 +31,32 @@ def new_run_folder(root: Path, name: str) -> Path:
         return folder
 
 
+def check_run_folder(out: Path) -> None:
+    """Refuse, before a run starts, an --out that is a file or a folder holding files no run wrote: a run removes
+    and rewrites its report, patch and trajectory there, so another tool's files of those names would be lost. A
+    missing or empty folder, or an earlier run's, is fine (that run is redone)."""
+    from pipeline.errors import RunError
+    from pipeline.folder_lock import LOCK_FILE
+
+    if out.exists() and not out.is_dir():
+        raise RunError(f"--out {out} is a file, not a folder; give a folder (it is created when missing)")
+    if not out.is_dir():
+        return
+    ours = {REPORT, PATCH, TRAJECTORY, LOCK_FILE}
+    others = sorted(p.name for p in out.iterdir() if p.name not in ours and not _temp_of_ours(p.name))
+    if others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise RunError(
+            f"--out {out} is not empty and is not a run folder (it holds {shown}): a run rewrites {REPORT}, {PATCH} "
+            f"and {TRAJECTORY} there; use an empty or new --out"
+        )
+
+
+def _temp_of_ours(name: str) -> bool:
+    """Whether `name` is a temp file atomic_write left behind for one of a run's files (a run killed mid-write)."""
+    return any(name.startswith(f".{f}.") and name.endswith(".tmp") for f in (REPORT, PATCH, TRAJECTORY))
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write `text` to `path` through a temp file in the same folder and os.replace (never a half-written file); the
     file gets the mode of any file the process creates (0644 under the usual umask), not the temp file's 0600."""

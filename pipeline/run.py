@@ -50,7 +50,8 @@ _SERVER_OWNS = ("policy", "budget", "protocol", "protect", "device")  # a --serv
 def preflight(cfg: RunConfig, tasks: list[Task]) -> None:
     """The errors every task would hit, raised once before anything starts (no folder made, no model loaded): an
     unknown sandbox, one this machine lacks, memory settings a --server would ignore, a --device this machine lacks,
-    an unknown policy or model, no recordings, a token budget below the protected opening."""
+    an unknown policy or model, no recordings, a token budget below the protected opening or the
+    policy's forced blocks."""
 
     if cfg.sandbox not in BACKENDS:
         raise RunSettingError("sandbox", f"{cfg.sandbox!r} is unknown: use one of {', '.join(BACKENDS)}")

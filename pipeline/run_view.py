@@ -23,6 +23,8 @@ _CACHE = ("prefill_tokens", "generated_tokens", "evicted_tokens", "held_tokens",
 
 def read_run(folder: Path) -> dict[str, Any]:
     """The run in `folder` (a solve folder or one task of an eval); RunError, one line, when it is none."""
+    if folder.exists() and not folder.is_dir():
+        raise RunError(f"{folder} is a file, not a run folder (give the folder that holds {TRAJECTORY})")
     if not folder.is_dir():
         raise RunError(f"{folder}: no such run folder")
     if not (folder / TRAJECTORY).is_file():

@@ -48,6 +48,8 @@ class Task:
         ident = rec.get("instance_id", "<no instance_id>")
         if missing:
             raise TaskError(f"task {ident} from {source or 'input'}: missing field(s) {', '.join(missing)}")
+        if not isinstance(rec["problem_statement"], str):
+            raise TaskError(f"task {ident} from {source or 'input'}: problem_statement is not text")
         for key, pattern, what in (("repo", REPO, "owner/name"), ("base_commit", REVISION, "a commit SHA or ref name")):
             value = str(rec[key])
             if not pattern.fullmatch(value) or ".." in value:

@@ -43,6 +43,8 @@ def tasks_from_records(records: list[dict[str, Any]], source: str) -> list[Task]
 
 def read_records_file(path: Path) -> list[dict[str, Any]]:
     """The records of a .json (one object or a list), .jsonl or .parquet file."""
+    if path.is_dir():
+        raise TaskError(f"task file {path} is a folder; give a .json, .jsonl or .parquet file")
     if not path.is_file():
         raise TaskError(f"task file {path} does not exist")
     suffix = path.suffix.lower()
@@ -55,8 +57,14 @@ def read_records_file(path: Path) -> list[dict[str, Any]]:
     records = _read_jsonl(text, path) if suffix == ".jsonl" else _read_json(text, path)
     for i, rec in enumerate(records):
         if not isinstance(rec, dict):
-            raise TaskError(f"task file {path}: record {i + 1} is a {type(rec).__name__}, not a JSON object")
+            raise TaskError(f"task file {path}: record {i + 1} is {_kind(rec)}, not a JSON object")
     return records
+
+
+def _kind(value: Any) -> str:
+    """What a parsed JSON value is, with its article: 'a list', 'an int', 'None'."""
+    name = type(value).__name__
+    return "None" if value is None else f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def _read_json(text: str, path: Path) -> list[Any]:

@@ -58,6 +58,11 @@ def resolve_profile(value: str | Path | None, mode: str = LOCAL, model: str | No
         path = Path(value).expanduser()
     if not path.exists():
         raise RunSettingError("profile", f"{value}: no such file or directory (make one with: nexus-agent calibrate)")
+    if mode == LOCAL and path.is_dir() and not any(path.glob(f"*{PROFILE_SUFFIX}")):  # a run would use none
+        raise RunSettingError(
+            "profile",
+            f"{value}: a folder with no memory profile (*{PROFILE_SUFFIX}) in it; make one with: nexus-agent calibrate",
+        )
     from kvstore.profiles.profile import check_readable
 
     check_readable(path)  # a corrupt profile stops the run here, not in every task

@@ -28,3 +28,10 @@ def test_a_bad_step_limit_names_its_field() -> None:
 
 def test_a_run_setting_error_is_still_a_run_error() -> None:
     assert isinstance(_raised(workers=0), RunError)
+
+
+@pytest.mark.parametrize(
+    "field,value", [("temperature", -0.5), ("temperature", float("nan")), ("command_timeout", 0), ("test_timeout", -1)]
+)
+def test_a_bad_temperature_or_timeout_names_its_field(field, value) -> None:
+    assert _raised(**{field: value}).setting == field

@@ -124,6 +124,14 @@ def test_fields_git_and_paths_take_are_checked(tmp_path, field, value):
     assert [getattr(t, field) for t in load_tasks(str(path))] == ok[field]
 
 
+@pytest.mark.parametrize("value", [5, ["a", "b"], {"text": "x"}])
+def test_a_problem_statement_that_is_not_text_is_refused(tmp_path, value):
+    path = tmp_path / "tasks.json"
+    path.write_text(json.dumps(record("a__b-1", problem_statement=value)))
+    with pytest.raises(TaskError, match="a__b-1 from .*: problem_statement is not text"):
+        load_tasks(str(path))
+
+
 def test_test_list_that_is_not_json(tmp_path):
     path = tmp_path / "tasks.json"
     path.write_text(json.dumps(record("a__b-1", FAIL_TO_PASS="[tests/x.py")))
