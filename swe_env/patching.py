@@ -13,6 +13,12 @@ APPLY_COMMANDS = (
     ("git apply --reject", "git apply --verbose --reject {file}"),
     ("patch --fuzz=5", "patch --batch --forward --fuzz=5 -p1 -i {file}"),
 )
+# A file header naming a path inside a `.git` folder: git apply refuses those, `patch` would write them (a model's
+# .git/config or hook planted in the grading sandbox, run by the grading's own git: reset_files' checkout).
+_GIT_PATH = re.compile(
+    r"^(?:diff --git|---|\+\+\+|rename from|rename to|copy from|copy to)\s.*?(?<=[\s/\"])\.git(?=[/\"\s]|$)",
+    re.M | re.I,
+)
 # A failed attempt may leave half its hunks (and .rej/.orig files) behind; the next one starts from a clean tree.
 _RESET = "git reset --hard --quiet && git clean -fdq"
 
@@ -28,6 +34,10 @@ class ApplyResult:
 def apply_patch(sandbox: Sandbox, patch: str, name: str, reset_between: bool = True) -> ApplyResult:
     """Apply `patch` in the sandbox's repo, trying each fallback in turn."""
     text = patch if patch.endswith("\n") else patch + "\n"
+    planted = _GIT_PATH.search(text)
+    if planted:
+        line = text[planted.start() : text.index("\n", planted.start())]
+        return ApplyResult(None, f"refused: the patch writes inside a .git folder: {line[:200]}\n")
     file = f"/tmp/nexus-{name}.diff"
     sandbox.write_file(file, text)
     logs = []

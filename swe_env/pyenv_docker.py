@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import shutil
 import tarfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from docker.types import Ulimit
 
@@ -64,7 +64,8 @@ def _run_build(client, image: str, workdir: str, repo: Path, script: str, env: P
         image, ["bash", "-c", script], network_mode="none", labels=images.LABEL, working_dir=workdir, **opts
     )
     try:
-        if not container.put_archive(workdir, repo_tar(repo)):
+        inner = PurePosixPath(workdir)  # unpacked in its parent: see repo_tar
+        if not container.put_archive(str(inner.parent), repo_tar(repo, inner.name)):
             raise SandboxError(f"could not copy {repo} into the build container")
         container.start()
         code = container.wait(timeout=timeout).get("StatusCode", -1)
@@ -93,11 +94,13 @@ def _limits(lim: StepLimits) -> dict:
             "nano_cpus": int(lim.cpus * 1e9) if lim.cpus else None, "security_opt": ["no-new-privileges"]}  # fmt: skip
 
 
-def repo_tar(repo: Path) -> bytes:
-    """The working copy as a tar archive (contents at the top, owned by root)."""
+def repo_tar(repo: Path, name: str) -> bytes:
+    """The working copy as a tar archive of one folder `name`, owned by root. It is unpacked in the parent of where
+    it goes: docker refuses a relative symlink that climbs out of the folder it unpacks into (a repo's
+    `docs/x -> ../../../shared/x`), and the container is the sandbox, so such a link may point anywhere in it."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        tar.add(str(repo), arcname=".", filter=_root_owned)
+        tar.add(str(repo), arcname=name, filter=_root_owned)
     return buf.getvalue()
 
 

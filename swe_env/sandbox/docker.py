@@ -15,7 +15,7 @@ import tarfile
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import docker.errors
 from docker.types import Ulimit
@@ -23,7 +23,7 @@ from docker.types import Ulimit
 from swe_env import images
 from swe_env.dockerd import connect
 from swe_env.pyenv import PyEnvConfig, ensure_env, sandbox_vars
-from swe_env.pyenv_docker import container_builder, env_mounts
+from swe_env.pyenv_docker import container_builder, env_mounts, repo_tar
 from swe_env.sandbox import common
 from swe_env.sandbox.base import ExecResult, SandboxError
 from swe_env.sandbox.limits import DiskBudget, DiskUsage, StepLimits, held_deleted
@@ -173,12 +173,14 @@ class DockerSandbox:
         return ":".join([self.tools_dir, *extra, base])
 
     def _put_dir(self, src: Path, dest: str) -> None:
-        """Copy a host dir's contents to dest in the container, owned by root."""
+        """Copy a host dir's contents to dest in the container, owned by root (unpacked in dest's parent: repo_tar)."""
         self._check(f"rm -rf {shlex.quote(dest)} && mkdir -p {shlex.quote(dest)}")
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            tar.add(str(src), arcname=".", filter=_root_owned)
-        if not self.container.put_archive(dest, buf.getvalue()):
+        inner = PurePosixPath(dest)
+        try:
+            copied = self.container.put_archive(str(inner.parent), repo_tar(src, inner.name))
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"could not copy {src} into the container at {dest}: {_api_reason(exc)}") from None
+        if not copied:
             raise SandboxError(f"could not copy {src} into the container at {dest}")
 
     def _check(self, cmd: str) -> None:
@@ -357,10 +359,8 @@ def _upper_dir(client, container_id: str) -> Path | None:
     return upper if upper is not None and os.access(upper, os.R_OK | os.X_OK) else None
 
 
-def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
-    info.uid = info.gid = 0
-    info.uname = info.gname = "root"
-    return info
+def _api_reason(exc: docker.errors.APIError) -> str:
+    return str(exc.explanation or exc).strip()[-300:]
 
 
 _PULL_FAILED: set[str] = set()  # images this process could not pull (no registry): not tried again
