@@ -141,7 +141,7 @@ def _requirements(repo_name: str, repo: Path | None) -> list[str]:
     for rel in MAP_REPO_TO_REQS_PATHS.get(repo_name, ()):
         path = repo / rel
         if path.is_file():
-            return _cleaned(_read_requirements(path))
+            return _cleaned(_read_requirements(path, repo.resolve(), set()))
     return []
 
 
@@ -154,16 +154,21 @@ def _cleaned(lines: list[str]) -> list[str]:
     return [ln for ln in clean_requirements("\n".join(lines)).splitlines() if ln.strip()]
 
 
-def _read_requirements(path: Path) -> list[str]:
-    if not path.is_file():
+def _read_requirements(path: Path, root: Path, seen: set[Path]) -> list[str]:
+    """The requirement lines of `path` and the files its `-r` lines name, read on the host: only files inside the
+    repo `root` (a link or `-r ../..` out of it is not followed: a repo could name any host file), each once (a
+    `-r` loop ends)."""
+    path = path.resolve()
+    if not path.is_relative_to(root) or path in seen or not path.is_file():
         return []
+    seen.add(path)
     lines = []
     for line in path.read_text(errors="replace").splitlines():
         line = line.strip()
         if not line or line.startswith(_SKIP_REQ_LINE):
             continue
         if line.startswith("-r"):
-            lines += _read_requirements(path.parent / line[2:].strip())
+            lines += _read_requirements(path.parent / line[2:].strip(), root, seen)
         else:
             lines.append(line)
     return lines

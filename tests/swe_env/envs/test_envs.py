@@ -39,6 +39,25 @@ def test_requirements_file_is_read_from_the_working_copy_and_cleaned(tmp_path):
     assert recipe.requirements == ("flake8", "types-setuptools", "pytest>=6")
 
 
+def test_requirements_stay_inside_the_repo_and_a_loop_ends(tmp_path):
+    """Read on the host: a requirements link or `-r` out of the repo would put a host file's lines in the build."""
+    repo, outside = tmp_path / "repo", tmp_path / "secret.txt"
+    repo.mkdir()
+    outside.write_text("host-secret\n")
+    (repo / "requirements_dev.txt").write_text("flake8\n-r ../secret.txt\n-r link.txt\n-r requirements_dev.txt\n")
+    (repo / "link.txt").symlink_to(outside)
+    recipe = recipe_for(_task("sqlfluff/sqlfluff", "0.8"), repo)
+    assert recipe.requirements == ("flake8",)
+
+
+def test_a_requirements_file_that_is_a_link_out_of_the_repo_is_not_read(tmp_path):
+    repo, outside = tmp_path / "repo", tmp_path / "secret.txt"
+    repo.mkdir()
+    outside.write_text("host-secret\n")
+    (repo / "requirements_dev.txt").symlink_to(outside)
+    assert recipe_for(_task("sqlfluff/sqlfluff", "0.8"), repo).requirements == ()
+
+
 def test_conda_pins_become_pip_pins():
     spec = {"packages": "numpy=1.19 scipy==1.5 cython", "pip_packages": ["pytest==7.0"]}
     assert _packages(spec) == ["numpy==1.19", "scipy==1.5", "cython", "pytest==7.0"]
