@@ -7,15 +7,19 @@ that take any path: the chat completions as plain JSON (the `nexus` field of a `
 sent), and the nexus-only endpoints (/v1/sessions, /v1/nexus/profiles) beside them. openai is imported on the first
 request only: it takes about a second to import, which `--help` and the commands without a server never pay.
 
-Retries are this module's (openai's own are off): a 5xx answer or a connection error is tried again, a 4xx, a TLS
-failure (no retry mends a certificate) or a stream that has begun (its pieces were handed on) is not.
+Retries are this module's (openai's own are off): a 5xx or 429 answer (after its Retry-After, up to a minute) or a
+connection error is tried again, another 4xx, a TLS failure (no retry mends a certificate) or a stream that has begun
+(its pieces were handed on) is not. What a server sent that ends up in an error's text is made one printable line:
+no terminal escape sequence or control character of a hostile server reaches the user's terminal.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
+import re
 import ssl
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +33,9 @@ from agent.errors import AgentError
 API_KEY_ENV = "OPENAI_API_KEY"  # where every client of this project finds the server's API key
 SESSION_HEADER = "X-Nexus-Session"  # names the `nexus-agent serve` session a request continues
 T = TypeVar("T")
+RETRY_AFTER_MAX_S = 60.0  # the longest Retry-After of a 429/503 answer that is waited for
+_ESCAPES = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b\[[0-?]*[ -/]*[@-~]?|\x9b[0-?]*[ -/]*[@-~]?|\x1b.?")
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
 
 class ServerError(AgentError):
@@ -75,30 +82,41 @@ class ServerClient:
 
         url = self.url(path)
         for attempt in range(self.retries + 1):
-            begun = [False]
+            begun, wait = [False], min(2.0**attempt, 10.0)
             try:
                 if consume is None:
                     answer = self._send(method, path, body, headers, timeout_s, stream=False)
                     if not isinstance(answer, (dict, list)):
-                        raise ServerError(f"{url}: the answer is not JSON")
+                        raise ServerError(f"{url}: the answer is not JSON", None, "the answer is not JSON")
                     return answer
-                return consume(_marked(self._send(method, path, body, headers, timeout_s, stream=True), begun))
+                events = self._send(method, path, body, headers, timeout_s, stream=True)
+                kind = events.response.headers.get("content-type", "")
+                if "event-stream" not in kind:  # a server or proxy that ignores "stream": no event would come
+                    events.response.close()
+                    raise ServerError(f"{url}: asked to stream, the server answered {printable(kind, 60) or 'no'} "
+                                      "content instead of server-sent events (text/event-stream)")  # fmt: skip
+                return consume(_marked(events, begun))
             except openai.APIStatusError as exc:
-                if exc.status_code < 500 or attempt == self.retries:
+                if (exc.status_code < 500 and exc.status_code != 429) or attempt == self.retries:
                     detail = _detail(exc)
-                    raise ServerError(f"{url}: HTTP {exc.status_code}: {detail}", exc.status_code, detail) from None
+                    text = f"{url}: HTTP {exc.status_code}" + (f": {detail}" if detail else "")
+                    raise ServerError(text, exc.status_code, detail) from None
+                wait = max(wait, _retry_after(exc))
             except openai.APIConnectionError as exc:  # no answer (timeouts too), or a stream that broke off
                 root = _root(exc)
+                why = printable(str(root))
                 if begun[0]:
-                    msg = f"the connection to the model server broke mid-reply ({url}: {root})"
-                    raise ServerError(msg, None, str(root)) from None
+                    msg = f"the connection to the model server broke mid-reply ({url}: {why})"
+                    raise ServerError(msg, None, why) from None
                 if isinstance(root, ssl.SSLError) or attempt == self.retries:  # no retry mends a TLS setup
                     hint = tls_hint(url, exc)
-                    msg = f"cannot reach the model server at {url}: {root}{hint and '; '}{hint}"
-                    raise ServerError(msg, None, str(root)) from None
+                    msg = f"cannot reach the model server at {url}: {why}{hint and '; '}{hint}"
+                    raise ServerError(msg, None, why) from None
             except openai.APIError as exc:  # an error event in a stream, or an answer openai could not read
                 raise ServerError(f"{url}: {_message(exc)}") from None
-            time.sleep(min(2.0**attempt, 10.0))
+            except json.JSONDecodeError:  # a body (or a streamed event) that says it is JSON and is not
+                raise ServerError(f"{url}: the answer is not JSON", None, "the answer is not JSON") from None
+            time.sleep(wait)
         raise AssertionError("unreachable")
 
     def _send(self, method, path, body, headers, timeout_s, stream: bool) -> Any:
@@ -137,20 +155,34 @@ def _marked(events: Iterator[Any], begun: list[bool]) -> Iterator[dict[str, Any]
         yield event
 
 
+def printable(text: str, limit: int = 300) -> str:
+    """`text` (a server's words) as one line of at most `limit` characters that a terminal only prints: escape
+    sequences dropped, other control characters (newlines, NUL) made spaces."""
+    return _CONTROLS.sub(" ", _ESCAPES.sub("", text[: limit * 4])).strip()[:limit]
+
+
+def _retry_after(exc: Any) -> float:
+    """The seconds a 429/503 answer's Retry-After asks for (at most RETRY_AFTER_MAX_S); 0 without one."""
+    try:
+        return min(max(float(exc.response.headers.get("retry-after", "")), 0.0), RETRY_AFTER_MAX_S)
+    except (ValueError, AttributeError):  # absent, or an HTTP date (the backoff applies)
+        return 0.0
+
+
 def _detail(exc: Any) -> str:
     """The message of an OpenAI-style error answer, else the start of its body."""
     body = exc.body
     if isinstance(body, dict):
-        return str(body.get("message", body))[:300]
+        return printable(str(body.get("message", body)))
     try:
-        return exc.response.text[:300]
+        return printable(exc.response.text)
     except Exception:  # a streamed answer's body may be unread
-        return str(body or exc.message)[:300]
+        return printable(str(body or exc.message))
 
 
 def _message(exc: Any) -> str:
     body = exc.body if isinstance(exc.body, dict) else {}
-    return str(body.get("message") or exc.message)[:300]
+    return printable(str(body.get("message") or exc.message))
 
 
 def _root(exc: BaseException) -> BaseException | str:

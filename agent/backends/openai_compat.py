@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.backends.client import API_KEY_ENV, SESSION_HEADER, ServerClient
+from agent.backends.client import API_KEY_ENV, SESSION_HEADER, ServerClient, printable
 from agent.calls import assistant_message
 from agent.errors import AgentError
 from agent.protocols import Message, ModelReply, Sampling
@@ -58,19 +58,22 @@ class OpenAICompatModel:
         data = self._post(self._payload(sampling))
         try:
             choice = data["choices"][0]
-            text = choice["message"].get("content") or ""
+            text = _text(choice["message"].get("content"))
             finish = choice.get("finish_reason")
+            finish = finish if finish is None else str(finish)
             calls = [_call(c) for c in choice["message"].get("tool_calls") or []]
         except (KeyError, IndexError, TypeError, AttributeError):
-            raise AgentError(f"{self.config.base_url}: unexpected chat-completions answer: {str(data)[:300]}") from None
+            shown = printable(str(data))
+            raise AgentError(f"{self.config.base_url}: unexpected chat-completions answer: {shown}") from None
         text = _restore_stop(text, finish, sampling.stop)
         self.history.append(assistant_message(text, calls))
-        usage = data.get("usage") or {}
+        usage = _dict(data.get("usage"))
         stats = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens") if k in usage}
-        nexus = self.nexus = data.get("nexus") or {}  # nexus-agent serve: the session and the turn's cache stats
-        stats |= dict(nexus.get("turn") or {})
+        nexus = self.nexus = _dict(data.get("nexus"))  # nexus-agent serve: the session and the turn's cache stats
+        stats |= _dict(nexus.get("turn"))
         stats |= {k: nexus[k] for k in ("session_id", "memory_profile") if k in nexus}
         tokens = usage.get("total_tokens")
+        tokens = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None  # else: estimated
         return ModelReply(text=text, stats=stats, context_tokens=tokens, finish_reason=finish, tool_calls=calls)
 
     def _payload(self, sampling: Sampling) -> dict[str, Any]:
@@ -103,20 +106,39 @@ class OpenAICompatModel:
         """Read a streamed answer's events, handing each text piece to on_token; the equivalent completion."""
         text: list[str] = []
         calls: dict[int, dict[str, Any]] = {}  # index -> the tool call gathered so far
-        finish, extra = None, {}
-        for event in events:
-            for choice in event.get("choices") or []:
-                if piece := (choice.get("delta") or {}).get("content"):
-                    text.append(piece)
-                    self.on_token(piece)
-                for delta in (choice.get("delta") or {}).get("tool_calls") or []:
-                    _add_delta(calls.setdefault(delta.get("index", 0), {}), delta)
-                finish = choice.get("finish_reason") or finish
-            extra |= {k: event[k] for k in ("usage", "nexus") if event.get(k)}
+        finish, extra, event = None, {}, None
+        try:
+            for event in events:
+                for choice in event.get("choices") or []:
+                    if (piece := (choice.get("delta") or {}).get("content")) and isinstance(piece, str):
+                        text.append(piece)
+                        self.on_token(piece)
+                    for delta in (choice.get("delta") or {}).get("tool_calls") or []:
+                        _add_delta(calls.setdefault(delta.get("index", 0), {}), delta)
+                    finish = choice.get("finish_reason") or finish
+                extra |= {k: event[k] for k in ("usage", "nexus") if event.get(k)}
+            tool_calls = [calls[i] for i in sorted(calls)]
+        except (KeyError, TypeError, AttributeError):  # an event of another shape than a chat.completion.chunk
+            where = self.client.url("")
+            raise AgentError(f"{where}: unexpected chat-completions stream event: {printable(str(event))}") from None
         if finish is None:
             raise AgentError(f"the model server's stream ended before the reply did ({self.client.url('')})")
-        message = {"content": "".join(text), "tool_calls": [calls[i] for i in sorted(calls)]}
+        message = {"content": "".join(text), "tool_calls": tool_calls}
         return {"choices": [{"message": message, "finish_reason": finish}], **extra}
+
+
+def _text(content: Any) -> str:
+    """A message's content as text: a string, none, or a list of content parts (their text parts joined); a
+    TypeError (an unexpected answer) for anything else."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        return "".join(str(p.get("text") or "") for p in content if p.get("type") == "text")
+    raise TypeError(f"content is a {type(content).__name__}")
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _add_delta(call: dict[str, Any], delta: dict[str, Any]) -> None:
