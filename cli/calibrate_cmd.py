@@ -64,6 +64,7 @@ def calibrate_cmd(
         marked_variants,
         unmarked,
     )
+    from pipeline.files import check_writable
 
     console = Console(stderr=True)
     if limit is not None and limit < 1:
@@ -71,7 +72,7 @@ def calibrate_cmd(
     if max_tokens is not None and max_tokens < 1:
         raise typer.BadParameter(f"--max-tokens {max_tokens}: give at least 1")
     if out is not None:
-        _check_writable(out)  # before the conversations are replayed, not after
+        check_writable(out, "--out", f"the profile file to write (e.g. {out}/profile.pt)")  # before the replay
     if threads:
         torch.set_num_threads(threads)
     files = conversation_files(traces)[:limit]
@@ -102,19 +103,3 @@ def calibrate_cmd(
     except (OSError, RuntimeError) as exc:  # torch.save reports a file it cannot open as a RuntimeError
         raise KVStoreError(f"cannot write the profile to {out}: {' '.join(str(exc).split())[:200]}") from None
     console.print(f"wrote {out}: {profile.summary}; {used}")
-
-
-def _check_writable(out: Path) -> None:
-    """Refuse, in one line, an --out the profile could not be written to (a folder, or a place that cannot hold a new
-    file)."""
-    import tempfile
-
-    from kvstore.errors import KVStoreError
-
-    if out.is_dir():
-        raise KVStoreError(f"--out {out} is a folder; give the profile file to write (e.g. {out}/profile.pt)")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=out.parent).close()
-    except OSError as exc:
-        raise KVStoreError(f"--out {out}: cannot write a file there ({exc.strerror or exc})") from None

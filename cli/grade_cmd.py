@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import typer
@@ -14,6 +13,7 @@ from cli.console import console as make_console
 from cli.live import STATUS_STYLE
 from cli.options import raw_options
 from cli.safe_text import safe_markup, safe_text
+from pipeline.files import atomic_write, check_writable
 
 
 @raw_options("repo_cache")
@@ -69,22 +69,15 @@ def _check_options(sandbox: str, timeout: float, json_path: Path | None) -> None
     if not timeout > 0:  # NaN included
         raise TaskError(f"--timeout {timeout:g}: give the seconds the tests may run, more than 0")
     if json_path is not None:
-        if json_path.is_dir():
-            raise TaskError(f"--json {json_path} is a folder; give the file to write the report to")
-        _write_json(json_path, "", probe=True)
+        check_writable(json_path, "--json", "the file to write the report to")
 
 
-def _write_json(path: Path, text: str, probe: bool = False) -> None:
-    """Write the report to --json's file (`probe`: only check that it can be written, creating its folder and
-    leaving no file behind); an OSError is one line, never a traceback."""
-    from pipeline.files import atomic_write  # lazy: off --help
+def _write_json(path: Path, text: str) -> None:
+    """Write the report to --json's file; an OSError is one line, never a traceback."""
     from tasks.schema import TaskError  # lazy: urllib, off --help
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if probe:
-            tempfile.TemporaryFile(dir=path.parent).close()  # where atomic_write writes first
-            return
         atomic_write(path, text)
     except OSError as exc:
         raise TaskError(f"--json {path}: cannot write the report there ({exc.strerror or exc})") from None

@@ -64,11 +64,19 @@ def task_dir(out: Path, instance_id: str) -> Path:
 def read_report(out: Path, instance_id: str) -> dict[str, Any] | None:
     """The finished task's report, or None when it has not finished (no report, or one that is not this task's
     report: unparsable, not UTF-8, not an object, another instance's). Such a task is run again."""
-    path = task_dir(out, instance_id) / REPORT
+    return _report_of(_load(task_dir(out, instance_id) / REPORT), instance_id)
+
+
+def _load(path: Path) -> Any:
+    """A report file's JSON; None when it cannot be read or parsed."""
     try:
-        report = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):  # ValueError: bad JSON and bad UTF-8 alike
         return None
+
+
+def _report_of(report: Any, instance_id: str) -> dict[str, Any] | None:
+    """`report` when it is `instance_id`'s report (an object of that instance with a status), else None."""
     if not isinstance(report, dict) or report.get("instance_id") != instance_id or "status" not in report:
         return None
     return report
@@ -191,12 +199,10 @@ def _finished_elsewhere(out: Path, selected: set[str]) -> list[dict[str, Any]]:
     """The finished reports of task folders in `out` whose task is not in `selected`, in folder-name order."""
     found = []
     for folder in sorted(p for p in out.iterdir() if p.is_dir()):
-        try:
-            ident = json.loads((folder / REPORT).read_text(encoding="utf-8")).get("instance_id")
-        except (OSError, ValueError, AttributeError):  # no report, a damaged one, not an object
-            continue
+        loaded = _load(folder / REPORT)
+        ident = loaded.get("instance_id") if isinstance(loaded, dict) else None
         if isinstance(ident, str) and ident not in selected and task_dir(out, ident) == folder:
-            report = read_report(out, ident)
+            report = _report_of(loaded, ident)
             if finished(report):
                 found.append(report)
     return found

@@ -57,6 +57,20 @@ def _temp_of_ours(name: str) -> bool:
     return any(name.startswith(f".{f}.") and name.endswith(".tmp") for f in (REPORT, PATCH, TRAJECTORY))
 
 
+def check_writable(path: Path, option: str, give: str) -> None:
+    """Refuse (RunError, one line) before any work an `option` file that could not be written: a folder (`give`
+    says what to give instead), or a place where no new file can be made. Its folder is created when missing."""
+    from pipeline.errors import RunError
+
+    if path.is_dir():
+        raise RunError(f"{option} {path} is a folder; give {give}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path.parent).close()  # where atomic_write writes first
+    except OSError as exc:
+        raise RunError(f"{option} {path}: cannot write a file there ({exc.strerror or exc})") from None
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write `text` to `path` through a temp file in the same folder and os.replace (never a half-written file); the
     file gets the mode of any file the process creates (0644 under the usual umask), not the temp file's 0600."""

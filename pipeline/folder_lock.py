@@ -21,10 +21,18 @@ LOCK_FILE = ".nexus-lock"  # hidden: the folder's readers (calibrate, show, an e
 _held: dict[Path, int] = {}  # folders this process holds -> nesting depth (a solve's CLI, then its run_task)
 
 
+class FolderBusy(RunError):
+    """Another process holds the folder; `holder`: its pid, as its lock file says."""
+
+    def __init__(self, folder: Path, holder: str) -> None:
+        super().__init__(f"{folder} is in use by another run (pid {holder}); wait for it to end or give another --out")
+        self.holder = holder
+
+
 @contextmanager
 def hold_folder(folder: Path) -> Iterator[None]:
     """Hold `folder` (created when missing) for this process until the block ends; nested holds of the same folder
-    in one process share the lock. Raises RunError naming the holder when another process holds it."""
+    in one process share the lock. Raises FolderBusy (a RunError) naming the holder when another process holds it."""
     key = folder.resolve()
     if key in _held:
         _held[key] += 1
@@ -52,11 +60,28 @@ def _lock(folder: Path) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        holder = _holder(fd)
         os.close(fd)
-        raise RunError(
-            f"{folder} is in use by another run (pid {holder}); wait for it to end or give another --out"
-        ) from None
+        raise FolderBusy(folder, holder) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+def held_elsewhere(folder: Path) -> str | None:
+    """The pid (as its lock file says) of another process that holds `folder` now; None when none does."""
+    try:
+        fd = os.open(folder / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _holder(fd)
+    finally:
+        os.close(fd)  # releases the flock when it was taken
+    return None
+
+
+def _holder(fd: int) -> str:
+    return os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"

@@ -3,9 +3,7 @@ deleting one, and the name of a new chat when the repo's default name is taken."
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -14,7 +12,7 @@ from pathlib import Path
 
 from pipeline.chat import state as cs
 from pipeline.errors import RunError
-from pipeline.folder_lock import LOCK_FILE, hold_folder
+from pipeline.folder_lock import LOCK_FILE, FolderBusy, held_elsewhere, hold_folder
 from pipeline.home import home
 
 
@@ -76,11 +74,9 @@ def hold(folder: Path) -> Iterator[None]:
     with ExitStack() as held:
         try:
             held.enter_context(hold_folder(folder))
-        except RunError:
-            if not in_use(folder):  # not another chat's: the folder itself cannot be used (its message says why)
-                raise
-            raise RunError(f"session {folder.name!r} is open in another chat (pid {_holder(folder)}); leave that "
-                           "chat first, or pick another --session") from None  # fmt: skip
+        except FolderBusy as exc:
+            raise RunError(f"session {folder.name!r} is open in another chat (pid {exc.holder}); leave that chat "
+                           "first, or pick another --session") from None  # fmt: skip
         try:
             yield
         finally:
@@ -89,26 +85,9 @@ def hold(folder: Path) -> Iterator[None]:
                 folder.rmdir()
 
 
-def _holder(folder: Path) -> str:
-    try:
-        return (folder / LOCK_FILE).read_text(errors="replace").strip() or "unknown"
-    except OSError:
-        return "unknown"
-
-
 def in_use(folder: Path) -> bool:
     """Whether a chat (another process) holds the session in `folder` now."""
-    try:
-        fd = os.open(folder / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return held_elsewhere(folder) is not None
 
 
 def delete(name: str, current: str) -> SessionInfo:
@@ -117,8 +96,9 @@ def delete(name: str, current: str) -> SessionInfo:
     if name == current:
         raise RunError(f"session {name!r} is this chat's own; leave it first, then delete it from another chat")
     folder = cs.session_dir(name)
-    if in_use(folder):
-        raise RunError(f"session {name!r} is open in another chat (pid {_holder(folder)}); leave it there first")
+    holder = held_elsewhere(folder)
+    if holder is not None:
+        raise RunError(f"session {name!r} is open in another chat (pid {holder}); leave it there first")
     info = read_info(folder)
     if info is None:
         raise RunError(f"no chat session {name!r} (see /sessions)")
