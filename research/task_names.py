@@ -40,7 +40,7 @@ import torch  # noqa: E402
 from kvstore.policies.base import ScoreContext  # noqa: E402
 from kvstore.policies.nexus_agent import NexusAgentPolicy, NexusAgentSettings  # noqa: E402
 from kvstore.profiles.names import frame_spans, name_positions, name_spans, text_runs  # noqa: E402
-from research.session_hooks import after_append  # noqa: E402
+from research.session_hooks import once_task_is_in  # noqa: E402
 
 CODE_LINE = re.compile(
     r"^(?:[ \t]*(?:from [\w.]+ import |import [\w.]|class \w|def \w|>>> |@\w|return\b)|[ \t]+\S"
@@ -126,16 +126,12 @@ class TaskNamesPolicy(NexusAgentPolicy):
 def patch_session() -> None:
     """Hand a TaskNamesPolicy the code-name positions of its session's task text once the opening is in."""
 
-    def hand_over(session) -> None:
-        policy = getattr(session.cache, "policy", None)
-        signals = getattr(session.cache, "signals", None)
-        if isinstance(policy, TaskNamesPolicy) and policy.names is None and signals is not None:
-            if signals.task_span is not None:
-                policy.names = policy.positions(session.tokenizer, session.tokens, signals.task_span)
-                runs = text_runs(session.tokenizer, session.tokens, signals.task_span, code_lines)
-                policy.code = torch.tensor([p for a, b in runs for p in range(a, b)], dtype=torch.long)
+    def fill(session, policy: TaskNamesPolicy, span: tuple[int, int]) -> None:
+        policy.names = policy.positions(session.tokenizer, session.tokens, span)
+        runs = text_runs(session.tokenizer, session.tokens, span, code_lines)
+        policy.code = torch.tensor([p for a, b in runs for p in range(a, b)], dtype=torch.long)
 
-    after_append(hand_over)
+    once_task_is_in(TaskNamesPolicy, "names", fill)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import torch  # noqa: E402
 from kvstore.errors import KVStoreError  # noqa: E402
 from kvstore.policies.base import ScoreContext  # noqa: E402
 from kvstore.policies.nexus_agent import NexusAgentPolicy, NexusAgentSettings  # noqa: E402
-from research.session_hooks import after_append  # noqa: E402
+from research.session_hooks import once_task_is_in  # noqa: E402
 
 CHUNK = 512  # positions per lm_head call: the logits of a whole opening at once would be tokens x vocabulary
 
@@ -96,15 +96,11 @@ def most_surprising(nll: torch.Tensor, span: tuple[int, int], share: float) -> t
 def patch_session() -> None:
     """Hand a TaskSurprisePolicy the most surprising positions of its session's task text once the opening is in."""
 
-    def hand_over(session) -> None:
-        policy = getattr(session.cache, "policy", None)
-        signals = getattr(session.cache, "signals", None)
-        if isinstance(policy, TaskSurprisePolicy) and policy.surprising is None and signals is not None:
-            if signals.task_span is not None:
-                nll = surprisal(session.model, session.tokens[: signals.task_span[1]])
-                policy.surprising = most_surprising(nll, signals.task_span, policy.settings.surprise_share)
+    def fill(session, policy: TaskSurprisePolicy, span: tuple[int, int]) -> None:
+        nll = surprisal(session.model, session.tokens[: span[1]])
+        policy.surprising = most_surprising(nll, span, policy.settings.surprise_share)
 
-    after_append(hand_over)
+    once_task_is_in(TaskSurprisePolicy, "surprising", fill)
 
 
 if __name__ == "__main__":
