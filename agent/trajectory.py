@@ -128,6 +128,8 @@ def _add(traj: Trajectory, rec: Any, where: str) -> None:
         traj.steps.append(rec)
     elif kind == "footer":
         traj.footers.append(rec)
+    elif not isinstance(rec, dict):
+        raise AgentError(f"{where}: not a trajectory record (a JSON object whose type is header, step or footer)")
     else:
         raise AgentError(f"{where}: unknown record type {kind!r} (expected header, step or footer)")
 

@@ -37,7 +37,7 @@ def build(
         console.print(f"[dim]{time.monotonic() - start:6.1f}s[/dim] {msg}", highlight=False)
 
     with console.status("building images"):
-        tags = build_images(connect(), cfg, log)
+        tags = build_images(connect(for_sandbox=False), cfg, log)
     console.print(f"[green]ready:[/green] {', '.join(tags)}")
 
 
@@ -49,7 +49,7 @@ def prune(
     """Remove every container labelled nexus-agent=1 (leftovers of interrupted runs)."""
     from swe_env.dockerd import connect  # lazy: docker, urllib, off --help
 
-    client = connect()
+    client = connect(for_sandbox=False)
     containers = client.containers.list(all=True, filters={"label": "nexus-agent=1"})
     for container in containers:
         container.remove(force=True)

@@ -74,6 +74,8 @@ def load_conversation(path: Path) -> Conversation:
             messages = [_plain(m) for m in load_trajectory(path).messages()]
         except AgentError as e:  # a bad line or record: the file is not a trajectory
             raise KVStoreError(str(e)) from None
+        if not any(messages):  # empty, or one line that is not JSON (read as a trajectory cut off mid-line)
+            raise KVStoreError(f"{path}: holds no conversation (no header or step record of a trajectory)")
         return Conversation(conversation_name(path), [m for m in messages if m])
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -23,7 +23,7 @@ from pipeline.config import RunConfig
 from pipeline.errors import RunError
 from swe_env.grading import GradeReport
 from swe_env.patching import apply_patch
-from swe_env.safegit import GitError, run_git
+from swe_env.safegit import GitError, head_left_out, run_git
 from swe_env.sandbox.base import SandboxError
 from swe_env.sandbox.factory import SandboxConfig, open_sandbox
 from tasks.schema import Task
@@ -83,6 +83,8 @@ def _head(repo: Path, given: Path) -> tuple[str, bool]:
         dirty = run_git(repo, "status", "--porcelain", "--untracked-files=no").stdout.strip()
     except GitError as exc:
         raise RunError(f"--repo {given}: {exc}") from None
+    if head.returncode != 0 and head_left_out(repo):
+        raise RunError(f"--repo {given}: its .git/HEAD is a link out of .git, which is not followed (make it a file)")
     if head.returncode != 0:
         raise RunError(f"--repo {given}: not a git repository with a commit (git init, then commit your files)")
     return head.stdout.strip(), bool(dirty)

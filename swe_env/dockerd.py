@@ -9,18 +9,21 @@ import docker.errors
 
 from swe_env.sandbox.base import SandboxError
 
-START_HINT = 'start one with: eval "$(scripts/dockerd.sh start)"  (exports DOCKER_HOST), or use --sandbox bwrap'
+START_HINT = 'start one with: eval "$(scripts/dockerd.sh start)"  (exports DOCKER_HOST)'
+BWRAP_HINT = ", or use --sandbox bwrap"
 
 
-def connect(timeout: float = 120.0):
-    """A docker SDK client for DOCKER_HOST (or the default socket) that has answered a ping."""
+def connect(timeout: float = 120.0, for_sandbox: bool = True):
+    """A docker SDK client for DOCKER_HOST (or the default socket) that has answered a ping. `for_sandbox`: the
+    daemon would run a sandbox, so the error names the other sandbox too (not for `env build` or `env prune`)."""
 
     where = os.environ.get("DOCKER_HOST") or "the default socket (DOCKER_HOST is unset)"
     try:
         client = docker.from_env(timeout=int(timeout))
         client.ping()
     except (docker.errors.DockerException, OSError) as exc:
-        raise SandboxError(f"no Docker daemon answers at {where}: {_short(exc)}; {START_HINT}") from None
+        hint = START_HINT + BWRAP_HINT * for_sandbox
+        raise SandboxError(f"no Docker daemon answers at {where}: {_short(exc)}; {hint}") from None
     return client
 
 

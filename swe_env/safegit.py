@@ -82,6 +82,17 @@ def git_dirs(repo: Path) -> tuple[Path, Path]:
     return gitdir, _resolve(gitdir, common_file.read_text(errors="replace").strip(), common_file)
 
 
+def head_left_out(repo: Path) -> bool:
+    """Whether the repository's HEAD is a link out of its git dir, which the shadow git dir leaves out (git then
+    finds no repository): a reason to name instead of "not a git repository"."""
+    try:
+        gitdir, _ = git_dirs(repo)
+    except (GitError, OSError):
+        return False
+    head = gitdir / "HEAD"
+    return head.is_symlink() and not _inside(head, gitdir)
+
+
 def _resolve(base: Path, relative: str, source: Path) -> Path:
     try:
         return (base / relative).resolve()

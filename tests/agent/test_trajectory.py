@@ -64,6 +64,9 @@ def test_bad_lines_are_clear_errors(tmp_path: Path) -> None:
     path.write_text('{"type": "what"}\n')
     with pytest.raises(AgentError, match="unknown record type"):
         load_trajectory(path)
+    path.write_text("[1, 2]\n{}\n")
+    with pytest.raises(AgentError, match=r"t.jsonl:1: not a trajectory record \(a JSON object"):
+        load_trajectory(path)
     path.write_text('{"type": "step", "step": 1}\n')
     with pytest.raises(AgentError, match="needs a 'reply'"):
         load_trajectory(path)

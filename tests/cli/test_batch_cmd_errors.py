@@ -57,6 +57,22 @@ def test_calibrate_checks_out_and_max_tokens_before_replaying(tmp_path: Path) ->
     assert "left out" not in res.stderr  # refused before any conversation was read
 
 
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("", ["t.jsonl: holds no conversation"]),
+        ("garbage\n", ["t.jsonl: holds no conversation"]),  # one line that is not JSON: a trajectory cut off
+        ("[1, 2]\n", ["t.jsonl:1: not a trajectory record"]),
+        ("garbage\n{}\n", ["t.jsonl:1: not a JSON record"]),
+    ],
+)
+def test_calibrate_says_why_a_file_is_not_a_conversation(tmp_path: Path, text: str, words: list[str]) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(text)
+    _one_line_error(_run(tmp_path, "calibrate", str(trace), "--out", "p.pt"), *words)
+    assert not (tmp_path / "p.pt").exists()
+
+
 def test_solve_refuses_an_out_folder_with_files_no_run_wrote(tmp_path: Path) -> None:
     """`solve --out` removes and rewrites report.json, patch.diff and trajectory.jsonl there: a folder with other
     files (a project, an eval's --out) is refused before anything starts, and its files are left as they were."""

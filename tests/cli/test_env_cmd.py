@@ -15,6 +15,15 @@ def test_status_without_a_daemon_says_how_to_start_one(monkeypatch, tmp_path):
     assert "no Docker daemon answers" in res.output and "dockerd.sh start" in res.output
 
 
+@pytest.mark.parametrize("command", [["env", "prune"], ["env", "build"]])
+def test_build_and_prune_without_a_daemon_do_not_offer_the_other_sandbox(monkeypatch, tmp_path, command):
+    """They work on Docker alone: the error says how to start a daemon, not "use --sandbox bwrap" (no such option)."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
+    res = CliRunner().invoke(app, command)
+    assert res.exit_code == 1 and "no Docker daemon answers" in str(res.exception), res.output
+    assert "dockerd.sh start" in str(res.exception) and "--sandbox" not in str(res.exception)
+
+
 @pytest.mark.docker
 def test_build_is_cached_and_prune_removes_labelled_containers(docker_client, builtin_image):
     res = CliRunner().invoke(app, ["env", "build"])

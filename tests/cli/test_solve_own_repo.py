@@ -103,12 +103,18 @@ def test_uncommitted_changes_stay_behind_and_are_named(tmp_path: Path) -> None:
         (["--repo", "REPO"], "--repo takes an --issue (text or file) and no task id or --dataset"),
         (["--repo", "REPO", "--issue", "  "], "--issue: the problem statement is empty"),
         (["--repo", "NOGIT", "--issue", "x"], "not a git"),
+        (["--repo", "HEADLINK", "--issue", "x"], "its .git/HEAD is a link out of .git, which is not followed"),
     ],
 )
 def test_own_repo_errors_are_one_line(tmp_path: Path, args: list[str], says: str) -> None:
     repo, nogit = make_repo(tmp_path), tmp_path / "plain"
     nogit.mkdir()
-    args = [{"REPO": str(repo), "NOGIT": str(nogit)}.get(a, a) for a in args]
+    (tmp_path / "linked").mkdir()
+    linked = make_repo(tmp_path / "linked")  # HEAD a link to a file outside .git: git would follow it, we do not
+    (tmp_path / "outside-head").write_text((linked / ".git" / "HEAD").read_text())
+    (linked / ".git" / "HEAD").unlink()
+    (linked / ".git" / "HEAD").symlink_to(tmp_path / "outside-head")
+    args = [{"REPO": str(repo), "NOGIT": str(nogit), "HEADLINK": str(linked)}.get(a, a) for a in args]
     res = nexus("solve", *args, "--out", str(tmp_path / "run"), env=cli_env(tmp_path), cwd=tmp_path)
     assert res.returncode == 2 and says in res.stderr, res.stdout + res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
