@@ -57,6 +57,10 @@ def open_chat(
 def _opened(settings: ChatSettings, folder: Path, name: str, emit, status, on_event, callbacks: dict[str, Any]):
     """open_chat's work once the session is held: the runner, then (--learn-profile) the profile learned."""
     state, conversation, cfg = open_conversation(settings, folder)
+    others = sessions.open_on(Path(state.repo), besides=name)
+    if others:
+        emit({"kind": "warning", "text": f"another chat is open on this repo (session {others[0]!r}): /undo cannot "
+                                         "tell its edits from this chat's, and takes back both"})  # fmt: skip
     env = python_env(Path(state.repo), status, emit) if settings.python_env else None
     with open_repo_sandbox(Path(state.repo), name, env) as sandbox:
         runner = ChatRunner(folder, name, state, conversation, sandbox, agent_config(cfg), yolo=settings.yolo,

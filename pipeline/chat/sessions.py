@@ -90,6 +90,11 @@ def in_use(folder: Path) -> bool:
     return held_elsewhere(folder) is not None
 
 
+def open_on(repo: Path, besides: str) -> list[str]:
+    """The sessions of `repo` other than `besides` that a chat has open now (its edits would mix with this one's)."""
+    return [s.name for s in sessions_of(repo) if s.name != besides and in_use(cs.session_dir(s.name))]
+
+
 def delete(name: str, current: str) -> SessionInfo:
     """Delete the saved session `name` (never the one this chat is running, nor one another chat has open);
     RunError when there is no such one."""

@@ -56,7 +56,8 @@ class Snapshot:
     """The repo's files at the start of a turn (paths relative to the repo, '/'-separated)."""
 
     entries: dict[str, Entry] = field(default_factory=dict)
-    skipped: list[str] = field(default_factory=list)  # files too large to keep: undo cannot restore them
+    skipped: dict[str, list[int]] = field(default_factory=dict)  # files too large to keep -> their stamp then: undo
+    # cannot restore them, and says so for those that changed
     turn: int = 0  # the request this snapshot was taken before (1-based)
     after: dict[str, str] | None = None  # each path the turn changed -> what it held when the turn ended (`seal`);
     # None: the turn did not end here (the program was killed): undo takes back every change
@@ -74,7 +75,10 @@ class Snapshot:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             entries = {k: Entry(**v) for k, v in data["entries"].items()}
-            return cls(entries, list(data["skipped"]), int(data["turn"]), data.get("after"))
+            skipped = data["skipped"]
+            if not isinstance(skipped, dict):  # a list of paths (snapshots of before 2026-12): no stamps, all said
+                skipped = dict.fromkeys(skipped, [])
+            return cls(entries, {k: list(v) for k, v in skipped.items()}, int(data["turn"]), data.get("after"))
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -120,7 +124,7 @@ def take(repo: Path, folder: Path, dirs: tuple[Path, Path] | None, turn: int) ->
         if entry is not None:
             snap.entries[rel] = entry
         elif not (repo / rel).is_symlink() and (repo / rel).is_file():  # too large (a submodule: not in a snapshot)
-            snap.skipped.append(rel)
+            snap.skipped[rel] = _stamp(repo, rel)
     snap.save(folder)
     _collect(store, _kept_digests(folder))
     return snap
@@ -308,7 +312,8 @@ def restore(repo: Path, folder: Path, dirs: tuple[Path, Path] | None) -> Restore
     if snap is None:
         raise SnapshotError("nothing to undo: no agent turn has run in this session yet")
     owner = os.lstat(repo)
-    done, store = Restored(unrestorable=list(snap.skipped)), folder / UNDO_DIR / "blobs"
+    unchanged = [rel for rel, stamp in snap.skipped.items() if stamp and stamp == _stamp(repo, rel)]
+    done, store = Restored(unrestorable=[r for r in snap.skipped if r not in unchanged]), folder / UNDO_DIR / "blobs"
     for change in changes(repo, folder, dirs):
         if snap.after is not None and snap.after.get(change.path) != _state_now(repo, change.path):
             done.kept.append(change.path)

@@ -61,6 +61,12 @@ def test_an_open_session_is_not_deleted_from_another_chat(held: Path) -> None:
         sessions.delete("s", "other")
 
 
+def test_a_chat_on_the_same_repo_under_another_session_is_named(held: Path, tmp_path: Path) -> None:
+    """Two sessions on one repo may be open at once, but /undo cannot tell their edits apart: opening says so."""
+    assert sessions.open_on(tmp_path, besides="t") == ["s"]
+    assert sessions.open_on(tmp_path, besides="s") == [] and sessions.open_on(tmp_path / "other", besides="t") == []
+
+
 def test_a_new_chat_passes_over_a_name_being_opened(held: Path) -> None:
     (held / cs.STATE_FILE).unlink()  # the other chat is still opening it: no chat.json yet
     assert sessions.new_name("s") == "s-2"

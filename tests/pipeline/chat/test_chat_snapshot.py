@@ -112,3 +112,24 @@ def test_a_submodule_is_not_said_to_be_unrestorable(tmp_path: Path) -> None:
         subprocess.run(cmd, cwd=repo, check=True, env=GIT_ENV)
     snap.take(repo, folder, git_dirs(repo), turn=1)
     assert snap.restore(repo, folder, git_dirs(repo)).unrestorable == []
+
+
+def test_only_a_too_large_file_the_turn_changed_is_said_to_be_unrestorable(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(snap, "MAX_FILE_BYTES", 1000)  # a 2 kB file stands for one over 32 MiB
+    repo, folder = _repo(tmp_path), tmp_path / "session"
+    (repo / "data.bin").write_bytes(b"\0" * 2000)  # too large to keep, untouched by the turn
+    (repo / "log.bin").write_bytes(b"\1" * 2000)  # too large to keep, rewritten by the turn
+    taken = snap.take(repo, folder, git_dirs(repo), turn=1)
+    assert sorted(taken.skipped) == ["data.bin", "log.bin"]
+    (repo / "pkg" / "mod.py").write_text("x = 2\n")
+    (repo / "log.bin").write_bytes(b"\2" * 3000)
+    done = snap.restore(repo, folder, git_dirs(repo))
+    assert done.changed == ["pkg/mod.py"] and done.unrestorable == ["log.bin"]
+
+
+def test_a_snapshot_saved_before_stamps_of_skipped_files_still_loads(tmp_path: Path) -> None:
+    repo, folder = _repo(tmp_path), tmp_path / "session"
+    snap.take(repo, folder, git_dirs(repo), turn=1)
+    manifest = folder / snap.UNDO_DIR / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"skipped": {}', '"skipped": ["old.bin"]'))
+    assert snap.restore(repo, folder, git_dirs(repo)).unrestorable == ["old.bin"]  # no stamp: said, as then
