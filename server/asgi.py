@@ -7,7 +7,8 @@ whose events (text pieces, the result, an error) the event loop turns into the a
 carrying its finish_reason and `data: [DONE]`, or with an error event (`data: {"error": ...}`): never silently. A
 client that goes away while its reply is generated cancels it (the scheduler stops decoding for it). A server
 started with an API key answers every route but /health and /metrics with HTTP 401 unless the request carries
-"Authorization: Bearer <key>".
+"Authorization: Bearer <key>". Every error is OpenAI's JSON error shape: an unknown path a 404, a known one asked
+with a method it does not take a 405 with `Allow`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -91,7 +93,7 @@ def build_app(server: Server):
         Route("/v1/sessions/{sid}", h.delete_session, methods=["DELETE"]),
         Route("/v1/nexus/profiles", h.profiles, methods=["POST"]),
     ]
-    app = Starlette(routes=routes, exception_handlers={404: h.not_found, 405: h.not_found})
+    app = Starlette(routes=routes, exception_handlers={404: h.not_found, 405: h.not_allowed})
 
     async def without_trailing_slash(scope, receive, send) -> None:  # "/v1/models/" is "/v1/models"
         if scope["type"] == "http" and len(scope["path"]) > 1:
@@ -140,6 +142,18 @@ class _Handlers:
         return self._refused(request) or error_response(
             ServeError(f"no route {request.method} {request.url.path}", 404, "not_found"), self._count(request)
         )
+
+    async def not_allowed(self, request: Request, exc: HTTPException) -> Response:
+        """A known path asked with another method: HTTP 405 naming the methods it takes, in `Allow` too."""
+        if refused := self._refused(request):
+            return refused
+        allow = ", ".join(sorted((exc.headers or {}).get("Allow", "").split(", ")))
+        error = ServeError(
+            f"{request.url.path} does not take {request.method}; it takes {allow}", 405, "method_not_allowed"
+        )
+        response = error_response(error, self._count(request))
+        response.headers["Allow"] = allow
+        return response
 
     async def profiles(self, request: Request) -> Response:
         if refused := self._refused(request):

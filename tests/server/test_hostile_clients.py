@@ -5,6 +5,7 @@ log line; the server starts and keeps every other session)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import subprocess
@@ -117,3 +118,31 @@ def test_serve_refuses_a_limit_that_is_not_positive_in_one_line(option) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0, done.stderr
     assert done.stderr.strip().splitlines() == [f"error: {option[0]} must be positive, got {option[1]}"], done.stderr
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("GET", "/v1/chat/completions", "POST"),
+        ("PUT", "/v1/sessions/x", "DELETE"),
+        ("POST", "/v1/models/", "GET, HEAD"),
+        ("DELETE", "/v1/nexus/profiles", "POST"),
+    ],
+)
+def test_a_wrong_method_on_a_known_path_is_a_405_naming_the_methods_it_takes(make_server, method, path, allow) -> None:
+    server = make_server()
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    conn.request(method, path, body=b'{"pad": "' + b"z" * 100_000 + b'"}')
+    r = conn.getresponse()
+    assert r.status == 405
+    assert r.getheader("Allow") == allow
+    assert r.getheader("Content-Type") == "application/json"
+    message = f"{path.rstrip('/')} does not take {method}; it takes {allow}"
+    assert json.loads(r.read()) == {"error": {"message": message, "type": "method_not_allowed", "code": 405}}
+    sock = conn.sock
+    conn.request("POST", "/v1/chat/completions", body=json.dumps({"messages": [user()], "max_tokens": 2}))
+    r = conn.getresponse()
+    assert r.status == 200 and json.loads(r.read())["object"] == "chat.completion"
+    assert conn.sock is sock  # the connection that got the 405, its body unread, serves the next request
+    conn.close()
+    assert httpx.get(server.url + "/nowhere", timeout=30).status_code == 404  # an unknown path stays a 404
