@@ -31,18 +31,25 @@ NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # OpenAI's rule for function names
 
 
 def check_tools(tools: object) -> list[dict[str, Any]] | None:
-    """The request's `tools` as OpenAI defines them (function tools only), or None when absent or empty."""
+    """The request's `tools` as OpenAI defines them (function tools only, each name once), or None when absent or
+    empty."""
     if tools is None or tools == []:
         return None
     if not isinstance(tools, list):
         raise ServeError("'tools' must be a list of {'type': 'function', 'function': {...}} objects")
-    out = []
+    out, seen = [], {}  # seen: each name's first index
     for i, tool in enumerate(tools):
         fn = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict):
             raise ServeError(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ..., ...}}}}")
         if not isinstance(fn.get("name"), str) or not NAME.fullmatch(fn["name"]):
             raise ServeError(f"tools[{i}].function.name must be 1-64 letters, digits, _ . or -")
+        if fn["name"] in seen:  # a call names its tool: two of one name leave the call's schema ambiguous
+            raise ServeError(
+                f"tools[{i}].function.name {fn['name']!r} is a duplicate: tools[{seen[fn['name']]}] has that name; "
+                "each tool needs a name of its own"
+            )
+        seen[fn["name"]] = i
         params = fn.get("parameters", {"type": "object", "properties": {}})
         if not isinstance(params, dict):
             raise ServeError(f"tools[{i}].function.parameters must be a JSON schema object")

@@ -42,6 +42,7 @@ CASES = [  # (fields added to a valid request, what the 400's message must conta
     ({"n": 2}, "only n=1"),
     ({"parallel_tool_calls": "yes"}, "parallel_tool_calls must be a JSON boolean"),
     ({"tools": [{"type": "function"}]}, "tools[0] must be"),
+    ({"tools": TOOLS + TOOLS}, "tools[1].function.name 'bash' is a duplicate: tools[0] has that name"),
     ({"tools": TOOLS, "tool_choice": "always"}, "tool_choice must be"),
     ({"tool_choice": "required"}, "tool_choice 'required' needs 'tools'"),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "ls"}}}, "names function 'ls'"),
