@@ -90,6 +90,11 @@ def serve_cmd(
     header_timeout: float = typer.Option(
         _D.header_timeout_s, "--header-timeout", help="Seconds a request's headers, then its body, may take to arrive."
     ),
+    max_profile_conversations: int = typer.Option(
+        _D.max_profile_conversations,
+        "--max-profile-conversations",
+        help="Most conversations one POST /v1/nexus/profiles calibrates from (then HTTP 400).",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every HTTP request and dropped connection."),
 ) -> None:
     """Serve one model to many agent sessions at /v1/chat/completions (see docs/server.md)."""
@@ -109,7 +114,7 @@ def serve_cmd(
         max_new_tokens=max_new_tokens, dtype=dtype, threads=threads, chunk_size=chunk_size,
         interleave_prefill=interleave, api_key=api_key, tls_cert=tls_cert, tls_key=tls_key, backlog=backlog,
         max_connections=max_connections, max_body_bytes=_D.max_body_bytes if body_limit is None else body_limit,
-        keep_alive_s=keep_alive, header_timeout_s=header_timeout,
+        keep_alive_s=keep_alive, header_timeout_s=header_timeout, max_profile_conversations=max_profile_conversations,
     )  # fmt: skip
     raise_fd_limit(max_connections)
     set_threads(threads)

@@ -182,7 +182,7 @@ class Server:
         conversations sent, or install one sent; either is saved where new sessions read their profiles."""
 
         profiles.profile_dir(self.config)  # refused before any work
-        kind, request = profiles.parse(body)
+        kind, request = profiles.parse(body, self.config.max_profile_conversations)
         if kind == "install":
             return self.scheduler.call(lambda model, _tok: profiles.install(model, self.config, request))
         room = self.scheduler.room_for_full_cache

@@ -73,6 +73,8 @@ class ServeConfig:
     # it the least recently used are closed
     profile_max_bytes: int = 64 * 2**20  # largest profile POST /v1/nexus/profiles takes, sent or stored, inflated
     max_profiles: int = 256  # most profile files the profile directory may hold (a new one past it: HTTP 507)
+    max_profile_conversations: int = 32  # most conversations one POST /v1/nexus/profiles calibrates from (more:
+    # HTTP 400); each costs a replay on the model (a QA pass's 1,000 held one request 253 s)
     queue_timeout_s: float = 120.0  # seconds a request may wait for memory or a batch slot before HTTP 503
     drain_s: float = 30.0  # at shutdown, seconds the turns already accepted (decoding or queued) may take to finish
     # before they are cut (0: cut at once); no new work is taken meanwhile
@@ -90,7 +92,7 @@ class ServeConfig:
     def __post_init__(self) -> None:
         if self.park not in PARK_MODES:
             raise ServeSettingError("park", f"{self.park!r}: use one of {', '.join(PARK_MODES)}")
-        for name in ("max_sessions", "max_batch", "max_new_tokens", "chunk_size"):
+        for name in ("max_sessions", "max_batch", "max_new_tokens", "chunk_size", "max_profile_conversations"):
             if getattr(self, name) < 1:
                 raise ServeSettingError(name, f"must be >= 1, got {getattr(self, name)}")
         for name in ("backlog", "max_connections", "max_body_bytes", "keep_alive_s", "header_timeout_s",

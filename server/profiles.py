@@ -21,7 +21,8 @@ The profile is saved under its store name (kvstore.profiles.profile.store_name: 
 template), so
 it replaces an earlier one of the same agent and model. Limits (ServeConfig): a profile sent, its content inflated
 (read from the archive's directory before anything is inflated) and its tensors as stored hold at most
-`profile_max_bytes` (else HTTP 413), and a new profile is refused (507) while the directory holds `max_profiles`.
+`profile_max_bytes` (else HTTP 413), a new profile is refused (507) while the directory holds `max_profiles`, and a
+calibration from more than `max_profile_conversations` conversations is refused (400) before any is read.
 The answer describes it and, for a calibration, carries
 the file (base64) so that the client can keep it (`eval --server --warmup` does, to install it again on resume).
 """
@@ -43,6 +44,7 @@ from kvstore.defaults import PROFILE_SUFFIX
 from kvstore.errors import KVStoreError
 from kvstore.profiles.calibrate import calibration_plans, calibration_steps, max_positions, statement_variants
 from kvstore.profiles.profile import MemoryProfile, best_fit, load_profiles, store_name
+from server import limits
 from server.config import ServeConfig, ServeError
 from server.messages import normalize
 
@@ -71,8 +73,9 @@ def profile_dir(config: ServeConfig) -> Path:
     return Path(config.memory.profile)
 
 
-def parse(body: object) -> tuple[str, Any]:
-    """("calibrate", Calibration) or ("install", profile bytes); ServeError 400."""
+def parse(body: object, max_conversations: int) -> tuple[str, Any]:
+    """("calibrate", Calibration) or ("install", profile bytes); ServeError 400 (more than `max_conversations`
+    conversations too, before any is read)."""
     if not isinstance(body, dict) or ("conversations" in body) == ("profile" in body):
         raise ServeError("the body must be a JSON object with either 'conversations' or 'profile'")
     if "profile" in body:
@@ -89,6 +92,12 @@ def parse(body: object) -> tuple[str, Any]:
             "'conversations' must be a list of at least two conversations (lists of messages), or of one with the "
             "task's 'statement'"
         )
+    if len(conversations) > max_conversations:
+        raise ServeError(
+            f"'conversations' holds {len(conversations)} conversations, more than this server calibrates from in one "
+            f"request ({max_conversations}, its max_profile_conversations: serve --max-profile-conversations); send "
+            "fewer (a profile of an agent needs a few)", cause=limits.CAUSE,
+        )  # fmt: skip
     try:
         parsed = [normalize(c) for c in conversations]
     except ServeError as exc:

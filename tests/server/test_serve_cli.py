@@ -85,6 +85,7 @@ def test_serve_the_default_model(tmp_path) -> None:
         (["--max-batch", "0"], "--max-batch must be >= 1"),
         (["--protect", "all"], "--protect 'all': use one of system+task, system, none"),
         (["--drain", "inf"], "--drain must be a number of seconds, 0 or more, got inf"),
+        (["--max-profile-conversations", "0"], "--max-profile-conversations must be >= 1, got 0"),
     ],
 )
 def test_bad_flags_are_one_clear_line(flags: list[str], message: str) -> None:

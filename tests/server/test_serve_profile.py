@@ -245,3 +245,21 @@ def test_profile_uploads_are_limited_in_size_and_number(make_server, tmp_path: P
     status, answer = _post_profiles(server, {"profile": base64.b64encode(data.getvalue()).decode()})
     assert status == 507 and "holds 1 profiles" in answer["error"]["message"], answer
     assert len(list(store.iterdir())) == 1
+
+
+def test_a_calibration_from_more_conversations_than_the_cap_is_refused_before_any_is_read(
+    make_server, tmp_path: Path
+) -> None:
+    store = tmp_path / "profiles"
+    store.mkdir()
+    server = make_server(profile=store, max_profile_conversations=2)
+    convs = [conversation(words(40, t)) for t in ("alpha", "beta", "gamma")]
+    status, answer = _post_profiles(server, {"conversations": convs})
+    assert status == 400, answer
+    assert answer["error"]["message"].startswith("'conversations' holds 3 conversations, more than this server")
+    assert "(2, its max_profile_conversations: serve --max-profile-conversations)" in answer["error"]["message"]
+    assert not list(store.iterdir())
+    refused = 'nexus_requests_failed_total{cause="request_limit"} 1'
+    assert refused in urllib.request.urlopen(server.url.removesuffix("/v1") + "/metrics").read().decode()
+    status, answer = _post_profiles(server, {"conversations": convs[:2]})
+    assert status == 200 and (store / answer["name"]).is_file()  # as many as the cap are taken
