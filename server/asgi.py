@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from server.metrics import Metrics
     from server.sessions import Registry
 
+CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")  # a turn: decoded only while its client is there
 OPEN_PATHS = ("/health", "/metrics")  # answered without the API key (load balancers, Prometheus scrapers)
 POLL_S = 1.0  # how often a request waiting on the scheduler checks that it still runs
 
@@ -83,8 +84,7 @@ def build_app(server: Server):
     """The ASGI application of `server`."""
     h = _Handlers(server)
     routes = [
-        Route("/v1/chat/completions", h.chat, methods=["POST"]),
-        Route("/chat/completions", h.chat, methods=["POST"]),
+        *(Route(path, h.chat, methods=["POST"]) for path in CHAT_PATHS),
         Route("/v1/models", h.models, methods=["GET"]),
         Route("/models", h.models, methods=["GET"]),
         Route("/metrics", h.metrics, methods=["GET"]),

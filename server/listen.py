@@ -5,7 +5,9 @@ Limits (ServeConfig): the listen backlog; at most `max_connections` open connect
 more get HTTP 503); an idle keep-alive connection closes after `keep_alive_s`; a request's headers must arrive
 within `header_timeout_s` of the connection (or of the previous response), else the connection is closed, so that a
 client dribbling its headers (slowloris) holds one socket for a while and nothing else. TLS: uvicorn speaks it with
-server.tls's context (its checks and messages; TLS 1.2 at least), each handshake on the event loop.
+server.tls's context (its checks and messages; TLS 1.2 at least), each handshake on the event loop. A client that
+half-closes (shutdown(SHUT_WR)) after a whole request gets its answer, except on a chat route, where it is taken as gone
+and its turn cancelled (HeaderDeadline._answers_half_closed).
 
 Shutdown (SIGTERM/SIGINT in `serve`, or `Server.close`): stop accepting connections, then `on_shutdown` (server.app:
 the drain, server.drain, during which the open connections are served as before, a new chat request on one getting
@@ -35,6 +37,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from server import api
+from server.asgi import CHAT_PATHS
 from server.config import ServeConfig, ServeError
 
 BAD_REQUEST = "malformed HTTP request (its request line or a header, e.g. a Content-Length that is not a number)"
@@ -127,9 +130,27 @@ class HeaderDeadline(H11Protocol):
         if not self._lingering:
             super().data_received(data)
 
-    def eof_received(self) -> None:
+    def eof_received(self) -> bool | None:
+        """The client shut its side: a lingering close ends; a request that may still be answered keeps the answer's
+        side open (True), then the connection closes after the answer; otherwise the connection closes now."""
         if self._lingering:
             self._raw.close()
+            return None
+        if self._answers_half_closed():
+            self.cycle.keep_alive = False
+            return True
+        return None  # the client is gone: uvicorn sees the connection lost, and a chat turn is cancelled
+
+    def _answers_half_closed(self) -> bool:
+        """Whether a client that shut its sending side (shutdown(SHUT_WR)) after a whole request still gets the
+        answer: yes, unless the request is a chat turn, or the connection is TLS (asyncio's TLS transport closes on
+        the client's end of stream, whatever eof_received says). A chat turn's client is taken as gone: until the
+        server writes, a client that half-closed looks the same as one that closed its socket (nginx's rule too),
+        and a turn whose client closed is cancelled, not decoded to its max_tokens for nobody."""
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete or self.scheme != "http" or self.conn.their_state is not h11.DONE:
+            return False
+        return cycle.scope["path"].rstrip("/") not in CHAT_PATHS
 
     def _arm(self) -> None:
         """Close the connection unless a new request (a new cycle) has begun within the timeout."""

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sessionlib import qwen_tokenizer, serve_config, tiny_chat_model, wait_for
+from profilelib import conversation
+from sessionlib import qwen_tokenizer, serve_config, tiny_chat_model, wait_for, words
 
 from server.app import Server
 
@@ -146,3 +147,37 @@ def test_a_wrong_method_on_a_known_path_is_a_405_naming_the_methods_it_takes(mak
     assert conn.sock is sock  # the connection that got the 405, its body unread, serves the next request
     conn.close()
     assert httpx.get(server.url + "/nowhere", timeout=30).status_code == 404  # an unknown path stays a 404
+
+
+def half_closed(port: int, path: str, body: dict) -> bytes:
+    """POST `body` to `path` on a new connection, shut the sending side (shutdown(SHUT_WR)), and read until the
+    server closes: what it answered."""
+    data = json.dumps(body).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
+        sock.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_a_client_that_half_closes_after_its_request_gets_the_answer(make_server, tmp_path: Path) -> None:
+    store = tmp_path / "profiles"
+    store.mkdir()
+    server = make_server(profile=store)
+    convs = [conversation(words(40, t)) for t in ("alpha", "beta")]
+    answer = half_closed(server.port, "/v1/nexus/profiles", {"conversations": convs})
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), answer[:300]
+    assert (store / json.loads(body)["name"]).is_file()
+
+
+def test_a_chat_client_that_half_closes_is_taken_as_gone_and_its_turn_cancelled(make_server) -> None:
+    server = make_server()
+    body = {"messages": [user("go on")], "max_tokens": 3000, "temperature": 1.0}
+    assert half_closed(server.port, "/v1/chat/completions", body) == b""  # closed: no answer
+    assert wait_for(lambda: not server.scheduler.active and not server.scheduler.waiting)
+    generated = server.metrics.counters.get("tokens_generated_total", 0)
+    assert generated < 3000  # cancelled, not decoded to its max_tokens for nobody
+    assert server.sessions_info() == []
