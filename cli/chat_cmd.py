@@ -23,8 +23,8 @@ from pipeline.errors import RunError
 
 
 @raw_options(
-    "model", "policy", "budget", "protocol", "protect", "profile", "device", "server", "api_key", "call_format",
-    "learn", "constrain", model=None, policy=None, budget=None, protocol=None, protect=None,
+    "model", "policy", "budget", "protocol", "protect", "profile", "device", "server", "api_key", "server_timeout",
+    "call_format", "learn", "constrain", model=None, policy=None, budget=None, protocol=None, protect=None,
 )  # fmt: skip
 def chat_cmd(
     repo: Path = typer.Option(None, "--repo", "-r", help="The repository to work on (default: the current dir)."),
@@ -75,7 +75,7 @@ def chat_cmd(
         repo=repo, session=session, resume=resume, python_env=python_env, yolo=yolo, max_steps=max_steps,
         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, server=given.pop("server"),
         learn=given.pop("learn"), constrain=given.pop("constrain"), api_key=given.pop("api_key"),
-        call_format=given.pop("call_format"), memory=given,
+        server_timeout=given.pop("server_timeout"), call_format=given.pop("call_format"), memory=given,
     )  # fmt: skip
     console = Console(highlight=False)
     view = Chat(console, interactive=sys.stdin.isatty() and message is None)

@@ -21,7 +21,7 @@ EXIT_TASK_ERRORS = 1  # some task's run failed (it is retried by the next run of
 @run_options(
     "dataset", "workers", "model", "policy", "budget", "protocol", "protect", "profile", "sandbox", "max_steps", "seed",
     "temperature", "threads", "max_new_tokens", "replay_dir", "command_timeout", "test_timeout", "repo_cache", "server",
-    "api_key", "warmup", "constrain", "call_format",
+    "api_key", "server_timeout", "warmup", "constrain", "call_format",
 )  # fmt: skip
 def eval_cmd(
     cfg: RunConfig,

@@ -89,6 +89,15 @@ OPTIONS: dict[str, tuple[Any, Any]] = {
         str | None,
         typer.Option("--api-key", help="The --server's API key, sent as a Bearer token (default: $OPENAI_API_KEY)."),
     ),
+    "server_timeout": (
+        float,
+        typer.Option(
+            "--server-timeout",
+            metavar="SECONDS",
+            help="Seconds the --server may take over one answer, all of it (connect, every byte of the reply); "
+            "past it the request fails, and is retried unless part of a streamed reply was shown.",
+        ),
+    ),
     "call_format": (
         str,
         typer.Option(

@@ -26,7 +26,7 @@ from pipeline.profiles.learn import learn_after
 @run_options(
     "dataset", "model", "policy", "budget", "protocol", "protect", "profile", "sandbox", "max_steps", "seed", "replay",
     "temperature", "threads", "max_new_tokens", "device", "command_timeout", "test_timeout", "repo_cache", "server",
-    "api_key", "learn", "constrain", "call_format",
+    "api_key", "server_timeout", "learn", "constrain", "call_format",
 )  # fmt: skip
 def solve_cmd(
     cfg: RunConfig,

@@ -33,6 +33,8 @@ from kvstore.session.session import Session
 from pipeline.config import RunConfig
 from pipeline.errors import RunError
 
+PROFILE_ANSWER_MAX_BYTES = 96 * 2**20  # a /v1/nexus/profiles answer carries the profile in base64: up to a serve's
+# largest (its profile_max_bytes, 64 MiB) and a third more
 _LOADED: dict[tuple[str, str | None], tuple[Any, Any]] = {}  # (model, device) -> (model, tokenizer), per process
 
 
@@ -54,7 +56,9 @@ def make_backend(
         }
     if cfg.server is not None:
         model = served(cfg)["id"]
-        config = OpenAICompatConfig(model=model, base_url=cfg.server, seed=cfg.memory.seed, api_key=cfg.api_key)
+        config = OpenAICompatConfig(
+            model=model, base_url=cfg.server, seed=cfg.memory.seed, api_key=cfg.api_key, timeout_s=cfg.server_timeout
+        )
         backend = OpenAICompatModel(config)
         backend.name = describe_model(cfg)
         return backend, None
@@ -139,7 +143,8 @@ def post_profiles(server: str, body: dict[str, Any], api_key: str | None = None)
     server's message. A calibration runs on the server's model between its sessions' steps: minutes, not seconds."""
 
     try:
-        return ServerClient(server, api_key, timeout_s=3600).post("/nexus/profiles", body)
+        client = ServerClient(server, api_key, timeout_s=3600, max_answer_bytes=PROFILE_ANSWER_MAX_BYTES)
+        return client.post("/nexus/profiles", body)
     except ServerError as exc:
         if exc.status is None:
             raise RunError(f"no answer from the server at {server} ({exc})") from None

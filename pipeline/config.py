@@ -8,6 +8,7 @@ SessionConfig, whose `cache` is the cache's typed config, its policy class resol
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -22,6 +23,7 @@ from pipeline.profiles.store import AUTO_PROFILE, BUILTIN_PROFILE, CLIENT, LOCAL
 DEFAULT_TASK = "nexus-demo__pagekit-1"  # the built-in task `nexus-agent solve` runs with no argument
 DEFAULT_MAX_STEPS = 5  # the default run of the small CPU model finishes in minutes (it will not solve the task)
 DEFAULT_MAX_NEW_TOKENS = 256  # a solve or eval reply is one tool call with a little reasoning before it
+SERVER_TIMEOUT_S = 600.0  # a --server's whole answer to one turn (a long reply of a big model, queued behind others)
 # chat's defaults differ from a run's on purpose: a chat request is open-ended and a person watches it and can stop
 # it (Ctrl-C, or refusing a command), so it may take more steps than a batch run, whose default must finish in
 # minutes on a CPU; and its replies speak to that person (explanations, summaries), not only to the tools
@@ -69,6 +71,8 @@ class RunConfig:
     # format, else xml (pipeline.backends.call_format_of)
     api_key: str | None = field(default=None, repr=False)  # the --server's key, sent as a Bearer token; None: the
     # environment's $OPENAI_API_KEY (agent.backends.openai_compat); never written to a run's files
+    server_timeout: float = SERVER_TIMEOUT_S  # seconds the --server may take over one turn's request, all of it
+    # (connect, every read of the answer, a stream to its end; agent.backends.client), each retry anew
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "max_new_tokens", "threads"):
@@ -91,6 +95,8 @@ class RunConfig:
         for name in ("command_timeout", "test_timeout"):
             if not getattr(self, name) > 0:
                 raise RunSettingError(name, f"must be more than 0 seconds, got {getattr(self, name)}")
+        if not 0 < (timeout := self.server_timeout) < math.inf:
+            raise RunSettingError("server_timeout", f"must be more than 0 seconds (and finite), got {timeout}")
         self._check_call_format()
 
     def _check_call_format(self) -> None:
@@ -201,6 +207,7 @@ def chat_config(
     temperature: float = 1.0,
     resume: bool = False,
     call_format: str = AUTO,
+    server_timeout: float = SERVER_TIMEOUT_S,
     **memory: Any,
 ) -> RunConfig:
     """chat's settings as one RunConfig, built once from its options (`memory`: the MemorySettings fields chat
@@ -213,6 +220,7 @@ def chat_config(
     return RunConfig(
         memory=run_memory(**given, seed=seed), server=server, learn=learn, constrain=constrain,
         max_steps=max_steps, max_new_tokens=max_new_tokens, temperature=temperature, call_format=call_format,
+        server_timeout=server_timeout,
     )  # fmt: skip
 
 

@@ -9,8 +9,11 @@ request only: it takes about a second to import, which `--help` and the commands
 
 Retries are this module's (openai's own are off): a 5xx or 429 answer (after its Retry-After, up to a minute) or a
 connection error is tried again, another 4xx, a TLS failure (no retry mends a certificate) or a stream that has begun
-(its pieces were handed on) is not. What a server sent that ends up in an error's text is made one printable line:
-no terminal escape sequence or control character of a hostile server reaches the user's terminal.
+(its pieces were handed on) is not. `timeout_s` bounds each attempt as a whole (connect, and every read of the answer
+to its end, streamed or not) and `max_answer_bytes` what one answer may be (agent.backends.limits): a server that
+trickles its answer or never sends one costs `timeout_s` per attempt, one that sends too much is cut off, not asked
+again. What a server sent that ends up in an error's text is made one printable line: no terminal escape sequence or
+control character of a hostile server reaches the user's terminal.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import os
 import re
 import ssl
@@ -28,6 +32,7 @@ from typing import Any, TypeVar
 
 import openai
 
+from agent.backends.limits import ANSWER_MAX_BYTES, AnswerEncoded, AnswerTooLarge, bound, limited, refuse_encoded
 from agent.errors import AgentError
 
 API_KEY_ENV = "OPENAI_API_KEY"  # where every client of this project finds the server's API key
@@ -54,8 +59,13 @@ class ServerClient:
     base_url: str  # up to and including /v1
     api_key: str | None = field(default=None, repr=False)  # the key itself (--api-key); None: from api_key_env
     api_key_env: str = API_KEY_ENV  # environment variable holding the key; unset = no Authorization header
-    timeout_s: float = 600.0  # seconds one request may take
+    timeout_s: float = 600.0  # seconds one attempt of a request may take, all of it (connect, every read)
     retries: int = 0  # extra attempts after a connection error or a 5xx answer
+    max_answer_bytes: int = ANSWER_MAX_BYTES  # most bytes one answer may be (a JSON body, a stream's events)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.timeout_s < math.inf or self.max_answer_bytes < 1:
+            raise ValueError(f"ServerClient: timeout_s {self.timeout_s}, max_answer_bytes {self.max_answer_bytes}")
 
     @property
     def key(self) -> str:
@@ -80,22 +90,12 @@ class ServerClient:
         """The answer's JSON; with `consume`, a streamed request whose events (dicts) it reads, and what it returns.
         ServerError, one line, for an HTTP error or no answer, after the retries."""
 
-        url = self.url(path)
+        url, seconds = self.url(path), self.timeout_s if timeout_s is None else timeout_s
         for attempt in range(self.retries + 1):
             begun, wait = [False], min(2.0**attempt, 10.0)
             try:
-                if consume is None:
-                    answer = self._send(method, path, body, headers, timeout_s, stream=False)
-                    if not isinstance(answer, (dict, list)):
-                        raise ServerError(f"{url}: the answer is not JSON", None, "the answer is not JSON")
-                    return answer
-                events = self._send(method, path, body, headers, timeout_s, stream=True)
-                kind = events.response.headers.get("content-type", "")
-                if "event-stream" not in kind:  # a server or proxy that ignores "stream": no event would come
-                    events.response.close()
-                    raise ServerError(f"{url}: asked to stream, the server answered {printable(kind, 60) or 'no'} "
-                                      "content instead of server-sent events (text/event-stream)")  # fmt: skip
-                return consume(_marked(events, begun))
+                with limited(seconds, self.max_answer_bytes) as limit:
+                    return self._attempt(url, method, path, body, headers, seconds, consume, begun)
             except openai.APIStatusError as exc:
                 if (exc.status_code < 500 and exc.status_code != 429) or attempt == self.retries:
                     detail = _detail(exc)
@@ -105,13 +105,23 @@ class ServerClient:
             except openai.APIConnectionError as exc:  # no answer (timeouts too), or a stream that broke off
                 root = _root(exc)
                 why = printable(str(root))
-                if begun[0]:
+                if limit.expired:  # the whole attempt's time is up: retried while nothing was handed on
+                    why = f"no complete answer within {seconds:g} s"
+                    if begun[0] or attempt == self.retries:
+                        raise ServerError(f"{url}: {why}", None, why) from None
+                elif begun[0]:
                     msg = f"the connection to the model server broke mid-reply ({url}: {why})"
                     raise ServerError(msg, None, why) from None
-                if isinstance(root, ssl.SSLError) or attempt == self.retries:  # no retry mends a TLS setup
+                elif isinstance(root, ssl.SSLError) or attempt == self.retries:  # no retry mends a TLS setup
                     hint = tls_hint(url, exc)
                     msg = f"cannot reach the model server at {url}: {why}{hint and '; '}{hint}"
                     raise ServerError(msg, None, why) from None
+            except AnswerTooLarge:  # the connection is closed; asking again would bring the same
+                why = f"the answer exceeded {self.max_answer_bytes / 2**20:g} MiB"
+                raise ServerError(f"{url}: {why}", None, why) from None
+            except AnswerEncoded as exc:
+                why = f"the answer came {printable(str(exc), 40)}-encoded though asked for none"
+                raise ServerError(f"{url}: {why}", None, why) from None
             except openai.APIError as exc:  # an error event in a stream, or an answer openai could not read
                 raise ServerError(f"{url}: {_message(exc)}") from None
             except json.JSONDecodeError:  # a body (or a streamed event) that says it is JSON and is not
@@ -119,11 +129,26 @@ class ServerClient:
             time.sleep(wait)
         raise AssertionError("unreachable")
 
-    def _send(self, method, path, body, headers, timeout_s, stream: bool) -> Any:
+    def _attempt(self, url, method, path, body, headers, seconds, consume, begun: list[bool]) -> Any:
+        """One try: the answer's JSON, or what `consume` returns of its stream (`begun` set once an event came)."""
+        if consume is None:
+            answer = self._send(method, path, body, headers, seconds, stream=False)
+            if not isinstance(answer, (dict, list)):
+                raise ServerError(f"{url}: the answer is not JSON", None, "the answer is not JSON")
+            return answer
+        events = self._send(method, path, body, headers, seconds, stream=True)
+        kind = events.response.headers.get("content-type", "")
+        if "event-stream" not in kind:  # a server or proxy that ignores "stream": no event would come
+            events.response.close()
+            raise ServerError(f"{url}: asked to stream, the server answered {printable(kind, 60) or 'no'} "
+                              "content instead of server-sent events (text/event-stream)")  # fmt: skip
+        return consume(_marked(events, begun))
+
+    def _send(self, method, path, body, headers, seconds: float, stream: bool) -> Any:
 
         sent: dict[str, Any] = {} if self.key else {"Authorization": openai.Omit()}  # no key: no Authorization
-        options: dict[str, Any] = {"headers": sent | (headers or {})}
-        options["timeout"] = self.timeout_s if timeout_s is None else timeout_s
+        sent["Accept-Encoding"] = "identity"  # what is counted against max_answer_bytes is what the answer is
+        options: dict[str, Any] = {"headers": sent | (headers or {}), "timeout": seconds}
         trust = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))  # read when a client is made
         client = _openai_client(self.base_url, self.key or "none", trust)
         if method == "get":
@@ -145,7 +170,8 @@ def _openai_client(base_url: str, key: str, trust: tuple[str | None, str | None]
         quiet = logging.getLogger(name)  # does, in eval) configures the root logger: not for a user's terminal
         if quiet.level == logging.NOTSET:
             quiet.setLevel(logging.WARNING)
-    return openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
+    http = bound(openai.DefaultHttpxClient(event_hooks={"response": [refuse_encoded]}))  # held to each Limit
+    return openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, http_client=http)
 
 
 def _marked(events: Iterator[Any], begun: list[bool]) -> Iterator[dict[str, Any]]:

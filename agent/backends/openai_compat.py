@@ -30,7 +30,7 @@ class OpenAICompatConfig:
     base_url: str = "http://127.0.0.1:8000/v1"  # up to and including /v1
     api_key_env: str = API_KEY_ENV  # environment variable holding the key; unset = no Authorization header
     api_key: str | None = field(default=None, repr=False)  # the key itself (--api-key); None: from api_key_env
-    timeout_s: float = 600.0  # seconds one request may take
+    timeout_s: float = 600.0  # seconds one request may take, all of it (connect, every read, a stream to its end)
     retries: int = 2  # extra attempts after a connection error or a 5xx answer
     seed: int | None = None  # sent as "seed" when set (servers that honour it sample reproducibly)
     session_id: str | None = None  # `nexus-agent serve` session to continue (header X-Nexus-Session); None: none named
@@ -47,7 +47,7 @@ class OpenAICompatModel:
         self.tools: list[dict[str, Any]] = []  # function specs sent with every request (from the first message)
         self.nexus: dict[str, Any] = {}  # the last answer's `nexus` field (nexus-agent serve), {} from other servers
         self.client = ServerClient(
-            config.base_url, config.api_key, config.api_key_env, config.timeout_s, config.retries
+            config.base_url, config.api_key, config.api_key_env, timeout_s=config.timeout_s, retries=config.retries
         )
 
     def reply(self, new_messages: list[Message], sampling: Sampling) -> ModelReply:

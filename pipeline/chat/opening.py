@@ -104,7 +104,8 @@ def open_conversation(settings: ChatSettings, folder: Path):
         profile = resolve_profile(given["profile"], CLIENT)  # the server's own (a file here: an error, one line)
         given["profile"] = None if profile is None else str(profile)
         state, conversation = open_served(folder, settings.repo, settings.server, settings.resume, settings.seed,
-                                          given, cfg.learn, settings.api_key, settings.call_format)  # fmt: skip
+                                          given, cfg.learn, settings.api_key, settings.call_format,
+                                          cfg.server_timeout)  # fmt: skip
         return state, conversation, cfg
     if settings.call_format == "tools":
         raise RunError("chat without --server speaks DeepSWE's XML: --call-format tools needs --server")

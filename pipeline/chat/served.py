@@ -42,10 +42,12 @@ from pipeline import chat as cs
 from pipeline.backends import server_settings
 from pipeline.chat.state import SERVED_FILE
 from pipeline.chat.steps import stats_line
+from pipeline.config import SERVER_TIMEOUT_S
 from pipeline.errors import RunError
 from pipeline.files import atomic_write
 
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")  # what a server takes as a session id (server.api)
+SESSIONS_MAX_BYTES = 4 * 2**20  # the nexus-only /v1/sessions answers: a list of sessions, ~150 bytes each
 BUSY_WAIT_S = 30.0  # how long closing a session waits for a reply the server is still generating (a cut stream)
 
 
@@ -89,13 +91,14 @@ def new_session_id(name: str) -> str:
 
 def open_served(
     folder: Path, repo: Path | None, server: str | None, resume: bool, seed: int, given: dict[str, Any],
-    learn: bool = False, api_key: str | None = None, calls: str = AUTO,
+    learn: bool = False, api_key: str | None = None, calls: str = AUTO, timeout_s: float = SERVER_TIMEOUT_S,
 ):  # fmt: skip
     """The chat state and conversation of a new or resumed --server chat (`server`: None keeps the saved URL).
     given["model"]: the served model (None: the saved one, else the server's only one); the other options of a
     local model are refused. `learn`: a new chat may teach the server a memory profile when it is left (a resumed
     one keeps its choice). `api_key`: the server's key (None: $OPENAI_API_KEY; never saved). `calls`: the call
-    format (auto: tools, which every server takes; a resumed chat keeps its own)."""
+    format (auto: tools, which every server takes; a resumed chat keeps its own). `timeout_s`: the seconds the
+    server may take over one answer, all of it (--server-timeout)."""
 
     model = given.get("model")
     local = [f"--{k}" for k, v in given.items() if v is not None and k != "model"]
@@ -121,7 +124,7 @@ def open_served(
     folder.mkdir(parents=True, exist_ok=True)
     record.save(folder)
     state.save(folder)
-    return state, ServedConversation(folder, record, settings, seed, api_key)
+    return state, ServedConversation(folder, record, settings, seed, api_key, timeout_s)
 
 
 class ServedConversation:
@@ -129,7 +132,7 @@ class ServedConversation:
 
     def __init__(
         self, folder: Path, record: ServedRecord, settings: dict[str, Any], seed: int | None = None,
-        api_key: str | None = None,
+        api_key: str | None = None, timeout_s: float = SERVER_TIMEOUT_S,
     ) -> None:  # fmt: skip
         self.folder, self.record, self.settings = folder, record, settings
         self.notify: Callable[[str], None] = print  # one-line notes for the user
@@ -137,12 +140,12 @@ class ServedConversation:
         self.calls: CallFormat = call_format(record.call_format)  # what the agent parses the replies with
         sid = record.session_id if self.sessions else None
         config = OpenAICompatConfig(
-            settings["id"], record.server, api_key=api_key, seed=seed, session_id=sid, retries=1
+            settings["id"], record.server, api_key=api_key, timeout_s=timeout_s, seed=seed, session_id=sid, retries=1
         )
         self.inner = OpenAICompatModel(config)
         if self.calls.name == "tools":  # sent with every request, a resumed chat's too (the history keeps none)
             self.inner.tools = tool_schemas()
-        self.client = ServerClient(record.server, api_key, timeout_s=30)  # the nexus-only /v1/sessions
+        self.client = ServerClient(record.server, api_key, timeout_s=30, max_answer_bytes=SESSIONS_MAX_BYTES)
         self.inner.history = record.messages
         where = f" (session {record.session_id})" if self.sessions else ""
         self.name = f"{settings['id']} at {record.server}{where}"

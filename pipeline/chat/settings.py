@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import CHAT_MAX_NEW_TOKENS, CHAT_MAX_STEPS, RunConfig, chat_config
+from pipeline.config import CHAT_MAX_NEW_TOKENS, CHAT_MAX_STEPS, SERVER_TIMEOUT_S, RunConfig, chat_config
 
 MEMORY_KEYS = ("model", "policy", "budget", "protocol", "protect", "profile", "device")
 
@@ -33,6 +33,7 @@ class ChatSettings:
     memory: dict[str, Any] = field(default_factory=dict)  # MEMORY_KEYS as given (missing or None: not given)
     server: str | None = None  # base URL of the OpenAI-compatible server the model runs in (None: a local model)
     api_key: str | None = field(default=None, repr=False)  # the server's key (None: $OPENAI_API_KEY); never saved
+    server_timeout: float = SERVER_TIMEOUT_S  # seconds the server may take over one answer, all of it; never saved
     call_format: str = "auto"  # xml | tools | auto (tools with a server; a resumed server chat keeps its own)
     learn: bool = False  # --learn-profile: leaving a chat with no memory profile learns one
     constrain: bool | None = None  # constrained decoding of a local model (None: the model's default)
@@ -47,5 +48,5 @@ class ChatSettings:
         return chat_config(
             seed=self.seed, server=self.server, learn=self.learn, constrain=self.constrain, max_steps=self.max_steps,
             max_new_tokens=self.max_new_tokens, temperature=self.temperature, resume=self.resume,
-            call_format=self.call_format, **self.given(),
+            call_format=self.call_format, server_timeout=self.server_timeout, **self.given(),
         )  # fmt: skip
