@@ -18,6 +18,7 @@ from typer.core import TyperGroup
 
 from cli import errors
 from cli.console import quiet_progress_bars
+from cli.ctrl_c import waiting_for_imports
 
 # name -> ("module:attribute", one-line help). The attribute is a command function, a typer.Typer (a group) or a
 # click.Command.
@@ -137,6 +138,13 @@ class LazyGroup(TyperGroup):
 class RootGroup(LazyGroup):
     registry = COMMANDS
 
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except errors.ClickException as exc:  # a command's usage error: click says it on stderr and exits 2
+            errors.usage_error_json(exc)
+            raise
+
 
 class BenchGroup(LazyGroup):
     registry = BENCH_COMMANDS
@@ -178,13 +186,16 @@ def _root(
 
 
 def main() -> None:
-    """Console-script entry point: user errors print one line and exit 2, never a traceback."""
+    """Console-script entry point: user errors print one line and exit 2, Ctrl-C `interrupted` and exit 130, never a
+    traceback; a Ctrl-C pressed while a module imports (torch, transformers: seconds at the start of most commands)
+    waits for the import to end (cli.ctrl_c)."""
 
     quiet_progress_bars()
     # SIGTERM unwinds like Ctrl-C does (finally blocks and atexit run: sandboxes close, trajectories are flushed);
     # the previous handler comes back afterwards, so an in-process caller (a test) keeps its own.
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        errors.run(app)
+        with waiting_for_imports():
+            errors.run(app)
     finally:
         signal.signal(signal.SIGTERM, previous)

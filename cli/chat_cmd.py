@@ -4,11 +4,7 @@ pipeline/chat/ (opening.py opens it, runner.py runs it)."""
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +60,8 @@ def chat_cmd(
     With --learn-profile (off by default), leaving a chat that has no memory profile and made a valid tool call learns
     one into the profile store (with --server the server learns it); later sessions use it with --memory-profile auto.
     """
-    with ctrl_c_after():  # lazy: torch, transformers, off --help
-        from pipeline.chat.opening import open_chat
-        from pipeline.chat.settings import ChatSettings
+    from pipeline.chat.opening import open_chat  # lazy: torch, transformers, off --help
+    from pipeline.chat.settings import ChatSettings
 
     if message is not None and not message.strip():
         raise RunError("--message is empty: give the request's text")
@@ -87,21 +82,3 @@ def chat_cmd(
             return
         turn = view.one_shot(message)
     raise typer.Exit(0 if turn.finished else 1)
-
-
-@contextmanager
-def ctrl_c_after() -> Iterator[None]:
-    """Ctrl-C in the block is raised when it ends: pressed while torch and transformers import, it would leave them
-    half-imported, and what surfaced was another error's traceback (transformers' ModuleNotFoundError, numpy's
-    "cannot load module more than once") instead of `interrupted` (exit 130)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pressed: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if pressed:
-        raise KeyboardInterrupt

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.console import console
+from cli.errors import json_flag
 
 env_app = typer.Typer(
     no_args_is_help=True, help="Sandbox environments: build the offline docker images, prune leftovers, show status."
@@ -111,7 +112,7 @@ def _from_file(task) -> bool:
 
 
 @env_app.command("status")
-def status(as_json: bool = typer.Option(False, "--json", help="Print the status as JSON (for scripts).")) -> None:
+def status(as_json: bool = json_flag("Print the status as JSON (for scripts).")) -> None:
     """What sandboxes can run here: docker daemon and images, bubblewrap, debootstrap, leftovers."""
 
     from pipeline.env_status import environment_status  # lazy: docker, urllib, off --help

@@ -1,12 +1,27 @@
-"""Turn the errors a user can cause into one clear line (exit 2) instead of a traceback."""
+"""Turn the errors a user can cause into one clear line (exit 2) instead of a traceback, and Ctrl-C into
+`interrupted` (exit 130). Under a command's `--json` flag (`json_flag`) each of them also prints one JSON object on
+stdout, where the command's result would have been:
+
+    {"error": {"type": "usage" | "input" | "interrupted", "message": "...", "exit_code": 2 | 130}}
+
+usage: the command line is wrong (an unknown option, a bad value, a missing argument: click's message); input: the
+command refused what it was given or found (a task id, a file, a setting, no Docker daemon); interrupted: Ctrl-C.
+"""
 
 from __future__ import annotations
 
+import json
 import sys
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+
+try:  # typer 0.29 runs a click of its own
+    from typer._click.exceptions import ClickException
+except ImportError:  # earlier typers run click
+    from click import ClickException
 
 from kvstore.errors import KVStoreError, NamesSetting
 from server.errors import ServeError
@@ -45,20 +60,61 @@ def _worded(exc: BaseException) -> str:
     return str(exc)
 
 
+class _Json:
+    """Whether this run's command was given its --json flag (set by the flag when click reads it)."""
+
+    given = False
+
+
+def json_flag(help: str) -> Any:
+    """The `--json` flag of a command that prints its result as JSON on stdout; given, an error prints one JSON
+    object there instead (the module's doc)."""
+    said = f'{help} An error is {{"error": {{"type": ..., "message": ..., "exit_code": ...}}}}.'
+    return typer.Option(False, "--json", help=said, callback=_note_json)
+
+
+def _note_json(value: bool) -> bool:
+    _Json.given = value
+    return value
+
+
+def _say_json(kind: str, message: str, exit_code: int) -> None:
+    if _Json.given:
+        typer.echo(json.dumps({"error": {"type": kind, "message": message, "exit_code": exit_code}}, indent=2))
+
+
+def usage_error_json(exc: ClickException) -> None:
+    """A usage error as JSON on stdout (click then says it on stderr and exits 2), when the command line gives --json
+    to a command that has the flag: click may stop at a bad value before it reads --json."""
+    args = sys.argv[1:]
+    options = args[: args.index("--")] if "--" in args else args  # after "--": arguments, not options
+    command = getattr(getattr(exc, "ctx", None), "command", None)
+    flags = [p for p in getattr(command, "params", []) if getattr(p, "is_flag", False)]
+    _Json.given = _Json.given or ("--json" in options and any("--json" in p.opts for p in flags))
+    _say_json("usage", " ".join(exc.format_message().split()), exc.exit_code)
+
+
+def _interrupted(message: str = "interrupted") -> None:
+    _err.print(f"[yellow]{escape(message)}[/yellow]", highlight=False, soft_wrap=True)
+    _say_json("interrupted", message, 130)
+
+
 def run(app: typer.Typer) -> None:
+    _Json.given = False
     try:
         app(standalone_mode=True)
     except Interrupted as exc:
-        _err.print(f"[yellow]{escape(str(exc))}[/yellow]", highlight=False, soft_wrap=True)
+        _interrupted(str(exc))
         sys.exit(130)
     except KeyboardInterrupt:
-        _err.print("[yellow]interrupted[/yellow]")
+        _interrupted()
         sys.exit(130)
     except SystemExit as exc:  # typer turns Ctrl-C inside a command into a silent exit 130
         if exc.code == 130:
-            _err.print("[yellow]interrupted[/yellow]")
+            _interrupted()
         raise
     except user_error_types() as exc:
         message = " ".join(_worded(exc).split())  # one line, whatever the message holds; never wrapped by the console
         _err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+        _say_json("input", message, 2)
         sys.exit(2)

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from cli.console import console as make_console
-from cli.errors import Interrupted
+from cli.errors import Interrupted, json_flag
 from cli.options import run_options
 from cli.safe_text import safe_text, say_to
 from pipeline.config import RunConfig
@@ -31,9 +31,7 @@ def eval_cmd(
     executor: str = typer.Option("local", "--executor", help="local (process pool) or ray."),
     ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster address (default: a local Ray)."),
     retry_errors: bool = typer.Option(False, "--retry-errors", hidden=True, help="No effect: errors are retried."),
-    as_json: bool = typer.Option(
-        False, "--json", help="Print the summary (summary.json's content) as JSON on stdout; progress goes to stderr."
-    ),
+    as_json: bool = json_flag("Print the summary (summary.json's content) as JSON on stdout; progress goes to stderr."),
 ) -> None:
     """Solve and grade each task into --out/<id>/; a rerun of the same command skips the finished tasks and runs the
     rest, including those whose run failed (an error is not a result: it is left out of predictions.jsonl). A rerun

@@ -11,11 +11,12 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.console import console as make_console
+from cli.errors import json_flag
 
 
 def profiles_cmd(
     folder: Path = typer.Argument(None, help="a folder of profiles (default: the profile store)"),
-    as_json: bool = typer.Option(False, "--json", help="Print the rows as a JSON list (for scripts)."),
+    as_json: bool = json_flag("Print the rows as a JSON list (for scripts)."),
     builtin: bool = typer.Option(
         False, "--builtin", help="The profiles shipped for the built-in agent (--memory-profile builtin, the default)."
     ),

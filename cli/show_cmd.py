@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from cli.console import console as make_console
+from cli.errors import json_flag
 from cli.live import STATUS_STYLE, exit_words, plural
 from cli.safe_text import safe_text
 from pipeline.run_view import read_run
@@ -19,7 +20,7 @@ from pipeline.run_view import read_run
 
 def show_cmd(
     folder: Path = typer.Argument(..., help="A run folder: solve's --out (runs/...), or one task of an eval's --out."),
-    as_json: bool = typer.Option(False, "--json", help="Print the run as one JSON object (full observations)."),
+    as_json: bool = json_flag("Print the run as one JSON object (full observations)."),
     lines: int = typer.Option(8, "--lines", min=0, help="Lines of each tool output shown (the rest is counted)."),
     full: bool = typer.Option(False, "--full", help="Whole tool outputs and the model's replies."),
     pager: bool = typer.Option(True, "--pager/--no-pager", help="Page the output on a terminal (less)."),

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from agent.trajectory import load_trajectory
 from cli.console import console as make_console
+from cli.errors import json_flag
 from cli.live import STATUS_STYLE, exit_words, plural, solve_view
 from cli.options import run_options
 from cli.safe_text import safe_text, say_to
@@ -34,9 +35,7 @@ def solve_cmd(
         None, help=f"The task's instance_id (default: the --replay recording's task, else {DEFAULT_TASK})."
     ),
     out: Path = typer.Option(None, "--out", "-o", help="Output folder (default: a new runs/<id>-<time>-<suffix>/)."),
-    as_json: bool = typer.Option(
-        False, "--json", help="Print the report (report.json's content) as JSON on stdout; progress goes to stderr."
-    ),
+    as_json: bool = json_flag("Print the report (report.json's content) as JSON on stdout; progress goes to stderr."),
     repo: Path = typer.Option(
         None, "--repo", help="Solve an issue in this local git repository (its HEAD commit) instead of a task."
     ),

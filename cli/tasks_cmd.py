@@ -10,6 +10,7 @@ from rich.rule import Rule
 from rich.table import Table
 
 from cli.console import console
+from cli.errors import json_flag
 from cli.safe_text import safe_text
 
 tasks_app = typer.Typer(
@@ -27,9 +28,7 @@ def _first_line(text: str, width: int = 80) -> str:
 @tasks_app.command("list")
 def list_tasks(
     dataset: str = typer.Option(None, "--dataset", "-d", help=DATASET_HELP),
-    as_json: bool = typer.Option(
-        False, "--json", help="Print a JSON list, one object per task (id, repo, tests, issue)."
-    ),
+    as_json: bool = json_flag("Print a JSON list, one object per task (id, repo, tests, issue)."),
 ) -> None:
     """One row per task: id, repo, number of FAIL_TO_PASS / PASS_TO_PASS tests, the issue's first line. Piped or
     redirected, the table keeps whole ids and lines (no terminal width to fit)."""
@@ -64,7 +63,7 @@ def _summary(task) -> dict:
 def show_task(
     instance_id: str = typer.Argument(..., help="The task's instance_id."),
     dataset: str = typer.Option(None, "--dataset", "-d", help=DATASET_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print the SWE-bench record as JSON."),
+    as_json: bool = json_flag("Print the SWE-bench record as JSON."),
 ) -> None:
     """The full record of one task: metadata, the issue, the test lists and the patches."""
     from tasks import get_task  # lazy: urllib, off --help

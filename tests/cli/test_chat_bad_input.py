@@ -1,11 +1,9 @@
 """What chat does with a user's bad input: a slash command's argument that is no number, on a real repo in a real
 bubblewrap sandbox with a scripted model (tests/chatlib.py): one line of usage, never a traceback; a first request
-that cannot fit in the model's context; Ctrl-C while the chat's libraries import."""
+that cannot fit in the model's context."""
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 
 import pytest
@@ -74,25 +72,6 @@ def test_a_first_request_that_does_not_fit_names_agents_md(too_long) -> None:
 @pytest.mark.slow  # a real model (~20 s)
 def test_a_first_request_that_does_not_fit_keeps_no_session_that_cannot_resume(too_long) -> None:
     assert (too_long[0].returncode, too_long[1].exists()) == (1, False)
-
-
-def test_ctrl_c_while_the_libraries_import_is_raised_once_they_are_imported() -> None:
-    from cli.chat_cmd import ctrl_c_after
-
-    imported = []
-    with pytest.raises(KeyboardInterrupt), ctrl_c_after():
-        os.kill(os.getpid(), signal.SIGINT)  # a real SIGINT, as a terminal's Ctrl-C sends
-        imported.append(True)  # what the import does next is not cut
-    assert imported == [True]
-
-
-def test_ctrl_c_after_puts_the_previous_handler_back() -> None:
-    from cli.chat_cmd import ctrl_c_after
-
-    before = signal.getsignal(signal.SIGINT)
-    with ctrl_c_after():
-        pass
-    assert signal.getsignal(signal.SIGINT) is before
 
 
 def test_a_session_name_with_a_control_character_is_refused_in_one_line(tmp_path: Path, tiny_model_dir: Path) -> None:

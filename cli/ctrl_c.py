@@ -1,0 +1,87 @@
+"""Ctrl-C never lands inside an import: pressed while a module imports, it is raised once that import is done.
+
+Most commands import torch, transformers and numpy lazily, for seconds after they start. A KeyboardInterrupt raised
+inside those imports left them half-imported, and what followed was not `interrupted` (exit 130): torch's C init,
+importing numpy, swallowed it (the run went on as if no key had been pressed), nanobind turned it into an abort
+("terminate called after throwing an instance of 'nanobind::python_error'"), or a later import of the half-imported
+package raised another error with its traceback (transformers' ModuleNotFoundError, numpy's "cannot load module
+more than once"). `waiting_for_imports()` installs the SIGINT handler that defers it to the end of the outermost
+import running (a command's lazy `from pipeline.backends import ...` takes torch and transformers with it: a few
+seconds at most); a second Ctrl-C during that import is raised at once, so an import that hangs can still be left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+_IMPORTLIB = frozenset({"importlib._bootstrap", "importlib._bootstrap_external"})
+POLL_S = 0.02  # how often the watcher looks whether the import is done
+NOTE_AFTER_S = 0.5  # a wait longer than this is said on stderr (NOTE), once
+NOTE = b"Ctrl-C: stopping once the libraries being loaded are in (Ctrl-C again: at once)\n"
+
+
+def importing(frame: FrameType | None) -> bool:
+    """Whether `frame` runs inside an import: importlib's frames are on its stack (also across C code, such as an
+    extension module's init that imports another module)."""
+    while frame is not None:
+        if frame.f_globals.get("__name__") in _IMPORTLIB:
+            return True
+        frame = frame.f_back
+    return False
+
+
+class CtrlC:
+    """The SIGINT handler: KeyboardInterrupt at once, or, pressed during an import, when the import is done (a
+    watcher thread sends SIGINT again then, and says on stderr why a wait takes longer than NOTE_AFTER_S)."""
+
+    def __init__(self) -> None:
+        self.main = threading.main_thread().ident
+        self.waiting = False  # a press waits for the running import to end
+        self.resent = False  # the next SIGINT is the watcher's, not a key
+        self.said = False  # the wait was said (NOTE)
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        again = self.waiting and not self.resent  # a second press while the import still runs
+        self.resent = False
+        if importing(frame) and not again:
+            self.waiting = True
+            threading.Thread(target=self._resend_when_imported, name="ctrl-c-after-import", daemon=True).start()
+            return
+        self.waiting = self.said = False
+        raise KeyboardInterrupt
+
+    def _resend_when_imported(self) -> None:
+        start = time.monotonic()
+        while self.waiting and importing(sys._current_frames().get(self.main)):
+            if not self.said and time.monotonic() - start > NOTE_AFTER_S:
+                self.said = True
+                os.write(2, NOTE)  # unbuffered: the main thread may be writing to sys.stderr
+            time.sleep(POLL_S)
+        if self.waiting:  # not raised meanwhile by a second press
+            self.resent = True
+            signal.pthread_kill(self.main, signal.SIGINT)
+
+
+@contextmanager
+def waiting_for_imports() -> Iterator[None]:
+    """Ctrl-C in the block waits for the import it lands in (`CtrlC`); the previous handler comes back after it.
+    Nothing changes where SIGINT is not Python's default (ignored: a background job; another handler) or off the
+    main thread (where no handler can be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, CtrlC())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
