@@ -149,7 +149,10 @@ class Scheduler(threading.Thread):
     def loop_once(self) -> None:
         """One scheduler loop: intake, admission, one prefill chunk of the newcomer, one decode step of the others."""
         self._take(block=not self.active and not self.waiting and not self.calls.busy)
-        self.calls.run(self.model, self.tokenizer)
+        # Calls (a calibration) leave most of the time to turns that decode or prefill (server.calls), not to a waiting
+        # one: it may be waiting for the memory a calibration holds.
+        busy = self.prefilling is not None or any(j.reply.next_input is not None for j in self.active)
+        self.calls.run(self.model, self.tokenizer, contended=busy)
         if self.prefilling is None:
             self._admit()
         self._expire_waiting()

@@ -7,12 +7,19 @@ chunks and decode steps go on in between: a calibration yields after each messag
 every session for all of its conversations. Its `return` value is the answer; an exception is raised in the caller.
 While a step runs, `current` is its call, so that the work can hold KV memory under the cap for its whole length
 (Scheduler.room_for_full_cache sets `reserved`).
+
+While sessions have work (a turn decoding or prefilling), the calls' steps take at most CALL_SHARE of the
+scheduler's time: after steps that took d seconds, the next ones wait d x (1 - CALL_SHARE) / CALL_SHARE seconds, in
+which the sessions decode. A calibration step (a message's prefill chunk on a full cache) takes many decode steps'
+time, so without it a calibration slowed every reply to about a tenth of its speed for its whole length; with
+nothing else to do, calls run at full speed.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from inspect import isgenerator
@@ -21,6 +28,8 @@ from typing import Any
 import torch
 
 from server.config import ServeError
+
+CALL_SHARE = 0.25  # most of the scheduler's time the calls' steps take while sessions have work
 
 
 @dataclass
@@ -38,6 +47,7 @@ class Calls:
         self.current: Call | None = None  # the call whose step runs now
         self.in_flight = 0  # calls handed over and not yet answered (a shutdown's drain waits for them)
         self._count = threading.Lock()
+        self._rest_until = 0.0  # monotonic time before which, while sessions have work, no step runs
 
     def wait(self, fn: Callable[[Any, Any], Any], wake: Callable[[], None], alive: Callable[[], bool]) -> Any:
         """On an HTTP thread: queue `fn`, wake the scheduler, and wait for the result (ServeError 503 when the
@@ -70,15 +80,25 @@ class Calls:
     def reserved(self) -> int:
         return sum(c.reserved for c in self.running) + (self.current.reserved if self.current else 0)
 
-    def run(self, model, tokenizer) -> None:
-        """On the scheduler thread, once per loop: start every new call, then one step of each running one."""
+    def run(self, model, tokenizer, contended: bool = False) -> None:
+        """On the scheduler thread, once per loop: start every new call, then one step of each running one; while
+        sessions have work (`contended`), only once the rest after the last steps is over (CALL_SHARE)."""
+        if contended and time.monotonic() < self._rest_until:
+            return
+        start = time.monotonic()
+        self._step_all(model, tokenizer)
+        spent = time.monotonic() - start
+        self._rest_until = time.monotonic() + spent * (1 - CALL_SHARE) / CALL_SHARE
+
+    def _step_all(self, model, tokenizer) -> None:
+        ongoing = list(self.running)  # a call started now has had its step
         while True:
             try:
                 call = self.pending.get_nowait()
             except queue.Empty:
                 break
             self._guarded(call, lambda c=call: self._started(c, c.fn(model, tokenizer)))
-        for call in list(self.running):
+        for call in ongoing:
             self.running.remove(call)
             self._guarded(call, lambda c=call: self._advance(c))
 
