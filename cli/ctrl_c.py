@@ -12,14 +12,16 @@ seconds at most); a second Ctrl-C during that import is raised at once, so an im
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 _IMPORTLIB = frozenset({"importlib._bootstrap", "importlib._bootstrap_external"})
 POLL_S = 0.02  # how often the watcher looks whether the import is done
@@ -46,6 +48,7 @@ class CtrlC:
         self.waiting = False  # a press waits for the running import to end
         self.resent = False  # the next SIGINT is the watcher's, not a key
         self.said = False  # the wait was said (NOTE)
+        self.lock = threading.Lock()  # the watcher's resend and the block's end decide apart from each other
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         again = self.waiting and not self.resent  # a second press while the import still runs
@@ -64,14 +67,36 @@ class CtrlC:
                 self.said = True
                 os.write(2, NOTE)  # unbuffered: the main thread may be writing to sys.stderr
             time.sleep(POLL_S)
-        if self.waiting:  # not raised meanwhile by a second press
-            self.resent = True
-            signal.pthread_kill(self.main, signal.SIGINT)
+        with self.lock:
+            if self.waiting:  # not raised meanwhile by a second press, nor at the block's end
+                self.resent = True
+                signal.pthread_kill(self.main, signal.SIGINT)
+
+    def due(self) -> bool:
+        """At the block's end: whether a press still waits and no resend is under way (the watcher stands down)."""
+        with self.lock:
+            due, self.waiting = self.waiting and not self.resent, False
+        return due
+
+    def lost(self, unraisable: Any, previous: Callable[[Any], None]) -> None:
+        """sys.unraisablehook while this handler is set: the KeyboardInterrupt it raised landed where errors are
+        ignored ("Exception ignored in: ...": a finalizer, a callback from C) and the run would go on as if no key
+        had been pressed; it is raised again a moment later instead. Anything else goes to the `previous` hook."""
+        if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+            previous(unraisable)
+            return
+        self.waiting = True
+        threading.Thread(target=self._resend_soon, name="ctrl-c-again", daemon=True).start()
+
+    def _resend_soon(self) -> None:
+        time.sleep(POLL_S)  # out of the code that ignored it, first
+        self._resend_when_imported()
 
 
 @contextmanager
 def waiting_for_imports() -> Iterator[None]:
-    """Ctrl-C in the block waits for the import it lands in (`CtrlC`); the previous handler comes back after it.
+    """Ctrl-C in the block waits for the import it lands in (`CtrlC`), and is raised at the block's end at the
+    latest; the previous handler comes back after it.
     Nothing changes where SIGINT is not Python's default (ignored: a background job; another handler) or off the
     main thread (where no handler can be set)."""
     if threading.current_thread() is not threading.main_thread():
@@ -80,8 +105,13 @@ def waiting_for_imports() -> Iterator[None]:
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         yield
         return
-    previous = signal.signal(signal.SIGINT, CtrlC())
+    handler, hook = CtrlC(), sys.unraisablehook
+    previous = signal.signal(signal.SIGINT, handler)
+    sys.unraisablehook = functools.partial(handler.lost, previous=hook)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = hook
+    if handler.due():  # the block ended before the watcher saw the import end: raised here, at the latest
+        raise KeyboardInterrupt

@@ -8,8 +8,38 @@ import signal
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 PR_SET_PDEATHSIG = 1
+
+
+@contextmanager
+def ctrl_c_held() -> Iterator[None]:
+    """Ctrl-C in the block is raised when it ends (main thread only): for starting a batch's manager and workers,
+    which, cut off halfway, printed the tracebacks of children whose parent stopped listening (a manager's
+    BrokenPipeError, a worker's EOFError)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pressed: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pressed:
+        raise KeyboardInterrupt
+
+
+def start_worker(tmpdir: str) -> None:
+    """A batch worker's or its manager's start: it dies with the parent (`die_with_parent`), and Ctrl-C in the
+    terminal (which reaches the whole process group) is left to the parent, which stops the workers; no worker prints
+    a traceback. A handler, not SIG_IGN: the commands a worker runs get the default again. It lives in this light
+    module so that a spawned worker sets it before it imports torch and the rest: pressed during those imports, a
+    Ctrl-C broke them off with a traceback of its own."""
+    signal.signal(signal.SIGINT, lambda *_: None)
+    die_with_parent(tmpdir)
 
 
 def die_with_parent(tmpdir: str | None = None) -> None:

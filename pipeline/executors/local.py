@@ -5,7 +5,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import queue
 import shutil
-import signal
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -13,7 +12,7 @@ from multiprocessing.managers import SyncManager
 from typing import Any
 
 from pipeline.executors import Job, work
-from pipeline.lifetime import die_with_parent
+from pipeline.lifetime import ctrl_c_held, start_worker
 from swe_env.sandbox.owners import make_owned_dir
 
 
@@ -32,12 +31,17 @@ def run_local(
 def _run(jobs, workers, on_event, ctx, tmp: str) -> Iterator[tuple[Job, dict[str, Any]]]:
     # an abstract socket: no path (a long TMPDIR would exceed AF_UNIX's 108 bytes), nothing left on disk
     manager = SyncManager(address=f"\0nexus-manager-{uuid.uuid4().hex}", ctx=ctx)
-    manager.start(_in_child, (tmp,))  # the manager and the workers die with this process, even on SIGKILL
-    with manager:
+    # Ctrl-C waits while the manager and the workers start (held: they printed the tracebacks of a parent gone
+    # mid-handshake); they die with this process, even on SIGKILL.
+    with ctrl_c_held():
+        manager.start(start_worker, (tmp,))
         events = manager.Queue()
-        pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx, initializer=_in_child, initargs=(tmp,))
-        pending: dict[Future, Job] = {pool.submit(work, job, events): job for job in jobs}
+    with manager:
+        pool = ProcessPoolExecutor(max(1, workers), mp_context=ctx, initializer=start_worker, initargs=(tmp,))
+        pending: dict[Future, Job] = {}
         try:
+            with ctrl_c_held():
+                pending.update({pool.submit(work, job, events): job for job in jobs})
             while pending:
                 done, _ = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
                 _drain(events, on_event)
@@ -48,14 +52,6 @@ def _run(jobs, workers, on_event, ctx, tmp: str) -> Iterator[tuple[Job, dict[str
                 _stop_workers(pool)
             pool.shutdown(wait=True, cancel_futures=True)
             _drain(events, on_event)
-
-
-def _in_child(tmp: str) -> None:
-    """A worker's or the manager's start: it dies with this process, and Ctrl-C in the terminal (which reaches the
-    whole process group) is left to the parent, which stops the workers; no worker prints a traceback. A handler,
-    not SIG_IGN: the commands a worker runs get the default again."""
-    signal.signal(signal.SIGINT, lambda *_: None)
-    die_with_parent(tmp)
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:

@@ -112,6 +112,37 @@ def test_a_ctrl_c_that_waited_is_raised_once(tmp_path: Path, monkeypatch) -> Non
     assert raised == 1
 
 
+class PressedInFinalizer:
+    """Ctrl-C pressed while a finalizer runs: Python prints an exception raised there ("Exception ignored in") and
+    goes on, so the KeyboardInterrupt raised there was lost and the run went on as if no key had been pressed."""
+
+    def __del__(self) -> None:
+        signal.raise_signal(signal.SIGINT)
+        sum(range(1000))  # the handler runs here, inside the finalizer
+
+
+@pytest.mark.usefixtures("python_ctrl_c")
+def test_a_ctrl_c_raised_where_errors_are_ignored_is_raised_again(capfd: pytest.CaptureFixture) -> None:
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), waiting_for_imports():
+        PressedInFinalizer()  # dropped at once: its finalizer runs
+        time.sleep(10)
+    assert time.monotonic() - start < 5
+    assert "Exception ignored" not in capfd.readouterr().err
+
+
+@pytest.mark.usefixtures("python_ctrl_c")
+def test_other_ignored_errors_are_still_said() -> None:
+    seen = []
+    previous, sys.unraisablehook = sys.unraisablehook, seen.append
+    try:
+        with waiting_for_imports():
+            sys.unraisablehook(type("Unraisable", (), {"exc_value": ValueError("x")})())
+    finally:
+        sys.unraisablehook = previous
+    assert [type(u.exc_value) for u in seen] == [ValueError]
+
+
 @pytest.mark.usefixtures("python_ctrl_c")
 def test_the_previous_handler_comes_back() -> None:
     before = signal.getsignal(signal.SIGINT)
@@ -137,6 +168,22 @@ def test_an_ignored_ctrl_c_stays_ignored() -> None:
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_the_console_script_imports_nothing_heavy_before_it_holds_ctrl_c() -> None:
+    """A batch's spawned workers import the console script again as their main module: it stays light."""
+    code = "import sys, cli.entry; print(sorted(m for m in ('typer', 'click', 'rich', 'torch') if m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "[]"
+
+
+def test_a_ctrl_c_while_the_cli_itself_imports_is_interrupted(tmp_path: Path) -> None:
+    """Pressed in the first tenths of a second (typer, click and rich import), Ctrl-C showed Python's own
+    KeyboardInterrupt traceback: the CLI's handling had not begun."""
+    code = CTRL_C_AT_IMPORT.format(module="typer").replace("from cli.app import main", "from cli.entry import main")
+    res = subprocess.run([sys.executable, "-c", code, "--help"], env=cli_env(tmp_path), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120, preexec_fn=default_sigint)  # fmt: skip
+    assert (res.returncode, res.stderr.splitlines()[-1:], res.stdout) == (130, ["interrupted"], ""), res.stderr
+    assert "Traceback" not in res.stderr
 
 
 def interrupted(code: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -169,6 +216,23 @@ def test_solve_interrupted_while_it_starts(tmp_path: Path, delay: float) -> None
 def test_solve_json_interrupted_says_so_on_stdout(tmp_path: Path) -> None:
     res = solve_interrupted(CTRL_C_AT_IMPORT.format(module="numpy"), tmp_path, "--json")
     assert json.loads(res.stdout) == {"error": {"type": "interrupted", "message": "interrupted", "exit_code": 130}}
+
+
+@pytest.mark.slow  # a batch starts its workers
+def test_eval_interrupted_while_its_workers_start(tmp_path: Path) -> None:
+    """Pressed as eval starts its manager and workers, Ctrl-C printed their tracebacks: a worker's KeyboardInterrupt
+    inside its imports (its handler was set after them), the manager's BrokenPipeError (its parent stopped
+    listening mid-handshake)."""
+    args = ["eval", "--instances", "nexus-demo__pagekit-1", "--out", str(tmp_path / "run")]
+    cmd = [sys.executable, "-c", "from cli.entry import main; main()", *args]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    proc = subprocess.Popen(cmd, env=cli_env(tmp_path / "home"), cwd=tmp_path, **pipes, start_new_session=True,
+                            preexec_fn=default_sigint)  # fmt: skip
+    assert proc.stdout.readline().startswith("eval: 1 task")  # said just before the workers start
+    time.sleep(0.5)  # the workers are importing
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, err
 
 
 @pytest.mark.slow  # a worker loads the model
