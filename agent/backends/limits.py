@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import logging
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -63,12 +64,17 @@ def limited(seconds: float, max_bytes: int) -> Iterator[Limit]:
 
 
 def bound(http: Any) -> Any:
-    """`http` (an httpx client, openai's transport) with every connection it opens held to the current Limit."""
-    for transport in (http._transport, *http._mounts.values()):
-        if transport is not None:  # (a mount of None: no proxy for those hosts)
-            pool = transport._pool
-            core = sys.modules[type(pool).__module__.partition(".")[0]]  # httpcore (httpcore2 under httpx2)
-            pool._network_backend = _Backend(pool._network_backend, core)
+    """`http` (an httpx client, openai's transport) with every connection it opens held to the current Limit. An
+    httpx whose insides differ is used as it is, with a warning: each read then waits the whole timeout, unbounded
+    in all, rather than no request working at all."""
+    try:
+        for transport in (http._transport, *http._mounts.values()):
+            if transport is not None:  # (a mount of None: no proxy for those hosts)
+                pool = transport._pool
+                core = sys.modules[type(pool).__module__.partition(".")[0]]  # httpcore (httpcore2 under httpx2)
+                pool._network_backend = _Backend(pool._network_backend, core)
+    except (AttributeError, KeyError) as exc:
+        logging.getLogger(__name__).warning("this httpx cannot be bounded (%s): no deadline or size cap", exc)
     return http
 
 

@@ -225,3 +225,16 @@ def test_answers_within_the_limits_read_as_before_on_one_kept_connection(serve) 
 def test_a_client_without_a_bound_is_refused(setting) -> None:
     with pytest.raises(ValueError):
         ServerClient("http://127.0.0.1:1/v1", **setting)
+
+
+def test_an_httpx_whose_insides_moved_is_used_unbounded_with_a_warning(caplog) -> None:
+    """The limits reach the sockets through httpx's private transport and pool; a release that moved them must not
+    stop every request to a server, only lose the limits (said once per client)."""
+    from agent.backends.limits import bound
+
+    class MovedInsides:
+        _transport, _mounts = object(), {}
+
+    client = MovedInsides()
+    assert bound(client) is client
+    assert "cannot be bounded" in caplog.text
