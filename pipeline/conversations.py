@@ -71,11 +71,13 @@ def load_conversation(path: Path) -> Conversation:
         raise KVStoreError(f"no conversation file at {path}")
     if path.suffix == ".jsonl":
         try:
-            messages = [_plain(m) for m in load_trajectory(path).messages()]
+            trajectory = load_trajectory(path)
         except AgentError as e:  # a bad line or record: the file is not a trajectory
             raise KVStoreError(str(e)) from None
-        if not any(messages):  # empty, or one line that is not JSON (read as a trajectory cut off mid-line)
+        if not (trajectory.header or trajectory.steps):  # empty, or one line that is not JSON (read as a
+            # trajectory cut off mid-line); a run stopped before its first reply has its header: an empty conversation
             raise KVStoreError(f"{path}: holds no conversation (no header or step record of a trajectory)")
+        messages = [_plain(m) for m in trajectory.messages()]
         return Conversation(conversation_name(path), [m for m in messages if m])
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
