@@ -19,6 +19,8 @@ from agent.backends.client import ServerClient, ServerError
 from agent.backends.openai_compat import OpenAICompatConfig, OpenAICompatModel
 from agent.protocols import Sampling
 
+pytestmark = pytest.mark.usefixtures("waits")  # conftest: no backoff sleeps, no API key
+
 MiB = 2**20
 JSON_HEAD = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n"
 SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
@@ -91,14 +93,6 @@ def serve() -> Iterator[Callable[..., Server]]:
     yield start
     for server in servers:
         server.close()
-
-
-@pytest.fixture(autouse=True)
-def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    waited: list[float] = []
-    monkeypatch.setattr("agent.backends.client.time.sleep", waited.append)  # the backoff between attempts
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    return waited
 
 
 def event(piece: str) -> bytes:

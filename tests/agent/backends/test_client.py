@@ -7,11 +7,12 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from agent.backends.client import ServerClient, ServerError
+
+pytestmark = pytest.mark.usefixtures("waits")  # conftest: no backoff sleeps, no API key
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
 
@@ -52,18 +53,10 @@ def sse(*events: dict, end: bool = True) -> bytes:
     return (head + body).encode()
 
 
-@pytest.fixture(autouse=True)
-def no_waits(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
-    waits: list[float] = []
-    monkeypatch.setattr("agent.backends.client.time.sleep", waits.append)
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    yield waits
-
-
-def test_a_5xx_and_a_lost_connection_are_retried(no_waits: list[float]) -> None:
+def test_a_5xx_and_a_lost_connection_are_retried(waits: list[float]) -> None:
     raw = Raw([status(503, {"error": {"message": "busy"}}), None, OK])
     assert ServerClient(raw.url, retries=2).get("/models") == {}
-    assert [w for w in no_waits if w] == [1.0, 2.0]  # (the patched sleep is time's own: others' sleep(0) too)
+    assert [w for w in waits if w] == [1.0, 2.0]  # (the patched sleep is time's own: others' sleep(0) too)
 
 
 def test_a_4xx_is_not_retried_and_names_the_server_message() -> None:
@@ -81,7 +74,7 @@ def test_no_key_sends_no_authorization_and_a_key_sends_a_bearer() -> None:
     assert "Authorization: Bearer k1" in raw.heads[1].replace("authorization", "Authorization")
 
 
-def test_a_stream_cut_after_it_began_is_not_retried(no_waits: list[float]) -> None:
+def test_a_stream_cut_after_it_began_is_not_retried(waits: list[float]) -> None:
     event = b'data: {"choices": [{"index": 0, "delta": {"content": "par"}}]}\n\n'
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
     raw = Raw([head + f"{len(event):x}\r\n".encode() + event + b"\r\n", OK])  # one chunk, then the connection ends
@@ -94,7 +87,7 @@ def test_a_stream_cut_after_it_began_is_not_retried(no_waits: list[float]) -> No
     with pytest.raises(ServerError, match="broke mid-reply"):
         ServerClient(raw.url, retries=2).call("post", "/chat/completions", {"stream": True}, consume=read)
     assert pieces == ["par"]
-    assert [w for w in no_waits if w] == []
+    assert [w for w in waits if w] == []
 
 
 def test_a_stream_error_event_is_one_line() -> None:

@@ -16,6 +16,8 @@ from agent.backends.openai_compat import OpenAICompatConfig, OpenAICompatModel
 from agent.errors import AgentError
 from agent.protocols import Sampling
 
+pytestmark = pytest.mark.usefixtures("waits")  # conftest: no backoff sleeps, no API key
+
 Answer = tuple[int, dict[str, str], bytes]  # status, headers, body
 
 
@@ -61,14 +63,6 @@ def serve() -> Iterator:
     yield start
     for server in servers:
         server.close()
-
-
-@pytest.fixture(autouse=True)
-def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    waited: list[float] = []
-    monkeypatch.setattr("agent.backends.client.time.sleep", waited.append)
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    return waited
 
 
 def completion(content, **extra) -> Answer:
