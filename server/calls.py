@@ -87,8 +87,8 @@ class Calls:
             return
         start = time.monotonic()
         self._step_all(model, tokenizer)
-        spent = time.monotonic() - start
-        self._rest_until = time.monotonic() + spent * (1 - CALL_SHARE) / CALL_SHARE
+        end = time.monotonic()
+        self._rest_until = end + (end - start) * (1 - CALL_SHARE) / CALL_SHARE
 
     def _step_all(self, model, tokenizer) -> None:
         ongoing = list(self.running)  # a call started now has had its step

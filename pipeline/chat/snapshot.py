@@ -312,8 +312,8 @@ def restore(repo: Path, folder: Path, dirs: tuple[Path, Path] | None) -> Restore
     if snap is None:
         raise SnapshotError("nothing to undo: no agent turn has run in this session yet")
     owner = os.lstat(repo)
-    unchanged = [rel for rel, stamp in snap.skipped.items() if stamp and stamp == _stamp(repo, rel)]
-    done, store = Restored(unrestorable=[r for r in snap.skipped if r not in unchanged]), folder / UNDO_DIR / "blobs"
+    changed = [rel for rel, stamp in snap.skipped.items() if not stamp or stamp != _stamp(repo, rel)]  # no stamp: said
+    done, store = Restored(unrestorable=changed), folder / UNDO_DIR / "blobs"
     for change in changes(repo, folder, dirs):
         if snap.after is not None and snap.after.get(change.path) != _state_now(repo, change.path):
             done.kept.append(change.path)
