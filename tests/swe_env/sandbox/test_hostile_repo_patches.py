@@ -58,6 +58,83 @@ def test_a_patch_into_dot_git_is_refused_and_git_stays(bwrap_installed) -> None:
         assert legit.method == "git apply" and box.execute("cat .github/ci.yml").output == "on: push\n"
 
 
+# A hunk's removed line that reads like a file header (an SQL comment naming .git/hooks): the hunk's counts say it is
+# body, as git apply reads it, so the patch is applied, not refused.
+SQL_ADD = """diff --git a/notes.sql b/notes.sql
+new file mode 100644
+--- /dev/null
++++ b/notes.sql
+@@ -0,0 +1,2 @@
++-- see .git/hooks for the checks
++select 1;
+"""
+SQL_REMOVE = """diff --git a/notes.sql b/notes.sql
+--- a/notes.sql
++++ b/notes.sql
+@@ -1,2 +1 @@
+--- see .git/hooks for the checks
+ select 1;
+"""
+# Hunks that lie about their size, so that a header hides in what they count or follows what they claim: refused.
+MISCOUNTED = """diff --git a/README.md b/README.md
+--- a/README.md
++++ b/README.md
+@@ -1,3 +1,3 @@
+-x
++y
+diff --git a/.git/config b/.git/config
+--- a/.git/config
++++ b/.git/config
+@@ -1,2 +1,3 @@
+ [core]
++\tfsmonitor = "touch /tmp/planted; false"
+ \trepositoryformatversion = 0
+"""
+OVERRUN = """--- a/README.md
++++ b/README.md
+@@ -1,3 +1,1 @@
+-x
++y
+--- a/.git/config
++++ b/.git/config
+@@ -1,2 +1,3 @@
+ [core]
++\tfsmonitor = "touch /tmp/planted; false"
+ \trepositoryformatversion = 0
+"""
+# Counted exactly: the header-like lines are body for every tool, which then finds README.md's text unlike them.
+COUNTED = """--- a/README.md
++++ b/README.md
+@@ -1,2 +1,2 @@
+-x
++y
+--- a/.git/config
++++ b/.git/config
+@@ -1,2 +1,3 @@
+ [core]
++\tfsmonitor = "touch /tmp/planted; false"
+ \trepositoryformatversion = 0
+"""
+
+
+def test_header_lines_are_read_by_the_hunk_counts(bwrap_installed) -> None:
+    with BwrapSandbox(get_task(TASK_ID)) as box:
+        config = box.execute("cat .git/config").output
+        assert apply_patch(box, SQL_ADD, "add").method == "git apply"
+        removed = apply_patch(box, SQL_REMOVE, "remove")
+        assert removed.method == "git apply", removed.log
+        assert box.execute("cat notes.sql").output == "select 1;\n"
+        for patch in (MISCOUNTED, OVERRUN):
+            applied = apply_patch(box, patch, "model")
+            assert applied.method is None
+            assert applied.log.startswith("refused: the patch writes inside a .git folder: ")  # before any tool ran
+        counted = apply_patch(box, COUNTED, "model")
+        assert counted.method is None
+        assert "$ patch --batch" in counted.log  # every tool ran, and none wrote .git
+        assert box.execute("cat .git/config").output == config
+        assert box.execute("test -e /tmp/planted").returncode != 0
+
+
 @pytest.mark.docker
 def test_a_symlink_climbing_out_of_the_repo_gets_into_docker(tmp_path: Path, docker_client, builtin_image) -> None:
     repo = tmp_path / "linked"
