@@ -75,46 +75,20 @@ SQL_REMOVE = """diff --git a/notes.sql b/notes.sql
 --- see .git/hooks for the checks
  select 1;
 """
+# A hunk of README.md (which holds no line "x") that claims `old` and `new` lines, then a hunk planting in .git/config.
+README_HUNK = "--- a/README.md\n+++ b/README.md\n@@ -1,{old} +1,{new} @@\n-x\n+y\n"
+CONFIG_HUNK = """--- a/.git/config
++++ b/.git/config
+@@ -1,2 +1,3 @@
+ [core]
++\tfsmonitor = "touch /tmp/planted; false"
+ \trepositoryformatversion = 0
+"""
 # Hunks that lie about their size, so that a header hides in what they count or follows what they claim: refused.
-MISCOUNTED = """diff --git a/README.md b/README.md
---- a/README.md
-+++ b/README.md
-@@ -1,3 +1,3 @@
--x
-+y
-diff --git a/.git/config b/.git/config
---- a/.git/config
-+++ b/.git/config
-@@ -1,2 +1,3 @@
- [core]
-+\tfsmonitor = "touch /tmp/planted; false"
- \trepositoryformatversion = 0
-"""
-OVERRUN = """--- a/README.md
-+++ b/README.md
-@@ -1,3 +1,1 @@
--x
-+y
---- a/.git/config
-+++ b/.git/config
-@@ -1,2 +1,3 @@
- [core]
-+\tfsmonitor = "touch /tmp/planted; false"
- \trepositoryformatversion = 0
-"""
+MISCOUNTED = README_HUNK.format(old=3, new=3) + "diff --git a/.git/config b/.git/config\n" + CONFIG_HUNK
+OVERRUN = README_HUNK.format(old=3, new=1) + CONFIG_HUNK
 # Counted exactly: the header-like lines are body for every tool, which then finds README.md's text unlike them.
-COUNTED = """--- a/README.md
-+++ b/README.md
-@@ -1,2 +1,2 @@
--x
-+y
---- a/.git/config
-+++ b/.git/config
-@@ -1,2 +1,3 @@
- [core]
-+\tfsmonitor = "touch /tmp/planted; false"
- \trepositoryformatversion = 0
-"""
+COUNTED = README_HUNK.format(old=2, new=2) + CONFIG_HUNK
 
 
 def test_header_lines_are_read_by_the_hunk_counts(bwrap_installed) -> None:
