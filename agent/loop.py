@@ -92,8 +92,8 @@ class Agent:
         try:
             exit_reason, submission = self._loop()
             return self._finish(exit_reason, self.env.get_patch(), submission)
-        except KeyboardInterrupt:
-            self._finish("interrupted", "", error="KeyboardInterrupt")
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (`Terminated`)
+            self._finish("interrupted", "", error=type(exc).__name__)
             raise
         except Exception as exc:
             self._finish("error", "", error=f"{type(exc).__name__}: {exc}")

@@ -9,8 +9,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
-import signal
-import sys
 
 import click
 import typer
@@ -186,16 +184,12 @@ def _root(
 
 
 def main() -> None:
-    """Console-script entry point: user errors print one line and exit 2, Ctrl-C `interrupted` and exit 130, never a
-    traceback; a Ctrl-C pressed while a module imports (torch, transformers: seconds at the start of most commands)
-    waits for the import to end (cli.ctrl_c)."""
+    """Console-script entry point: user errors print one line and exit 2, Ctrl-C `interrupted` and exit 130, SIGTERM
+    `terminated` and exit 143, never a traceback; a Ctrl-C pressed while a module imports (torch, transformers:
+    seconds at the start of most commands) waits for the import to end (cli.ctrl_c)."""
 
     quiet_progress_bars()
-    # SIGTERM unwinds like Ctrl-C does (finally blocks and atexit run: sandboxes close, trajectories are flushed);
-    # the previous handler comes back afterwards, so an in-process caller (a test) keeps its own.
-    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
-        with waiting_for_imports():
-            errors.run(app)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    # SIGTERM unwinds as Ctrl-C does (a trajectory's footer, a chat turn rolled back, sandboxes closed), then exits
+    # 143; the previous handlers come back afterwards, so an in-process caller (a test) keeps its own.
+    with waiting_for_imports():
+        errors.run(app)

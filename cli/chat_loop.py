@@ -17,6 +17,7 @@ from cli.safe_text import StreamFilter, safe_text
 from pipeline.chat import approval
 from pipeline.chat.interrupt import StopTurn
 from pipeline.chat.views import Question, Step, Turn
+from pipeline.lifetime import Terminated
 
 TURN_DIFF_LINES = 80  # most lines of a turn's diff shown after it (/diff shows it all)
 
@@ -79,6 +80,8 @@ class Chat:
                 return input("\nyou> ").strip()
             except EOFError:
                 return None
+            except Terminated:
+                raise
             except KeyboardInterrupt:
                 self.console.print("\n(type exit or press Ctrl-D to leave)")
 
@@ -149,6 +152,8 @@ class Chat:
         previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # not the turn's stop-after-step
         try:
             return input(prompt).strip()
+        except Terminated:
+            raise
         except KeyboardInterrupt:
             return None
         except EOFError:

@@ -1,16 +1,16 @@
-"""Turn the errors a user can cause into one clear line (exit 2) instead of a traceback, and Ctrl-C into
-`interrupted` (exit 130). Under a command's `--json` flag (`json_flag`) each of them also prints one JSON object on
-stdout, where the command's result would have been:
+"""Turn the errors a user can cause into one clear line (exit 2) instead of a traceback, Ctrl-C into `interrupted`
+(exit 130) and SIGTERM into `terminated` (exit 143). Under a command's `--json` flag (`json_flag`) each of them also
+prints one JSON object on stdout, where the command's result would have been:
 
-    {"error": {"type": "usage" | "input" | "interrupted", "message": "...", "exit_code": 2 | 130}}
+    {"error": {"type": "usage" | "input" | "interrupted", "message": "...", "exit_code": 2 | 130 | 143}}
 
 usage: the command line is wrong (an unknown option, a bad value, a missing argument: click's message); input: the
-command refused what it was given or found (a task id, a file, a setting, no Docker daemon); interrupted: Ctrl-C.
+command refused what it was given or found (a task id, a file, a setting, no Docker daemon); interrupted: Ctrl-C or
+SIGTERM.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -23,7 +23,9 @@ try:  # typer 0.29 runs a click of its own
 except ImportError:  # earlier typers run click
     from click import ClickException
 
+from cli.json_errors import error_json, json_in
 from kvstore.errors import KVStoreError, NamesSetting
+from pipeline.lifetime import Terminated
 from server.errors import ServeError
 
 _err = Console(stderr=True)
@@ -64,6 +66,7 @@ class _Json:
     """Whether this run's command was given its --json flag (set by the flag when click reads it)."""
 
     given = False
+    read = False  # click has read the flag (given or not); before that, the command line says
 
 
 def json_flag(help: str) -> Any:
@@ -74,44 +77,49 @@ def json_flag(help: str) -> Any:
 
 
 def _note_json(value: bool) -> bool:
-    _Json.given = value
+    _Json.given, _Json.read = value, True
     return value
 
 
 def _say_json(kind: str, message: str, exit_code: int) -> None:
     if _Json.given:
-        typer.echo(json.dumps({"error": {"type": kind, "message": message, "exit_code": exit_code}}, indent=2))
+        typer.echo(error_json(kind, message, exit_code))
 
 
 def usage_error_json(exc: ClickException) -> None:
     """A usage error as JSON on stdout (click then says it on stderr and exits 2), when the command line gives --json
     to a command that has the flag: click may stop at a bad value before it reads --json."""
-    args = sys.argv[1:]
-    options = args[: args.index("--")] if "--" in args else args  # after "--": arguments, not options
     command = getattr(getattr(exc, "ctx", None), "command", None)
     flags = [p for p in getattr(command, "params", []) if getattr(p, "is_flag", False)]
-    _Json.given = _Json.given or ("--json" in options and any("--json" in p.opts for p in flags))
+    _Json.given = _Json.given or (json_in(sys.argv[1:]) and any("--json" in p.opts for p in flags))
     _say_json("usage", " ".join(exc.format_message().split()), exc.exit_code)
 
 
-def _interrupted(message: str = "interrupted") -> None:
+def _interrupted(exc: BaseException, message: str | None = None) -> None:
+    """Say how Ctrl-C or SIGTERM (`exc` or an exception it led to) ended the command, and exit 130 or 143."""
+    while exc is not None and not isinstance(exc, KeyboardInterrupt):
+        exc = exc.__cause__ or exc.__context__
+    terminated = isinstance(exc, Terminated)
+    message = message or ("terminated" if terminated else "interrupted")
+    code = 143 if terminated else 130
     _err.print(f"[yellow]{escape(message)}[/yellow]", highlight=False, soft_wrap=True)
-    _say_json("interrupted", message, 130)
+    if not _Json.read:  # stopped before click read the options
+        _Json.given = json_in(sys.argv[1:])
+    _say_json("interrupted", message, code)
+    sys.exit(code)
 
 
 def run(app: typer.Typer) -> None:
-    _Json.given = False
+    _Json.given = _Json.read = False
     try:
         app(standalone_mode=True)
     except Interrupted as exc:
-        _interrupted(str(exc))
-        sys.exit(130)
-    except KeyboardInterrupt:
-        _interrupted()
-        sys.exit(130)
+        _interrupted(exc, str(exc))
+    except KeyboardInterrupt as exc:
+        _interrupted(exc)
     except SystemExit as exc:  # typer turns Ctrl-C inside a command into a silent exit 130
         if exc.code == 130:
-            _interrupted()
+            _interrupted(exc)
         raise
     except user_error_types() as exc:
         message = " ".join(_worded(exc).split())  # one line, whatever the message holds; never wrapped by the console

@@ -1,4 +1,5 @@
-"""Worker processes that do not outlive the process that started them (a batch killed with SIGKILL included)."""
+"""How a run's processes end: SIGTERM unwinds as Ctrl-C does (`Terminated`), and worker processes do not outlive the
+process that started them (a batch killed with SIGKILL included)."""
 
 from __future__ import annotations
 
@@ -14,20 +15,30 @@ from contextlib import contextmanager
 PR_SET_PDEATHSIG = 1
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C would be (cli.ctrl_c), so that it unwinds the same way: the trajectory gets its
+    footer, a chat turn is rolled back to its last complete step, a batch stops its workers, sandboxes close. Code
+    where Ctrl-C only skips something (a prompt, a profile's learning) lets this one through: the command exits 143."""
+
+
 @contextmanager
 def ctrl_c_held() -> Iterator[None]:
-    """Ctrl-C in the block is raised when it ends (main thread only): for starting a batch's manager and workers,
-    which, cut off halfway, printed the tracebacks of children whose parent stopped listening (a manager's
+    """Ctrl-C or SIGTERM in the block is raised when it ends (main thread only): for starting a batch's manager and
+    workers, which, cut off halfway, printed the tracebacks of children whose parent stopped listening (a manager's
     BrokenPipeError, a worker's EOFError)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     pressed: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, lambda signum, frame: pressed.append(signum)) for sig in held}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if signal.SIGTERM in pressed:
+        raise Terminated
     if pressed:
         raise KeyboardInterrupt
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -12,12 +13,27 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLD_DIR = ROOT / "tests" / "agent" / "data"
+SLOW_TASK = "nexus-demo__semver-lite-1"
 
 
 def default_sigint() -> None:
     """In the child before exec: Ctrl-C as in a terminal, even when the test run itself was started with SIGINT
     ignored (a background job), which a child would otherwise inherit and never see KeyboardInterrupt."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def sleeping_replay(path: Path, seconds: int = 60) -> Path:
+    """A recording of SLOW_TASK whose first step runs `sleep`, so that its run takes a while: it holds its folder,
+    and it can be stopped mid-step."""
+    call = f"Wait.\n\n<function=execute_bash>\n<parameter=cmd>sleep {seconds}</parameter>\n</function>"
+    done = "Done.\n\n<function=finish>\n<parameter=command>submit</parameter>\n</function>"
+    records = [
+        {"type": "header", "version": 1, "task_id": SLOW_TASK, "model": "replay", "config": {}, "meta": {}},
+        {"type": "step", "step": 1, "reply": call, "stats": {}},
+        {"type": "step", "step": 2, "reply": done, "stats": {}},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
 
 
 def save_tiny_model(dest: Path) -> Path:

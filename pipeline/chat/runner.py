@@ -32,6 +32,7 @@ from pipeline.chat.sessions import discard_if_empty
 from pipeline.chat.state import TRAJECTORY_FILE, ChatState, request_message
 from pipeline.chat.steps import ReplyText, is_edit, is_finish, stats_line, step_title
 from pipeline.chat.views import Banner, Question, Step, Turn
+from pipeline.lifetime import Terminated
 
 
 class ChatRunner:
@@ -132,8 +133,10 @@ class ChatRunner:
         except StopTurn:
             self._save()
             return Turn(text, "stopped")
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             self._rollback()
+            if isinstance(exc, Terminated):  # SIGTERM: the session is consistent, and the chat ends
+                raise
             return Turn(text, "rolled_back")
         except AgentError as exc:  # its message can quote the model or the server
             self._rollback()

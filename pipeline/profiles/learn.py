@@ -29,6 +29,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 
+from pipeline.lifetime import Terminated
 from pipeline.profiles.store import profile_store
 
 KEEP = 8  # conversations kept per model in the pool
@@ -60,8 +61,8 @@ def learn_after(
     try:
         with waiting("learning this agent's memory profile…" + (" (Ctrl-C skips it)" if skippable else "")):
             return learn_from_run(session.config.model, model, tokenizer, trajectory, say, key, noun, statement)
-    except KeyboardInterrupt:
-        if not skippable:
+    except KeyboardInterrupt as exc:
+        if not skippable or isinstance(exc, Terminated):
             raise
         return "memory profile: learning skipped (Ctrl-C); run again with --learn-profile to learn one"
     except OSError as e:  # the conversation's results are written already; learning is a bonus
@@ -169,6 +170,8 @@ def learn_served(
         answer = post_profiles(server, body, api_key)
     except RunError as e:
         return f"memory profile: could not learn one on the server ({e}); this {noun}'s results are kept"
+    except Terminated:
+        raise
     except KeyboardInterrupt:
         return "memory profile: stopped waiting for the server (Ctrl-C); it may still save the profile"
     if answer.get("kept"):

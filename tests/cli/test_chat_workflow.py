@@ -88,6 +88,26 @@ def test_ctrl_c_at_the_prompt_declines_then_stops(tmp_path: Path, monkeypatch: p
         chat.runner.writer.close()
 
 
+def test_sigterm_at_a_prompt_ends_the_chat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C at a prompt declines the call or asks for `exit`; SIGTERM there (`Terminated`) ends the chat."""
+    from agent.protocols import ToolCall
+    from pipeline.lifetime import Terminated
+
+    repo = failing_repo(tmp_path)
+    with cs.open_repo_sandbox(repo, "t") as sandbox:
+        chat = open_chat(tmp_path / "session", repo, [], sandbox, yolo=False)
+
+        def terminated(prompt: str = "") -> str:
+            raise Terminated
+
+        monkeypatch.setattr("builtins.input", terminated)
+        with pytest.raises(Terminated):
+            chat.runner.confirm(ToolCall("execute_bash", {"cmd": "rm calc.py"}))
+        with pytest.raises(Terminated):
+            chat.run()
+        chat.runner.writer.close()
+
+
 def test_quit_words_end_the_chat_without_a_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = failing_repo(tmp_path)
     with cs.open_repo_sandbox(repo, "t") as sandbox:

@@ -18,10 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
-from clilib import cli_env, default_sigint
+from clilib import cli_env, default_sigint, sleeping_replay
 
 from cli.app import main
 from cli.ctrl_c import NOTE, waiting_for_imports
+from pipeline.lifetime import Terminated
 
 CTRL_C_AT_IMPORT = """
 import os, signal, sys
@@ -35,6 +36,7 @@ sys.meta_path.insert(0, CtrlCAt())
 from cli.app import main
 main()
 """
+TERM_AT_IMPORT = CTRL_C_AT_IMPORT.replace("signal.SIGINT", "signal.SIGTERM")
 CTRL_C_AFTER = """
 import os, signal, threading
 from cli.app import main
@@ -72,12 +74,26 @@ def test_a_ctrl_c_during_an_import_is_raised_when_the_import_is_done(tmp_path: P
 
 
 @pytest.mark.usefixtures("python_ctrl_c")
+def test_a_sigterm_during_an_import_is_raised_as_terminated_when_the_import_is_done(
+    tmp_path: Path, monkeypatch
+) -> None:
+    body = "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\ndone = True\n"
+    name = _module(tmp_path, monkeypatch, "sigterm_in_import", body)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Terminated), waiting_for_imports():
+        importlib.import_module(name)
+        time.sleep(10)
+    assert sys.modules[name].done
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.usefixtures("python_ctrl_c")
 def test_a_long_wait_is_said_once_on_stderr(tmp_path: Path, monkeypatch, capfd: pytest.CaptureFixture) -> None:
     name = _module(tmp_path, monkeypatch, "ctrl_c_in_a_long_import", PRESS + "import time\ntime.sleep(1.5)\n")
     with pytest.raises(KeyboardInterrupt), waiting_for_imports():
         importlib.import_module(name)
         time.sleep(10)
-    assert capfd.readouterr().err == NOTE.decode()
+    assert capfd.readouterr().err == NOTE.format("Ctrl-C", "Ctrl-C")
 
 
 @pytest.mark.usefixtures("python_ctrl_c")
@@ -186,6 +202,15 @@ def test_a_ctrl_c_while_the_cli_itself_imports_is_interrupted(tmp_path: Path) ->
     assert "Traceback" not in res.stderr
 
 
+def test_a_ctrl_c_while_the_cli_itself_imports_says_so_in_json(tmp_path: Path) -> None:
+    """No command has read its options yet: the command line's --json is taken at its word."""
+    code = CTRL_C_AT_IMPORT.format(module="typer").replace("from cli.app import main", "from cli.entry import main")
+    args = [sys.executable, "-c", code, "tasks", "list", "--json"]
+    res = subprocess.run(args, env=cli_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         preexec_fn=default_sigint)  # fmt: skip
+    assert json.loads(res.stdout) == {"error": {"type": "interrupted", "message": "interrupted", "exit_code": 130}}
+
+
 def interrupted(code: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     """`nexus-agent ARGS` run by `code`, which sends SIGINT (--out: a folder of tmp_path)."""
     cmd = [sys.executable, "-c", code, *args, "--out", str(tmp_path / "run")]
@@ -218,6 +243,33 @@ def test_solve_json_interrupted_says_so_on_stdout(tmp_path: Path) -> None:
     assert json.loads(res.stdout) == {"error": {"type": "interrupted", "message": "interrupted", "exit_code": 130}}
 
 
+def test_solve_json_terminated_says_so(tmp_path: Path) -> None:
+    """SIGTERM (`timeout`, `kill`, a service manager) ends the command as Ctrl-C does, with its own word and 143."""
+    res = solve_interrupted(TERM_AT_IMPORT.format(module="numpy"), tmp_path, "--json")
+    assert json.loads(res.stdout) == {"error": {"type": "interrupted", "message": "terminated", "exit_code": 143}}
+    assert (res.returncode, res.stderr.splitlines()[-1:]) == (143, ["terminated"]), res.stderr
+
+
+@pytest.mark.usefixtures("bwrap_installed")
+def test_solve_terminated_mid_step_ends_its_trajectory(tmp_path: Path) -> None:
+    """SIGTERM while a step's command runs: the sandbox stops and the trajectory gets its footer, as on Ctrl-C
+    (before, the process exited 143 with neither the footer nor a word)."""
+    replay, out = sleeping_replay(tmp_path / "sleep.jsonl"), tmp_path / "run"
+    cmd = [sys.executable, "-c", "from cli.entry import main; main()", "solve", "--replay", str(replay),
+           "--sandbox", "bwrap", "--out", str(out), "--json"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=cli_env(tmp_path / "home"), cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)  # fmt: skip
+    while "agent ready" not in proc.stderr.readline():  # progress goes to stderr under --json
+        assert proc.poll() is None, proc.stderr.read()
+    time.sleep(1.0)  # step 1's `sleep 60` runs
+    proc.send_signal(signal.SIGTERM)
+    said, err = proc.communicate(timeout=60)
+    footer = json.loads((out / "trajectory.jsonl").read_text().splitlines()[-1])
+    assert (proc.returncode, err.splitlines()[-1:]) == (143, ["terminated"]), err
+    assert json.loads(said)["error"]["exit_code"] == 143
+    assert (footer["type"], footer["exit_reason"], footer["error"]) == ("footer", "interrupted", "Terminated")
+
+
 @pytest.mark.slow  # a batch starts its workers
 def test_eval_interrupted_while_its_workers_start(tmp_path: Path) -> None:
     """Pressed as eval starts its manager and workers, Ctrl-C printed their tracebacks: a worker's KeyboardInterrupt
@@ -236,18 +288,23 @@ def test_eval_interrupted_while_its_workers_start(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # a worker loads the model
-def test_eval_interrupted_while_it_runs_says_what_is_left(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("stop", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+def test_eval_interrupted_while_it_runs_says_what_is_left(tmp_path: Path, stop: int, code: int) -> None:
     """Pressed once the imports are done, while a task runs, Ctrl-C ends eval as before cli/ctrl_c.py: its own line
-    (what finished, what is left), exit 130; under --json the same words on stdout."""
+    (what finished, what is left), exit 130; under --json the same words on stdout. SIGTERM, sent to the eval
+    process alone (as `kill` or a service manager sends it), ends it the same way with exit 143."""
     args = ["eval", "--instances", "nexus-demo__pagekit-1", "--out", str(tmp_path / "run"), "--json"]
     cmd = [sys.executable, "-c", "from cli.app import main; main()", *args]
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
     proc = subprocess.Popen(cmd, env=cli_env(tmp_path / "home"), cwd=tmp_path, **pipes, start_new_session=True,
                             preexec_fn=default_sigint)  # fmt: skip
     seen = [proc.stderr.readline() for _ in range(2)]  # "eval: 1 task ...", then "started nexus-demo__pagekit-1 ..."
-    os.killpg(proc.pid, signal.SIGINT)  # the whole process group, as a terminal's Ctrl-C
+    if stop == signal.SIGINT:
+        os.killpg(proc.pid, signal.SIGINT)  # the whole process group, as a terminal's Ctrl-C
+    else:
+        proc.send_signal(stop)
     out, err = proc.communicate(timeout=120)
     said = "interrupted: 0 finished, 1 left; rerun the same command to continue"
     assert seen[1].startswith("started nexus-demo__pagekit-1"), seen
-    assert json.loads(out) == {"error": {"type": "interrupted", "message": said, "exit_code": 130}}
-    assert (proc.returncode, err.splitlines()) == (130, [said])
+    assert json.loads(out) == {"error": {"type": "interrupted", "message": said, "exit_code": code}}
+    assert (proc.returncode, err.splitlines()) == (code, [said])

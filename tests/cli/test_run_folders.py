@@ -4,7 +4,6 @@ bubblewrap sandboxes, replayed recordings."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -12,23 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from clilib import GOLD_DIR, cli_env, default_sigint, nexus
+from clilib import GOLD_DIR, SLOW_TASK, cli_env, default_sigint, nexus, sleeping_replay
 
 pytestmark = pytest.mark.usefixtures("bwrap_installed")
-SLOW_TASK = "nexus-demo__semver-lite-1"
-
-
-def _sleeping_replay(path: Path, seconds: int = 60) -> Path:
-    """A recording of SLOW_TASK whose first step runs `sleep`, so that its run holds its folder for a while."""
-    call = f"Wait.\n\n<function=execute_bash>\n<parameter=cmd>sleep {seconds}</parameter>\n</function>"
-    done = "Done.\n\n<function=finish>\n<parameter=command>submit</parameter>\n</function>"
-    records = [
-        {"type": "header", "version": 1, "task_id": SLOW_TASK, "model": "replay", "config": {}, "meta": {}},
-        {"type": "step", "step": 1, "reply": call, "stats": {}},
-        {"type": "step", "step": 2, "reply": done, "stats": {}},
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
 
 
 def _start(args: list[str], home: Path, log: Path) -> subprocess.Popen:
@@ -61,7 +46,7 @@ def _refused(res: subprocess.CompletedProcess, out: Path, pid: int) -> None:
 @pytest.mark.slow  # two real runs, one waiting in a sandbox: ~15 s
 def test_a_second_solve_on_a_folder_in_use_is_refused_at_once(tmp_path: Path) -> None:
     out, log = tmp_path / "run", tmp_path / "first.log"
-    replay = _sleeping_replay(tmp_path / "sleep.jsonl")
+    replay = sleeping_replay(tmp_path / "sleep.jsonl")
     first = _start(["solve", "--replay", str(replay), "--sandbox", "bwrap", "--out", str(out)], tmp_path, log)
     try:
         _wait_for_text(log, "agent ready", first)
@@ -82,7 +67,7 @@ def test_a_second_solve_on_a_folder_in_use_is_refused_at_once(tmp_path: Path) ->
 def test_a_second_eval_on_a_folder_in_use_is_refused_at_once(tmp_path: Path) -> None:
     out, log, recordings = tmp_path / "batch", tmp_path / "first.log", tmp_path / "recordings"
     recordings.mkdir()
-    _sleeping_replay(recordings / f"{SLOW_TASK}.jsonl")
+    sleeping_replay(recordings / f"{SLOW_TASK}.jsonl")
     args = ["eval", "--replay-dir", str(recordings), "--instances", SLOW_TASK, "--sandbox", "bwrap", "--out", str(out)]
     first = _start(args, tmp_path, log)
     try:

@@ -16,6 +16,7 @@ from pipeline import chat as cs
 from pipeline.chat import approval
 from pipeline.chat.runner import ChatRunner
 from pipeline.chat.views import Question
+from pipeline.lifetime import Terminated
 
 pytestmark = pytest.mark.usefixtures("bwrap_installed")
 EDIT = {"command": "str_replace", "path": "/testbed/calc.py", "old_str": "return a - b", "new_str": "return a + b"}
@@ -33,13 +34,14 @@ class Collected:
         return self.answers.pop(0)
 
 
-def _runner(tmp_path: Path, replies: list[str], sandbox, seen: Collected, **options) -> ChatRunner:
+def _runner(tmp_path: Path, replies: list[str], sandbox, seen: Collected, conv=None, **options) -> ChatRunner:
     folder = tmp_path / "session"
     folder.mkdir()
     state = cs.ChatState(repo=str(tmp_path / "calc"))
     state.save(folder)
     cfg = AgentConfig(max_steps=10, max_steps_absolute=10, command_timeout=60)
-    return ChatRunner(folder, "t", state, ScriptedConversation(replies), sandbox, cfg, on_step=seen.steps.append,
+    conv = conv or ScriptedConversation(replies)
+    return ChatRunner(folder, "t", state, conv, sandbox, cfg, on_step=seen.steps.append,
                       on_event=seen.events.append, **options)  # fmt: skip
 
 
@@ -145,6 +147,38 @@ def test_always_saves_the_program_on_the_allowlist(tmp_path: Path) -> None:
 def test_a_second_cancelled_prompt_stops_the_turn(tmp_path: Path) -> None:
     _, _, turn = _ask(tmp_path, [None, None], [bash("rm calc.py"), bash("rm test_calc.py"), finish()])
     assert turn.ended == "stopped"
+
+
+class RollingBack(ScriptedConversation):
+    """A scripted conversation that counts its rollbacks."""
+
+    rollbacks = 0
+
+    def rollback(self) -> None:
+        self.rollbacks += 1
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, Terminated])
+def test_a_turn_stopped_mid_step_is_rolled_back(tmp_path: Path, stop: type[KeyboardInterrupt]) -> None:
+    """Ctrl-C pressed twice (stop now) rolls the turn back and the chat goes on; SIGTERM (`Terminated`) rolls it
+    back the same way, then ends the chat instead of waiting for the next request."""
+    repo = failing_repo(tmp_path)
+    seen = Collected()
+    with cs.open_repo_sandbox(repo, "t") as sandbox:
+        conv = RollingBack([bash("ls"), finish()])
+        runner = _runner(tmp_path, [], sandbox, seen, conv, yolo=True)
+
+        def stopped(step) -> None:
+            raise stop
+
+        runner.on_step = stopped
+        if stop is Terminated:
+            with pytest.raises(Terminated):
+                runner.request("look around")
+        else:
+            assert runner.request("look around").ended == "rolled_back"
+        runner.close()
+    assert conv.rollbacks == 1
 
 
 def _unattended(tmp_path: Path, allow: list[str]) -> tuple[ChatRunner, Collected, Path]:
