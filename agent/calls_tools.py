@@ -91,7 +91,7 @@ def parse_text_call(text: str) -> ToolCall:
         raise FormatError(bad("it contains more than one tool call; make exactly one call per reply"))
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise FormatError(bad('the tool call is not JSON; write {"name": TOOL, "arguments": {...}}')) from None
     if not isinstance(data, dict):
         raise FormatError(bad('the tool call must be a JSON object {"name": TOOL, "arguments": {...}}'))
@@ -104,7 +104,7 @@ def make_call(name: str, arguments: str | dict[str, Any], thought: str, call_id:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             raise FormatError(bad(f"the arguments of {spec.name} are not valid JSON")) from None
     if not isinstance(arguments, dict):
         raise FormatError(bad(f"the arguments of {spec.name} must be a JSON object"))

@@ -109,7 +109,7 @@ def load_trajectory(path: str | Path) -> Trajectory:
             continue
         try:
             rec = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             if n == len(lines):
                 traj.truncated = True
                 break

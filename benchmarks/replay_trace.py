@@ -108,7 +108,7 @@ def _raw_messages(path: Path) -> list:
         raise KVStoreError(f"no conversation file at {path}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise KVStoreError(f"{path}: not a JSON trajectory in UTF-8 ({e})") from None
     if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
         raise KVStoreError(f"{path}: not a mini-swe-agent trajectory (no 'messages' list)")

@@ -81,7 +81,7 @@ def load_conversation(path: Path) -> Conversation:
         return Conversation(conversation_name(path), [m for m in messages if m])
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, RecursionError) as e:
         raise KVStoreError(f"{path}: not JSON ({e})") from None
     except UnicodeDecodeError as e:
         raise KVStoreError(f"{path}: not UTF-8 text (byte {e.start}); a trajectory is JSON in UTF-8") from None
@@ -176,7 +176,7 @@ def render_call(call: dict) -> str:
     raw = fn.get("arguments")
     try:
         args = json.loads(raw) if isinstance(raw, str) and raw else raw
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         args = None
     if not isinstance(args, dict):
         args = {} if raw in (None, "") else {"cmd": raw if isinstance(raw, str) else json.dumps(raw)}

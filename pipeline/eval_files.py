@@ -71,7 +71,7 @@ def _load(path: Path) -> Any:
     """A report file's JSON; None when it cannot be read or parsed."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # ValueError: bad JSON and bad UTF-8 alike
+    except (OSError, ValueError, RecursionError):  # ValueError: bad JSON and bad UTF-8 alike
         return None
 
 
@@ -167,7 +167,7 @@ def _check_profiles(out: Path, path: Path | None, held: dict | None, now: dict |
 def _read_run_file(path: Path) -> dict[str, Any]:
     try:
         held = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise RunError(
             f"{path} is unreadable or corrupt ({type(exc).__name__}); fix or delete it, or use another --out"
         ) from None

@@ -51,7 +51,7 @@ def _report(folder: Path) -> dict[str, Any]:
         return {}
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise RunError(f"{path} is unreadable or corrupt ({type(exc).__name__})") from None
     if not isinstance(report, dict):
         raise RunError(f"{path} is not a run's report (a JSON object)")

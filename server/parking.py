@@ -150,7 +150,7 @@ def adopt(registry: Registry, model, session_config) -> int:
         path = sidecar.with_suffix(".safetensors")
         try:
             entry = _read_entry(sidecar, path, model, session_config)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
             _remove(f"{sidecar.name}: {exc}", sidecar, path)
             continue
         registry.adopt(entry)

@@ -31,7 +31,7 @@ def read_record(path: Path, cap: int = CAP) -> dict | None:
         data = f.read(cap + 1)
     try:
         value = json.loads(data[:cap])
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) and len(data) <= cap else None
 

@@ -34,7 +34,7 @@ def _parent_commit(parsed: Any) -> str | None:
     if isinstance(parsed, str):
         try:
             parsed = json.loads(parsed)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return None
     if isinstance(parsed, dict) and parsed.get("old_commit_hash"):
         return str(parsed["old_commit_hash"])

@@ -86,7 +86,7 @@ def _test_list(value: Any, name: str, ident: str) -> list[str]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise TaskError(f"task {ident}: {name} is not a JSON list ({exc})") from None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise TaskError(f"task {ident}: {name} must be a list of test names")

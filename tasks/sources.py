@@ -70,7 +70,7 @@ def _kind(value: Any) -> str:
 def _read_json(text: str, path: Path) -> list[Any]:
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise TaskError(f"task file {path} is not valid JSON: {exc}") from None
     return data if isinstance(data, list) else [data]
 
@@ -82,7 +82,7 @@ def _read_jsonl(text: str, path: Path) -> list[Any]:
             continue
         try:
             records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise TaskError(f"task file {path}, line {lineno}: not valid JSON ({exc})") from None
     return records
 

@@ -86,7 +86,7 @@ class Constraint:
         if isinstance(schema, str):
             try:
                 schema = json.loads(schema)
-            except json.JSONDecodeError as exc:
+            except (json.JSONDecodeError, RecursionError) as exc:
                 raise GrammarError(f"the JSON schema is not valid JSON: {exc}") from None
         if not isinstance(schema, dict):
             raise GrammarError(f"a JSON schema is a JSON object, got {type(schema).__name__}")

@@ -70,7 +70,7 @@ def _call_text(call: dict[str, Any]) -> str:
     if isinstance(args, str):
         try:
             args = json.loads(args)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             pass  # kept as the string it is
     body = json.dumps({"name": fn.get("name"), "arguments": args}, ensure_ascii=False)
     return f"<tool_call>\n{body}\n</tool_call>"

@@ -42,7 +42,7 @@ def load(folder: Path) -> list[Checkpoint]:
     try:
         data = json.loads((folder / snap.UNDO_DIR / STACK_FILE).read_text(encoding="utf-8"))
         return [Checkpoint(**c) for c in data]
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, RecursionError):
         return []
 
 

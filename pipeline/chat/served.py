@@ -74,7 +74,7 @@ class ServedRecord:
             record = cls(**data)
         except FileNotFoundError:
             raise RunError(f"{path} is missing: the chat's conversation cannot be restored; delete {folder}") from None
-        except (OSError, ValueError, TypeError) as exc:
+        except (OSError, ValueError, TypeError, RecursionError) as exc:
             raise RunError(f"{path} is corrupt ({type(exc).__name__}); delete {folder} to start over") from None
         if not isinstance(record.messages, list) or not isinstance(record.turns, list):
             raise RunError(f"{path} is corrupt (messages or turns is not a list); delete {folder} to start over")

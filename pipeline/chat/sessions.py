@@ -38,7 +38,7 @@ def read_info(folder: Path) -> SessionInfo | None:
         data = json.loads(state.read_text(encoding="utf-8"))
         return SessionInfo(folder.name, str(data["repo"]), len(data["requests"]), state.stat().st_mtime,
                            _folder_size(folder))  # fmt: skip
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
 
 

@@ -76,7 +76,7 @@ class ChatState:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise RunError(f"no chat session in {folder} (start one without --resume)") from None
-        except (OSError, ValueError) as exc:  # ValueError: bad JSON and bad UTF-8 alike
+        except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON and bad UTF-8 alike
             raise RunError(f"{path} is corrupt ({type(exc).__name__}); delete {folder} to start over") from None
         problem = _state_problem(data)
         if problem:

@@ -193,7 +193,7 @@ def made_tool_call(trajectory: Path) -> bool:
     for line in lines:
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(record, dict) and record.get("type") == "step" and record.get("call"):
             return True
@@ -207,7 +207,7 @@ def _served_match(trajectory: Path) -> bool:
     for line in trajectory.read_text(errors="replace").splitlines():
         try:
             stats = json.loads(line).get("stats") or {}
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             continue
         if str(stats.get("memory_profile") or "").startswith("matched"):
             return True

@@ -108,7 +108,7 @@ def load_history(path: Path) -> list:
     """Earlier versions of `path`, oldest first: base64 of the raw bytes, or None where the file did not exist."""
     try:
         return json.loads(history_file(path).read_text(encoding="utf-8"))["versions"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return []
 
 

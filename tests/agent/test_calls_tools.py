@@ -61,6 +61,7 @@ FINISH = ("done", [native("finish", '{"command": "submit"}', 9)])
         ([native("execute_bash", "{}")], "execute_bash needs the parameter(s) cmd"),
         ([native("execute_bash", '{"command": "ls"}')], "execute_bash has no parameter 'command'"),
         ([native("finish", '{"command": "go"}')], "'go' is not a valid command for finish"),
+        ([native("execute_bash", "[" * 100_000)], "arguments of execute_bash are not valid JSON"),  # RecursionError
     ],
 )
 def test_malformed_native_call_is_an_observation(sandbox: DirSandbox, tmp_path: Path, calls, says: str) -> None:
@@ -96,6 +97,7 @@ def test_typed_arguments_reach_the_tool_as_text(sandbox: DirSandbox, tmp_path: P
     [
         ("no call here", "did not call a tool"),
         ("<tool_call>{not json}</tool_call>", "not JSON"),
+        ("<tool_call>" + "[" * 100_000 + "</tool_call>", "not JSON"),  # nested past Python's recursion limit
         ('<tool_call>{"name": "search", "arguments": {}}</tool_call>', "needs the parameter(s) search_term"),
         ('<tool_call>{"name": "finish", "arguments": {"command": "submit"}}</tool_call><tool_call>{}', "more than one"),
     ],

@@ -78,6 +78,7 @@ DAMAGES = {
     "a transcript of strings": lambda doc: doc | {"transcript": ["abc", "def"]},
     "a transcript row whose content is a number": lambda doc: doc | {"transcript": [["user", 5, []]]},
     "a last_used that is null": lambda doc: doc | {"last_used": None},
+    "arrays nested 100,000 deep": lambda doc: "[" * 100_000 + "]" * 100_000,  # RecursionError: the server never started
 }
 
 
@@ -96,7 +97,8 @@ def test_sidecars_damaged_into_other_json_are_removed_and_the_server_starts(tmp_
         first.close()
     sidecars = sorted(park.glob("*.json"))
     for sidecar, damage in zip(sidecars, DAMAGES.values(), strict=False):
-        sidecar.write_text(json.dumps(damage(json.loads(sidecar.read_text()))))
+        damaged = damage(json.loads(sidecar.read_text()))
+        sidecar.write_text(damaged if isinstance(damaged, str) else json.dumps(damaged))
     (park / ("f" * 32 + ".json")).mkdir()  # a folder named like a sidecar: not the server's, left alone
     capfd.readouterr()
     second = start(park)
