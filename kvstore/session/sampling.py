@@ -8,6 +8,10 @@ import torch
 
 from kvstore.errors import KVStoreError
 
+# The floor of a reported log-probability: a token that a tiny temperature makes impossible has log p = -inf, which
+# JSON cannot carry (OpenAI reports such tokens at -9999.0 too).
+LOGPROB_FLOOR = -9999.0
+
 
 def check_sampling(temperature: float, top_p: float) -> None:
     if temperature < 0:
@@ -25,7 +29,7 @@ def next_token(logits: torch.Tensor, temperature: float, top_p: float, generator
     """
     if temperature == 0:
         return int(logits.argmax())
-    probs = torch.softmax(logits.detach().to("cpu", torch.float32) / temperature, dim=-1)  # [V]
+    probs = torch.softmax(scaled(logits, temperature), dim=-1)  # [V]
     ids, probs = nucleus(probs, top_p)  # [K], [K]
     cdf = probs.cumsum(0)  # [K]
     u = torch.rand(1, generator=generator, dtype=torch.float64).item() * cdf[-1].item()
@@ -60,10 +64,18 @@ def token_logprobs(
 ) -> tuple[float, list[tuple[int, float]]]:
     """The log-probability of `token` and the `k` most likely (id, log-probability) under the distribution the token
     was drawn from: softmax(logits / temperature) (temperature 0: softmax(logits)), before top-p truncation."""
-    logp = torch.log_softmax(logits.detach().to("cpu", torch.float32) / (temperature or 1.0), dim=-1)  # [V]
+    logp = torch.log_softmax(scaled(logits, temperature or 1.0), dim=-1).clamp(min=LOGPROB_FLOOR)  # [V]
     top = logp.topk(k) if k else None
     alternatives = list(zip(top.indices.tolist(), top.values.tolist(), strict=True)) if top is not None else []
     return float(logp[token]), alternatives
+
+
+def scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """`logits` [V] / `temperature` in float32 on the CPU, shifted so that the largest is 0. A temperature that float32
+    cannot hold (1e-300 is 0 there) is its smallest normal number: the most likely tokens share all the mass, the
+    rest get none (a division by 0, or logits over 1e38, would have made every probability NaN)."""
+    x = logits.detach().to("cpu", torch.float32)  # [V]
+    return (x - x.max()) / max(temperature, torch.finfo(torch.float32).tiny)
 
 
 def nucleus(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,7 +89,8 @@ def nucleus(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tens
     top, ids = probs.topk(k)  # [k] sorted descending
     if top.sum() < top_p and k < len(probs):
         top, ids = probs.sort(descending=True)
-    keep = int((top.cumsum(0) - top < top_p).sum())  # tokens whose preceding mass is below top_p
+    # the tokens whose preceding mass is below top_p; the most likely one always (a top_p of 1e-300 is 0 in float32)
+    keep = max(1, int((top.cumsum(0) - top < top_p).sum()))
     return ids[:keep], top[:keep]
 
 
