@@ -80,6 +80,8 @@ def parse_request(body: object, header_session: str | None, config: ServeConfig)
     choice = check_choice(body.get("tool_choice"), tools)
     parallel = body.get("parallel_tool_calls") is None or _boolean(body, "parallel_tool_calls")
     logprobs, top = _logprob_fields(body)
+    if body.get("user") is not None and not isinstance(body["user"], str):  # it tells clients' sessions apart
+        raise ServeError("'user' must be a string")
     return ChatRequest(
         messages=normalize(body.get("messages"), tools),
         max_new_tokens=_integer(body, key, config.max_new_tokens, 1, MAX_TOKENS),

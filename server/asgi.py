@@ -244,9 +244,14 @@ class ChatAnswer:
         while kind == "text":
             kind, value = await self._next()
         if kind == "done":
-            self.server.metrics.request(200)
-            answer = api.completion(api.new_id(), self.server.config.model_id, value)
-            response = JSONResponse(answer, headers={api.SESSION_HEADER: self.job.entry.id})
+            try:
+                answer = api.completion(api.new_id(), self.server.config.model_id, value)
+                response = JSONResponse(answer, headers={api.SESSION_HEADER: self.job.entry.id})
+            except Exception as exc:  # noqa: BLE001 - a reply that cannot be sent must not stay in its session
+                self.server.registry.drop(self.job.entry)
+                response = error_response(internal_error(exc, "answer"), self.server.metrics.request)
+            else:
+                self.server.metrics.request(200)
         elif kind == "error":
             response = error_response(value, self.server.metrics.request)
         else:
@@ -271,6 +276,7 @@ class ChatAnswer:
         except Exception as exc:  # noqa: BLE001 - one stream's text must never cut it silently
             error = internal_error(exc, "stream")
             self.job.cancelled = True  # the scheduler drops the reply, if it still runs
+            self.server.registry.drop(self.job.entry)  # and a finished one is not kept: the client never got it
             self.server.metrics.request(error.status, error.cause)
             await send({"type": "http.response.body", "body": sse([api.error_body(error)]), "more_body": False})
 
@@ -292,7 +298,8 @@ class ChatAnswer:
 
 
 def sse(events: list[dict[str, Any]]) -> bytes:
-    return b"".join(b"data: " + json.dumps(data).encode() + b"\n\n" for data in events)
+    """Server-sent events of strict JSON (NaN or Infinity in an event raise ValueError, as JSONResponse does)."""
+    return b"".join(b"data: " + json.dumps(data, allow_nan=False).encode() + b"\n\n" for data in events)
 
 
 async def read_body(request: Request, config) -> bytes:

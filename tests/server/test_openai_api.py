@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import socket
 import urllib.error
 import urllib.request
@@ -126,6 +127,8 @@ def _post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple
         ({"stop": 5}, None, "'stop' must be a string or a list"),
         ({"stop": {"a": 1}}, None, "'stop' must be a string or a list"),
         ({"stream": True, "stream_options": "yes"}, None, "'stream_options' must be an object"),
+        ({"user": 5}, None, "'user' must be a string"),  # 5 and 6 were both no user: one session for both
+        ({"user": {"id": 1}}, None, "'user' must be a string"),
         (b"\xff\xfe{", None, "not valid JSON"),
         (b"{}", {"Content-Length": "lots"}, "a Content-Length that is not a number"),
     ],
@@ -225,6 +228,44 @@ def test_logprobs_have_openais_shape_streamed_or_not(make_server) -> None:
     chunks = list(ask(c, body["messages"], max_tokens=10, logprobs=True, top_logprobs=4, stream=True))
     streamed = [e for ch in chunks if ch.choices and ch.choices[0].logprobs for e in ch.choices[0].logprobs.content]
     assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in content]
+
+
+def test_a_temperature_too_small_for_float32_answers_as_greedy_does(make_server) -> None:
+    """1e-300 is inside 0..2 but 0 in float32: every probability was NaN, the reply the vocabulary's last token,
+    and with logprobs a plain-text 500 whose session kept the reply the client never got (or NaN in the stream)."""
+    server = make_server()
+    body = {"messages": [SYSTEM, {"role": "user", "content": words(40)}], "max_tokens": 6, "logprobs": True}
+    greedy = _raw_completion(server, body | {"temperature": 0})
+    tiny = _raw_completion(server, body | {"temperature": 1e-300, "top_logprobs": 2})
+    assert tiny.choices[0].message.content == greedy.choices[0].message.content
+    assert all(e.logprob == 0.0 and e.top_logprobs[1].logprob == -9999.0 for e in tiny.choices[0].logprobs.content)
+    raw = json.dumps({"model": "tiny-qwen3", "stream": True, "temperature": 1e-300} | body).encode()
+    req = urllib.request.Request(
+        server.url + "/chat/completions", data=raw, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=60) as res:
+        events = [line[6:] for line in res.read().decode().splitlines() if line.startswith("data: {")]
+    assert events
+    strict = [name for event in events for name in re.findall(r"\b(NaN|-?Infinity)\b", event)]
+    assert strict == []  # JSON has no NaN or Infinity
+
+
+def test_a_reply_that_cannot_be_sent_is_not_kept_in_its_session(make_server, monkeypatch) -> None:
+    """An answer that fails to serialize (a fault injected where NaN once broke it) is a JSON 500, and its session is
+    closed: a retry on it would have continued from a reply the client never got."""
+    from server import api
+
+    server = make_server()
+
+    def broken(*args, **kwargs):
+        raise ValueError("Out of range float values are not JSON compliant")
+
+    monkeypatch.setattr(api, "completion", broken)
+    body = json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": 2}).encode()
+    status, answer = _post(server.url + "/chat/completions", body, {SESSION_HEADER: "lost-1"})
+    assert (status, answer["error"]["type"]) == (500, "internal_error")
+    sessions = json.load(urllib.request.urlopen(server.url + "/sessions"))["data"]
+    assert [s["id"] for s in sessions] == []
 
 
 def test_penalties_and_logit_bias_move_the_choice_the_way_openai_documents(make_server) -> None:
