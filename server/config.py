@@ -123,7 +123,12 @@ class ServeConfig:
         keep), where a local run fixes it from the first prompt."""
         grows = {"density_grows": True} if isinstance(self.memory.budget, float) else {}
         return SessionConfig.of(
-            self.memory, chunk_size=self.chunk_size, dtype=self.dtype, cache_options=grows, tool_fallback=True
+            self.memory,
+            chunk_size=self.chunk_size,
+            dtype=self.dtype,
+            cache_options=grows,
+            tool_fallback=True,
+            skip_unreadable_profiles=True,
         )
 
     def cache_settings(self) -> dict[str, Any]:

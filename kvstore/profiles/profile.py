@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -182,15 +183,18 @@ class MemoryProfile:
             ) from None
 
 
-def load_profiles(path: str | Path, identity: dict[str, Any]) -> list[tuple[str, MemoryProfile]]:
+def load_profiles(
+    path: str | Path, identity: dict[str, Any], skip_unreadable: bool = False
+) -> list[tuple[str, MemoryProfile]]:
     """The profiles a session may use, as (file name, profile): one file (checked against the model: a profile of
     another model raises), or every `*.pt` file of a directory, such as the profile store that `nexus-agent
     calibrate` writes to by default; a directory's profiles of other models are skipped (a store may serve several
-    models). A missing or corrupt file raises."""
+    models). A missing or corrupt file raises; with `skip_unreadable`, a directory's corrupt file is skipped instead,
+    said once per version of the file on stderr."""
     path = Path(path)
     if not path.is_dir():
         return [(path.name, MemoryProfile.load_for(path, identity))]
-    return [(name, profile) for name, profile in _read_all(path) if profile.fits(identity)]
+    return [(name, profile) for name, profile in _read_all(path, skip_unreadable) if profile.fits(identity)]
 
 
 def check_readable(path: str | Path) -> int:
@@ -199,11 +203,34 @@ def check_readable(path: str | Path) -> int:
     return len(_read_all(Path(path)))
 
 
-def _read_all(path: Path) -> list[tuple[str, MemoryProfile]]:
-    """(file name, profile) of one file, or of every profile file of a directory, read once per file version."""
+def _read_all(path: Path, skip_unreadable: bool = False) -> list[tuple[str, MemoryProfile]]:
+    """(file name, profile) of one file, or of every profile file of a directory, read once per file version; with
+    `skip_unreadable`, a directory's file that cannot be read is left out (`_skipped`)."""
     if not path.is_dir():
         return [(path.name, _load_cached(path))]
-    return [(f.name, _load_cached(f, path)) for f in sorted(path.glob(f"*{PROFILE_SUFFIX}"))]
+    found = []
+    for f in sorted(path.glob(f"*{PROFILE_SUFFIX}")):
+        try:
+            found.append((f.name, _load_cached(f, path)))
+        except KVStoreError as e:
+            if not skip_unreadable:
+                raise
+            _skipped(str(f), *_version(f), str(e).split(";")[0])
+    return found
+
+
+def _version(path: Path) -> tuple[int, int]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return 0, 0
+    return stat.st_mtime_ns, stat.st_size
+
+
+@lru_cache(maxsize=64)
+def _skipped(path: str, mtime_ns: int, size: int, why: str) -> None:
+    """Say on stderr, once per version of the file, that an unreadable profile was skipped."""
+    print(f"nexus-agent: memory profile skipped: {why}", file=sys.stderr, flush=True)
 
 
 def best_match(
@@ -248,10 +275,14 @@ def fingerprint(path: str | Path, architecture: dict[str, Any] | None = None) ->
     return digests, others
 
 
+MODEL_NAME_CHARS = 100  # of the model's name in a store's file name
+
+
 def store_name(profile: MemoryProfile) -> str:
     """A file name for a profile in a store: the model's name and a digest of the template tokens, so that two
     calibrations of one agent and model replace each other and other agents or models sit beside them."""
     model = re.sub(r"[^A-Za-z0-9._-]+", "-", str(profile.meta.get("model", "model"))).strip("-.") or "model"
+    model = model[:MODEL_NAME_CHARS].rstrip("-.")  # a file name has 255 bytes at most; the digest keeps names apart
     digest = hashlib.sha256(repr((profile.prefix, profile.suffix, sorted(profile.identity.items()))).encode())
     return f"{model}-{digest.hexdigest()[:12]}{PROFILE_SUFFIX}"
 

@@ -74,6 +74,9 @@ class SessionConfig(MemorySettings):
     chunk_size: int = 512  # prefill chunk in tokens (eviction runs between chunks)
     dtype: str | None = None  # "bf16" | "fp16" | "fp32"; None: bf16 where the hardware supports it, else fp32
     cache_options: dict = field(default_factory=dict)  # further CacheConfig knobs (block, window, lam, ...)
+    skip_unreadable_profiles: bool = False  # an unreadable file in a `profile` directory is skipped, said once on
+    # stderr: the server's sessions, where a file that turns up damaged while it serves (a copy under way) must not
+    # fail every new session; elsewhere it stops the run, which checked the directory at its start
     tool_fallback: bool = False  # render tools, tool calls and tool results through the fallback tool template where
     # the model's template has none (kvstore.session.tools_fallback): the server's sessions; elsewhere the template's
     # own text (runs refuse native tools on such a template, and replays and benchmarks compare on its own text)

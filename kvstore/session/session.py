@@ -146,7 +146,7 @@ class Session:
         if self.config.profile is None or self.prefilled:
             return None
 
-        return load_profiles(self.config.profile, model_identity(self.model))
+        return load_profiles(self.config.profile, model_identity(self.model), self.config.skip_unreadable_profiles)
 
     def check_protected(self) -> None:
         """Raise when the smallest layer budget cannot hold the protected spans beside the policy's forced set."""

@@ -215,6 +215,41 @@ def test_a_profile_directory_gives_each_opening_the_profile_that_fits_it(profile
     assert store_name(mine).startswith("tiny-") and store_name(mine) != store_name(other)
 
 
+def test_a_session_that_skips_unreadable_profiles_uses_the_rest(profile_file: Path, tmp_path: Path, capsys) -> None:
+    """A server's sessions (skip_unreadable_profiles): a file in its profile directory that turns up damaged while
+    it serves is skipped, said once, instead of failing every new session with the client's HTTP 400."""
+    from kvstore.profiles.profile import load_profiles, store_name
+
+    model, tok = tiny_chat_model(), qwen_tokenizer()
+    mine = MemoryProfile.load(profile_file)
+    store = tmp_path / "store"
+    mine.save(store / store_name(mine))
+    (store / "zz-copy-under-way.pt").write_bytes(b"PK\x03\x04 half a file")
+    config = SessionConfig(budget=256, profile=str(store), skip_unreadable_profiles=True)
+    for _ in range(2):
+        s = Session(model, tok, config)
+        s.append(conversation("epsilon")[:2])
+        assert s.profile_status.endswith(f"({store_name(mine)})")
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1
+    assert said[0].startswith("nexus-agent: memory profile skipped: ")
+    assert "zz-copy-under-way.pt cannot be read" in said[0]
+    with pytest.raises(KVStoreError, match="zz-copy-under-way.pt cannot be read"):
+        load_profiles(store, model_identity(model))  # a run's sessions: a clear error, as before
+
+
+def test_a_long_model_name_still_makes_a_file_name(profile_file: Path, tmp_path: Path) -> None:
+    """A profile uploaded to serve with a 300-character model name failed to save (File name too long: HTTP 500)."""
+    from kvstore.profiles.profile import store_name
+
+    profile = MemoryProfile.load(profile_file)
+    profile.meta["model"] = "m" * 300
+    name = store_name(profile)
+    profile.save(tmp_path / name)
+    assert len(name) < 128
+    assert MemoryProfile.load(tmp_path / name).meta["model"] == "m" * 300
+
+
 def test_the_memory_profile_option_resolves_auto_none_and_paths(tmp_path: Path, monkeypatch, profile_file) -> None:
     from pipeline.config import RunConfig, run_memory
     from pipeline.errors import RunError
