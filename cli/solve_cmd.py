@@ -39,7 +39,12 @@ def solve_cmd(
     repo: Path = typer.Option(
         None, "--repo", help="Solve an issue in this local git repository (its HEAD commit) instead of a task."
     ),
-    issue: str = typer.Option(None, "--issue", help="With --repo: the problem statement, or a file holding it."),
+    issue: str = typer.Option(
+        None,
+        "--issue",
+        help="With --repo: the problem statement, or a file holding it (a name such as issue.md or docs/bug "
+        "that does not exist is refused, not taken for the text).",
+    ),
     test_cmd: str = typer.Option(
         None, "--test-cmd", help="With --repo: grade by this command's exit code (0 = resolved); default: not graded."
     ),

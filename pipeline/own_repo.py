@@ -41,14 +41,24 @@ class OwnRepo:
     test_cmd: str | None = None  # run in /testbed after the patch; exit code 0 = resolved; None: not graded
 
 
+# One word that reads as a file's name (a text file's suffix, or a path with a slash): a file meant, not the text.
+_FILE_NAME = re.compile(r"\S+\.(?:md|markdown|txt|text|rst)|\S*/\S*", re.I)
+
+
 def issue_text(value: str) -> str:
-    """--issue: the text of the file it names, else the text itself; RunError when it is empty."""
+    """--issue: the text of the file it names, else the text itself; RunError when it is empty, names a folder, or
+    reads as a file's name that does not exist (`isue.md`: a typo would have become the whole problem statement)."""
     path = Path(value).expanduser()
     try:
-        is_file = len(value) < 4096 and path.is_file()  # longer than any path: only text
+        named = len(value) < 4096  # longer than any path: only text
+        if named and path.is_dir():
+            raise RunError(f"--issue {value}: a folder; give the problem statement, or a file holding it")
+        is_file = named and path.is_file()
         text = path.read_text(encoding="utf-8", errors="replace") if is_file else value
     except OSError as exc:
         raise RunError(f"--issue {value}: cannot read it ({exc.strerror})") from None
+    if not is_file and _FILE_NAME.fullmatch(value.strip()):
+        raise RunError(f"--issue {value}: no such file; give the problem statement itself, or a file that exists")
     if not text.strip():
         raise RunError("--issue: the problem statement is empty")
     return text
