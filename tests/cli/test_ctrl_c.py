@@ -211,6 +211,24 @@ def test_a_ctrl_c_while_the_cli_itself_imports_says_so_in_json(tmp_path: Path) -
     assert json.loads(res.stdout) == {"error": {"type": "interrupted", "message": "interrupted", "exit_code": 130}}
 
 
+CTRL_C_AT_EXIT = """
+import atexit, os, signal, time
+atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(2)))  # runs after the command's own
+from cli.entry import main
+main()
+"""
+
+
+def test_a_ctrl_c_while_the_process_exits_ends_it_at_once(tmp_path: Path) -> None:
+    """Pressed while atexit callbacks run (torch clears its caches there), Ctrl-C printed "Exception ignored in
+    atexit callback" and a traceback."""
+    args = [sys.executable, "-c", CTRL_C_AT_EXIT, "tasks", "list", "--json"]
+    res = subprocess.run(args, env=cli_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         preexec_fn=default_sigint)  # fmt: skip
+    assert (res.returncode, res.stderr) == (130, "")
+    assert json.loads(res.stdout)  # the command's output was out before the exit
+
+
 def interrupted(code: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     """`nexus-agent ARGS` run by `code`, which sends SIGINT (--out: a folder of tmp_path)."""
     cmd = [sys.executable, "-c", code, *args, "--out", str(tmp_path / "run")]
