@@ -27,21 +27,28 @@ def read_run(folder: Path) -> dict[str, Any]:
         raise RunError(f"{folder} is a file, not a run folder (give the folder that holds {TRAJECTORY})")
     if not folder.is_dir():
         raise RunError(f"{folder}: no such run folder")
-    if not (folder / TRAJECTORY).is_file():
+    if not _is_run(folder):
         raise RunError(_not_a_run(folder))
 
-    traj = load_trajectory(folder / TRAJECTORY)  # AgentError (one line) on a corrupt file
     report = _report(folder)
-    config = report.get("config") or traj.header.get("config") or {}
+    # a run that failed before its first step (an eval task's error) has its report and no trajectory
+    traj = load_trajectory(folder / TRAJECTORY) if (folder / TRAJECTORY).is_file() else None  # AgentError: corrupt
+    header = traj.header if traj else {}
+    config = report.get("config") or header.get("config") or {}
     return {
         "folder": str(folder),
-        "task": report.get("instance_id") or traj.header.get("task_id"),
-        "model": report.get("model") or traj.header.get("model"),
+        "task": report.get("instance_id") or header.get("task_id"),
+        "model": report.get("model") or header.get("model") or report.get("model_name_or_path"),
         "memory": {k: config.get(k) for k in _MEMORY if k in config},
         "result": {k: report.get(k) for k in _RESULT if k in report} if report else None,
-        "truncated": traj.truncated,
-        "steps": [_step(s) for s in traj.steps],
+        "truncated": traj.truncated if traj else False,
+        "steps": [_step(s) for s in traj.steps] if traj else [],
     }
+
+
+def _is_run(folder: Path) -> bool:
+    """A run folder holds its trajectory, or (a run that failed before its first step) only its report."""
+    return (folder / TRAJECTORY).is_file() or (folder / REPORT).is_file()
 
 
 def _report(folder: Path) -> dict[str, Any]:
@@ -78,8 +85,8 @@ def _step(rec: dict[str, Any]) -> dict[str, Any]:
 
 def _not_a_run(folder: Path) -> str:
     """Why `folder` is no run folder, and for an eval's folder, which of its folders are."""
-    tasks = sorted(p.parent.name for p in folder.glob(f"*/{TRAJECTORY}"))
+    tasks = sorted(p.name for p in folder.iterdir() if p.is_dir() and _is_run(p))
     if tasks:
         listed = ", ".join(tasks[:5]) + (f" and {len(tasks) - 5} more" if len(tasks) > 5 else "")
         return f"{folder} is a batch of runs (an eval's --out): show one of its tasks, {folder}/<id> ({listed})"
-    return f"{folder} is not a run folder: no {TRAJECTORY} in it"
+    return f"{folder} is not a run folder: no {TRAJECTORY} or {REPORT} in it"

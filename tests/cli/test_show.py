@@ -65,7 +65,7 @@ def test_a_run_without_its_report_is_shown_as_not_finished(solved: Path, tmp_pat
     "make, message",
     [
         (lambda d: None, "no such run folder"),
-        (lambda d: d.mkdir(), "is not a run folder: no trajectory.jsonl in it"),
+        (lambda d: d.mkdir(), "is not a run folder: no trajectory.jsonl or report.json in it"),
         (lambda d: (d.mkdir(), (d / "trajectory.jsonl").write_text("not json\n{}\n")), "not a JSON record"),
         (lambda d: (d.mkdir(), (d / "trajectory.jsonl").write_text(""), (d / "report.json").write_text("{")),
          "report.json is unreadable or corrupt"),
@@ -88,6 +88,44 @@ def test_an_eval_task_folder_is_shown_and_its_batch_folder_points_to_it(tmp_path
     assert code == 0 and said.startswith(TASK) and "result: resolved" in said
     code, said, err = _show(out)
     assert code == 2 and f"is a batch of runs (an eval's --out): show one of its tasks, {out}/<id> ({TASK})" in err
+
+
+@pytest.fixture(scope="module")
+def failed_batch(tmp_path_factory) -> Path:
+    """A real eval of TASK whose run fails before its first step (no recording in --replay-dir): the task's folder
+    holds its report.json (status error) and no trajectory.jsonl."""
+    home = tmp_path_factory.mktemp("failed")
+    (home / "none").mkdir()
+    res = nexus("eval", "--replay-dir", str(home / "none"), "--instances", TASK, "--sandbox", "bwrap", "--out", "batch",
+                env=cli_env(home), cwd=home)  # fmt: skip
+    assert res.returncode == 1, res.stdout + res.stderr
+    return home / "batch"
+
+
+@pytest.mark.slow  # a real eval of one task: ~8 s
+def test_an_eval_task_that_failed_before_its_first_step_shows_its_error(failed_batch: Path) -> None:
+    code, out, err = _show(failed_batch / TASK)
+    lines = out.splitlines()
+    assert code == 0, err
+    assert lines[0].startswith(TASK)
+    assert lines[2].startswith("result: error (error after 0 steps): RunError: no recorded trajectory for " + TASK)
+
+
+@pytest.mark.slow  # a real eval of one task: ~8 s
+def test_an_eval_task_that_failed_gives_json_with_no_steps(failed_batch: Path) -> None:
+    code, out, _ = _show(failed_batch / TASK, "--json")
+    view = json.loads(out)
+    assert code == 0
+    assert view["task"] == TASK
+    assert view["result"]["status"] == "error"
+    assert view["steps"] == []
+
+
+@pytest.mark.slow  # a real eval of one task: ~8 s
+def test_a_batch_whose_only_task_failed_points_to_it(failed_batch: Path) -> None:
+    code, _, err = _show(failed_batch)
+    assert code == 2
+    assert f"is a batch of runs (an eval's --out): show one of its tasks, {failed_batch}/<id> ({TASK})" in err
 
 
 @pytest.mark.slow  # a (tiny, random) local model's run: ~20 s
