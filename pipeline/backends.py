@@ -80,8 +80,9 @@ def call_format_of(cfg: RunConfig, recorded: dict[str, Any] | None = None) -> st
 
 
 def served(cfg: RunConfig) -> dict[str, Any]:
-    """server_settings of the run's --server, for the model its --model names (or the only one), with its key."""
-    return server_settings(cfg.server, cfg.server_model, cfg.api_key)
+    """server_settings of the run's --server, for the model its --model names (or the only one), with its key,
+    asked within --server-timeout when that is shorter than MODELS_TIMEOUT_S."""
+    return server_settings(cfg.server, cfg.server_model, cfg.api_key, min(MODELS_TIMEOUT_S, cfg.server_timeout))
 
 
 def served_model(url: str, model: str | None = None, api_key: str | None = None) -> str:
@@ -89,13 +90,18 @@ def served_model(url: str, model: str | None = None, api_key: str | None = None)
     return server_settings(url, model, api_key)["id"]
 
 
+MODELS_TIMEOUT_S = 30.0  # the most a server's GET /models may take, all of it (a --server-timeout below it: that)
+
+
 @functools.lru_cache(maxsize=8)
-def server_settings(url: str, model: str | None = None, api_key: str | None = None) -> dict[str, Any]:
+def server_settings(
+    url: str, model: str | None = None, api_key: str | None = None, timeout_s: float = MODELS_TIMEOUT_S
+) -> dict[str, Any]:
     """What the server at `url` serves as `model` (None: its only model): {"id"} plus, from a `nexus-agent serve`,
     the cache settings every session runs with ("model", "policy", "budget", "protocol", ...: the `nexus` field of
     /v1/models). Asked once per process; RunError, one line, when no OpenAI-compatible server answers or the model
     is not one it serves."""
-    entries = _served_models(url, api_key)
+    entries = _served_models(url, api_key, timeout_s)
     ids = [str(e.get("id")) for e in entries]
     if model is not None and model not in ids:
         raise RunError(f"--model {model}: the server at {url} does not serve it; it serves: {', '.join(ids)}")
@@ -106,10 +112,10 @@ def server_settings(url: str, model: str | None = None, api_key: str | None = No
     return {**(entry.get("nexus") or {}), "id": entry["id"]}
 
 
-def _served_models(url: str, api_key: str | None) -> list[dict[str, Any]]:
-    """The `data` of the server's GET /models."""
+def _served_models(url: str, api_key: str | None, timeout_s: float) -> list[dict[str, Any]]:
+    """The `data` of the server's GET /models, asked within `timeout_s` per attempt."""
 
-    client = ServerClient(url, api_key, timeout_s=30)
+    client = ServerClient(url, api_key, timeout_s=timeout_s)
     try:
         entries = client.get("/models")["data"]
         if not isinstance(entries, list) or not all(isinstance(e, dict) and "id" in e for e in entries):

@@ -39,7 +39,7 @@ from agent.errors import AgentError
 from agent.protocols import Message, ModelReply, Sampling
 from kvstore.defaults import describe_memory
 from pipeline import chat as cs
-from pipeline.backends import server_settings
+from pipeline.backends import MODELS_TIMEOUT_S, server_settings
 from pipeline.chat.state import SERVED_FILE
 from pipeline.chat.steps import stats_line
 from pipeline.config import SERVER_TIMEOUT_S
@@ -118,7 +118,7 @@ def open_served(
         repo = cs.new_chat_repo(folder, repo)
         state = cs.ChatState(repo=str(repo), server=server, learn=learn)
         record = ServedRecord(server, new_session_id(folder.name), call_format="tools" if calls == AUTO else calls)
-    settings = server_settings(record.server, model or record.model or None, api_key)  # RunError (one line)
+    settings = server_settings(record.server, model or record.model or None, api_key, min(MODELS_TIMEOUT_S, timeout_s))
     record.model = settings["id"]
     state.config = {k: v for k, v in settings.items() if k != "id"}
     folder.mkdir(parents=True, exist_ok=True)
@@ -145,7 +145,10 @@ class ServedConversation:
         self.inner = OpenAICompatModel(config)
         if self.calls.name == "tools":  # sent with every request, a resumed chat's too (the history keeps none)
             self.inner.tools = tool_schemas()
-        self.client = ServerClient(record.server, api_key, timeout_s=30, max_answer_bytes=SESSIONS_MAX_BYTES)
+        sessions_timeout = min(MODELS_TIMEOUT_S, timeout_s)  # /v1/sessions: as quick to answer as /models
+        self.client = ServerClient(
+            record.server, api_key, timeout_s=sessions_timeout, max_answer_bytes=SESSIONS_MAX_BYTES
+        )
         self.inner.history = record.messages
         where = f" (session {record.session_id})" if self.sessions else ""
         self.name = f"{settings['id']} at {record.server}{where}"

@@ -24,6 +24,7 @@ class Trickler(ThreadingHTTPServer):
 
     posts: list[float]
     stop: threading.Event
+    models_trickle = False  # GET /v1/models trickles too
 
     @property
     def url(self) -> str:
@@ -35,6 +36,9 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+        if self.server.models_trickle:
+            self._trickle(streamed=False)
+            return
         data = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -45,6 +49,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         streamed = json.loads(self.rfile.read(int(self.headers["Content-Length"]))).get("stream")
         self.server.posts.append(time.monotonic())
+        self._trickle(streamed)
+
+    def _trickle(self, streamed: bool) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream" if streamed else "application/json")
         self.send_header("Connection" if streamed else "Content-Length", "close" if streamed else "100000")
@@ -101,3 +108,17 @@ def test_a_chat_gives_each_attempt_the_timeout(trickler: Trickler, tmp_path: Pat
     assert f"error: {trickler.url}/chat/completions: no complete answer within 1 s" in res.stdout
     first, second = trickler.posts  # a chat retries once, after 1 s of backoff
     assert 1.8 < second - first < 3.0
+
+
+@pytest.mark.parametrize("command", ["solve", "chat"])
+def test_the_first_question_to_the_server_keeps_a_shorter_timeout_too(trickler: Trickler, tmp_path: Path,
+                                                                      repo: Path, command: str) -> None:  # fmt: skip
+    """GET /models, asked before anything runs, waited 30 s per attempt whatever --server-timeout said."""
+    trickler.models_trickle = True
+    extra = (
+        ["--message", "hi", "--no-env", "--repo", str(repo)] if command == "chat" else ["--out", str(tmp_path / "r")]
+    )
+    res = nexus(command, "--server", trickler.url, "--server-timeout", "1", *extra, env=cli_env(tmp_path / "home"),
+                cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "no OpenAI-compatible server answers there (no complete answer within 1 s)" in res.stderr
