@@ -11,7 +11,6 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from agent.trajectory import load_trajectory
 from cli.console import console as make_console
 from cli.errors import json_flag
 from cli.live import STATUS_STYLE, exit_words, plural, solve_view
@@ -58,7 +57,8 @@ def solve_cmd(
     from pipeline.run import preflight  # lazy: urllib, off --help
 
     console = make_console(stderr=as_json)  # with --json, stdout carries the report alone
-    with _task(console, cfg, instance_id, repo, issue, test_cmd) as (task, cfg):
+    recorded = _recorded_task(cfg.replay)  # --replay read and checked with the other options: before any folder
+    with _task(console, cfg, (instance_id, recorded), repo, issue, test_cmd) as (task, cfg):
         if out is not None:
             check_run_folder(out)  # another tool's files there: one line, before anything starts
         preflight(cfg, [task])  # after the task: a bad id is answered without importing torch
@@ -74,15 +74,20 @@ def solve_cmd(
 
 
 @contextmanager
-def _task(console: Console, cfg: RunConfig, instance_id, repo: Path | None, issue: str | None, test_cmd: str | None):
-    """The task to solve and the config to run it with: a task by id, or the user's --repo and --issue (whose
-    sandboxes check out the repo's HEAD from a private repo cache, pipeline.own_repo)."""
+def _task(console: Console, cfg: RunConfig, ids, repo: Path | None, issue: str | None, test_cmd: str | None):
+    """The task to solve and the config to run it with: a task by id (`ids`: the one given and the --replay
+    recording's, each or both None), or the user's --repo and --issue (whose sandboxes check out the repo's HEAD from
+    a private repo cache, pipeline.own_repo)."""
+    instance_id, recorded = ids
     if repo is None:
         if issue is not None or test_cmd is not None:
             raise RunError("--issue and --test-cmd go with --repo")
         from tasks import get_task  # lazy: urllib, off --help
 
-        yield get_task(instance_id or _recorded_task(cfg.replay) or DEFAULT_TASK, cfg.dataset), cfg
+        task = get_task(instance_id or recorded or DEFAULT_TASK, cfg.dataset)
+        if recorded and task.instance_id != recorded:
+            raise RunError(f"--replay {cfg.replay} records task {recorded}, not {task.instance_id}")
+        yield task, cfg
         return
     if instance_id is not None or cfg.dataset is not None or issue is None:
         raise RunError("--repo takes an --issue (text or file) and no task id or --dataset")
@@ -193,7 +198,9 @@ def _memory_line(report: dict[str, Any], lacks_profile: bool) -> str | None:
 
 
 def _recorded_task(replay: Path | None) -> str | None:
+    """The task --replay's recording ran (None without one); AgentError, one line, for a file a replay cannot run."""
     if replay is None:
         return None
+    from agent.backends.replay import load_recording  # lazy: off --help
 
-    return load_trajectory(replay).header.get("task_id")
+    return load_recording(replay).header.get("task_id")

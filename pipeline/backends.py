@@ -19,12 +19,11 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from agent.backends.client import API_KEY_ENV, ServerClient, ServerError, tls_hint
 from agent.backends.local import LocalModel
 from agent.backends.openai_compat import OpenAICompatConfig, OpenAICompatModel
-from agent.backends.replay import ReplayModel
+from agent.backends.replay import ReplayModel, load_recording
 from agent.calls import AUTO
 from agent.calls_tools import tool_schemas
 from agent.prompts import initial_messages
 from agent.protocols import ModelBackend
-from agent.trajectory import load_trajectory
 from kvstore.defaults import describe_memory
 from kvstore.errors import KVStoreError
 from kvstore.models.registry import DEFAULT_MODEL, hub_offline, load_model, resolve
@@ -45,7 +44,7 @@ def make_backend(
 
     if cfg.replay is not None or cfg.replay_dir is not None:
         path = cfg.replay if cfg.replay is not None else replay_file(cfg.replay_dir, instance_id)
-        recorded = load_trajectory(path)
+        recorded = load_recording(path)  # AgentError, one line, for a file a replay cannot run
         task_id = recorded.header.get("task_id")
         if task_id and task_id != instance_id:
             raise RunError(f"{path} records task {task_id}, not {instance_id}")

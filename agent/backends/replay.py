@@ -11,7 +11,7 @@ from pathlib import Path
 
 from agent.errors import AgentError
 from agent.protocols import Message, ModelReply, Sampling
-from agent.trajectory import load_trajectory
+from agent.trajectory import Trajectory, load_trajectory
 
 
 class ReplayModel:
@@ -33,9 +33,7 @@ class ReplayModel:
 
     @classmethod
     def from_file(cls, path: str | Path) -> ReplayModel:
-        traj = load_trajectory(path)
-        if not traj.steps:
-            raise AgentError(f"trajectory {path} has no assistant messages to replay")
+        traj = load_recording(path)
         counts = [s.get("context_tokens") for s in traj.steps]
         calls = [s.get("tool_calls") or [] for s in traj.steps]
         model = cls(traj.replies(), name=f"replay:{Path(path).name}", context_tokens=counts, tool_calls=calls)
@@ -60,3 +58,14 @@ class ReplayModel:
             finish_reason="replay",
             tool_calls=self.tool_calls[n],
         )
+
+
+def load_recording(path: str | Path) -> Trajectory:
+    """The trajectory at `path`, checked to be one a replay can run (AgentError, one line, when it is not): a file
+    of JSON records (not a folder, not empty) with at least one step."""
+    traj = load_trajectory(path)
+    if not (traj.header or traj.steps or traj.footers):
+        raise AgentError(f"{path} is not a trajectory: it holds no record (a run's trajectory.jsonl is JSON lines)")
+    if not traj.steps:
+        raise AgentError(f"trajectory {path} has no assistant messages to replay")
+    return traj

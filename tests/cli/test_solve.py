@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,39 @@ def test_a_bad_option_stops_before_anything_starts(tmp_path: Path, options: list
     res = nexus("solve", TASK, *options, "--out", str(out), env=cli_env(tmp_path), cwd=tmp_path, timeout=120)
     assert res.returncode == 2 and res.stderr.startswith("error: ") and message in res.stderr, res.stderr
     assert res.stderr.count("\n") == 1 and res.stdout == "" and not out.exists()  # no table, no folder
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: p.write_text(""), "replay is not a trajectory: it holds no record"),
+        (lambda p: p.write_text("{bad\n"), "replay is not a trajectory: its only line is not a JSON record"),
+        (lambda p: p.mkdir(), "replay is a folder, not a trajectory file"),
+        (lambda p: p.write_text(json.dumps({"type": "header", "task_id": TASK})), "no assistant messages to replay"),
+        (lambda p: shutil.copy(GOLD_DIR / "give_up.jsonl", p), "records task nexus-demo__semver-lite-1, not"),
+    ],
+)  # fmt: skip
+def test_a_replay_that_cannot_run_stops_before_anything_starts(tmp_path: Path, make, message: str) -> None:
+    """--replay is read and checked with the other options: one line, exit 2, nothing printed, no folder."""
+    out, replay = tmp_path / "run", tmp_path / "replay"
+    make(replay)
+    res = nexus("solve", TASK, "--replay", str(replay), "--sandbox", "bwrap", "--out", str(out), env=cli_env(tmp_path),
+                cwd=tmp_path, timeout=120)  # fmt: skip
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert message in res.stderr
+    assert res.stderr.count("\n") == 1
+    assert res.stdout == ""
+    assert not out.exists()
+
+
+def test_a_replay_without_a_task_id_stops_before_anything_starts(tmp_path: Path) -> None:
+    """Without a task id the recording names the task: it is read as early, and as strictly."""
+    out, replay = tmp_path / "run", tmp_path / "bad.jsonl"
+    replay.write_text("{bad\n")
+    res = nexus("solve", "--replay", str(replay), "--out", str(out), env=cli_env(tmp_path), cwd=tmp_path, timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "bad.jsonl is not a trajectory" in res.stderr
+    assert not out.exists()
 
 
 def test_a_budget_below_the_protected_opening_stops_before_anything_starts(tmp_path: Path, tiny_model_dir) -> None:
