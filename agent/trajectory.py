@@ -93,8 +93,7 @@ class Trajectory:
 
 
 def load_trajectory(path: str | Path) -> Trajectory:
-    """Read a trajectory JSONL file; a truncated last line (after a record) is skipped, any other bad line is an
-    AgentError."""
+    """Read a trajectory JSONL file; a truncated last line is skipped, any other bad line is an AgentError."""
     path = Path(path)
     if path.is_dir():
         raise AgentError(f"{path} is a folder, not a trajectory file (give the .jsonl file)")
@@ -113,12 +112,10 @@ def load_trajectory(path: str | Path) -> Trajectory:
         try:
             rec = json.loads(line)
         except (json.JSONDecodeError, RecursionError):
-            if n < len(lines):
-                raise AgentError(f"{path}:{n}: not a JSON record") from None
-            if not (traj.header or traj.steps or traj.footers):  # a bad line alone: no run wrote it
-                raise AgentError(f"{path} is not a trajectory: its only line is not a JSON record") from None
-            traj.truncated = True  # the last line, cut while it was written
-            break
+            if n == len(lines):
+                traj.truncated = True
+                break
+            raise AgentError(f"{path}:{n}: not a JSON record") from None
         _add(traj, rec, f"{path}:{n}")
     return traj
 

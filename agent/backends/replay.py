@@ -62,10 +62,11 @@ class ReplayModel:
 
 def load_recording(path: str | Path) -> Trajectory:
     """The trajectory at `path`, checked to be one a replay can run (AgentError, one line, when it is not): a file
-    of JSON records (not a folder, not empty) with at least one step."""
+    with a JSON record (a lone bad line, which load_trajectory takes for a cut last line, is none) and a step."""
     traj = load_trajectory(path)
     if not (traj.header or traj.steps or traj.footers):
-        raise AgentError(f"{path} is not a trajectory: it holds no record (a run's trajectory.jsonl is JSON lines)")
+        why = "its only line is not a JSON record" if traj.truncated else "it holds no record"
+        raise AgentError(f"{path} is not a trajectory: {why} (a run's trajectory.jsonl is JSON lines)")
     if not traj.steps:
         raise AgentError(f"trajectory {path} has no assistant messages to replay")
     return traj

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.backends.replay import ReplayModel
+from agent.backends.replay import ReplayModel, load_recording
 from agent.errors import AgentError
 from agent.protocols import Sampling
 from agent.trajectory import TrajectoryWriter
@@ -33,3 +33,15 @@ def test_a_file_without_replies_is_refused(tmp_path: Path) -> None:
         w.header("t", "m", {})
     with pytest.raises(AgentError, match="no assistant messages"):
         ReplayModel.from_file(path)
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [("", "it holds no record"), ("{bad\n", "its only line is not a JSON record")],
+)
+def test_a_file_with_no_record_is_not_a_trajectory(tmp_path: Path, text: str, why: str) -> None:
+    """A lone bad line is what load_trajectory reads as a cut last line; a replay has nothing to run from it."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(text)
+    with pytest.raises(AgentError, match=rf"t.jsonl is not a trajectory: {why}"):
+        load_recording(path)
