@@ -34,6 +34,8 @@ def profiles_cmd(
     if builtin:
         from pipeline.profiles.builtin import SHIPPED
 
+        if folder is not None:
+            raise KVStoreError(f"--builtin lists the shipped profiles and takes no folder (given {folder})")
         folder = SHIPPED
     where = folder if folder is not None else profile_store()
     if folder is not None and folder.is_file():

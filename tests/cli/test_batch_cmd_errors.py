@@ -101,6 +101,14 @@ def test_show_and_profiles_name_a_file_as_a_file(tmp_path: Path) -> None:
     _one_line_error(_run(tmp_path, "profiles", "f"), "f is a file")
 
 
+@pytest.mark.parametrize("folder", ["none", "."])
+def test_profiles_builtin_refuses_a_folder(tmp_path: Path, folder: str) -> None:
+    """--builtin lists the shipped profiles: a folder beside it was ignored, even one that does not exist."""
+    res = _run(tmp_path, "profiles", "--builtin", folder)
+    _one_line_error(res, "--builtin lists the shipped profiles and takes no folder", f"(given {folder})")
+    assert res.stdout == ""  # no table of the shipped profiles
+
+
 def test_a_memory_profile_folder_without_profiles_is_refused(tmp_path: Path) -> None:
     """A folder with no *.pt in it gave a run no profile while its label named the folder."""
     folder = tmp_path / "profiles"
