@@ -111,6 +111,10 @@ def _from_file(task) -> bool:
     return (swebench_specs(task.repo, task.version) or {}).get("packages") == "requirements.txt"
 
 
+PACKAGES = {"bwrap": "bubblewrap", "debootstrap": "debootstrap", "dockerd": "docker.io"}  # the Debian package of
+# each tool env status looks for (as scripts/test.sh installs them)
+
+
 @env_app.command("status")
 def status(as_json: bool = json_flag("Print the status as JSON (for scripts).")) -> None:
     """What sandboxes can run here: docker daemon and images, bubblewrap, debootstrap, leftovers."""
@@ -123,7 +127,7 @@ def status(as_json: bool = json_flag("Print the status as JSON (for scripts)."))
         return
     table = Table(show_header=False)
     for tool, installed in found["tools"].items():
-        table.add_row(tool, _yes(installed, "installed", "missing (apt-get install -y ...)"))
+        table.add_row(tool, _yes(installed, "installed", f"missing (apt-get install -y {PACKAGES.get(tool, tool)})"))
     docker = found["docker"]
     if docker["answers"]:
         table.add_row("docker daemon", f"[green]answers[/green] ({docker['url']})")

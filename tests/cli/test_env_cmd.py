@@ -15,6 +15,19 @@ def test_status_without_a_daemon_says_how_to_start_one(monkeypatch, tmp_path):
     assert "no Docker daemon answers" in res.output and "dockerd.sh start" in res.output
 
 
+@pytest.mark.parametrize(
+    "tool, package", [("bwrap", "bubblewrap"), ("debootstrap", "debootstrap"), ("dockerd", "docker.io")]
+)
+def test_status_names_the_package_of_each_missing_tool(monkeypatch, tmp_path, tool, package):
+    """A missing tool's row says what to install (it said `apt-get install -y ...`): no tool on an empty PATH."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    res = CliRunner().invoke(app, ["env", "status"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    row = next(line for line in res.output.splitlines() if f" {tool} " in line)
+    assert f"missing (apt-get install -y {package})" in row
+
+
 @pytest.mark.parametrize("command", [["env", "prune"], ["env", "build"]])
 def test_build_and_prune_without_a_daemon_do_not_offer_the_other_sandbox(monkeypatch, tmp_path, command):
     """They work on Docker alone: the error says how to start a daemon, not "use --sandbox bwrap" (no such option)."""
