@@ -20,9 +20,10 @@ tasks_app = typer.Typer(
 DATASET_HELP = "Task source: 'builtin' (default), a .json/.jsonl/.parquet file, or a HF dataset 'owner/name[:split]'."
 
 
-def _first_line(text: str, width: int = 80) -> str:
+def _first_line(text: str, width: int | None = 80) -> str:
+    """The first line of `text` with words, cut to `width` characters (None: whole)."""
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    return line if len(line) <= width else line[: width - 1] + "…"
+    return line if width is None or len(line) <= width else line[: width - 1] + "…"
 
 
 @tasks_app.command("list")
@@ -38,6 +39,8 @@ def list_tasks(
     if as_json:
         typer.echo(json.dumps([_summary(t) for t in tasks], indent=2))
         return
+    out = console()
+    width = 80 if out.is_terminal else None  # piped or redirected: whole lines, as the help says
     table = Table(title=f"{len(tasks)} task{'s' * (len(tasks) != 1)} from {dataset or 'builtin'}")
     widest = min(max(len(t.instance_id) for t in tasks), 60)  # ids whole on a terminal: they are what users copy
     table.add_column("instance_id", no_wrap=True, min_width=widest)
@@ -45,16 +48,16 @@ def list_tasks(
         table.add_column(column, justify="right" if column.startswith("#") else "left")
     for task in tasks:
         counts = (str(len(task.fail_to_pass)), str(len(task.pass_to_pass)))
-        issue = safe_text(_first_line(task.problem_statement))
+        issue = safe_text(_first_line(task.problem_statement, width))
         table.add_row(safe_text(task.instance_id), safe_text(task.repo), *counts, issue)
-    console().print(table)
+    out.print(table)
 
 
 def _summary(task) -> dict:
     """A task's row for scripts: what `list` shows, the issue's first line whole."""
     return {
         "instance_id": task.instance_id, "repo": task.repo, "fail_to_pass": len(task.fail_to_pass),
-        "pass_to_pass": len(task.pass_to_pass), "issue": _first_line(task.problem_statement, 10**6),
+        "pass_to_pass": len(task.pass_to_pass), "issue": _first_line(task.problem_statement, None),
         "source": task.source or "builtin",
     }  # fmt: skip
 

@@ -43,6 +43,16 @@ def test_tasks_list_piped_keeps_whole_ids_and_has_json(tmp_path: Path) -> None:
     assert [r["instance_id"] for r in rows] == ids and all(r["fail_to_pass"] > 0 and r["issue"] for r in rows)
 
 
+def test_tasks_list_piped_keeps_each_issues_whole_first_line(tmp_path: Path) -> None:
+    """Lines were cut at 80 characters even with no terminal width to fit (two built-in issues are longer)."""
+    env = {k: v for k, v in cli_env(tmp_path).items() if k != "COLUMNS"}  # a pipe: no terminal width at all
+    table = nexus("tasks", "list", env=env, cwd=tmp_path).stdout
+    firsts = [next(ln.strip() for ln in t.problem_statement.splitlines() if ln.strip()) for t in load_tasks(None)]
+    assert max(len(line) for line in firsts) > 80  # the case in question is among the built-in tasks
+    for line in firsts:
+        assert f"│ {line} " in table, line
+
+
 def test_profiles_and_env_status_have_json(tmp_path: Path) -> None:
     from profilelib import save_tiny_profile
 
