@@ -41,9 +41,17 @@ def load(folder: Path) -> list[Checkpoint]:
     """The turns that can be undone, oldest first ([] when none or the file is unreadable)."""
     try:
         data = json.loads((folder / snap.UNDO_DIR / STACK_FILE).read_text(encoding="utf-8"))
-        return [Checkpoint(**c) for c in data]
+        stack = [Checkpoint(**c) for c in data]
     except (OSError, ValueError, TypeError, RecursionError):
         return []
+    if all(_well_typed(c) for c in stack):
+        return stack
+    return []
+
+
+def _well_typed(c: Checkpoint) -> bool:
+    return (isinstance(c.turn, int) and isinstance(c.started, int | float) and isinstance(c.request, str)
+            and isinstance(c.files, list) and all(isinstance(f, str) for f in c.files))  # fmt: skip
 
 
 def _save(folder: Path, stack: list[Checkpoint]) -> None:

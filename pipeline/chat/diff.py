@@ -52,8 +52,20 @@ def turn_diff(changes: list[Change]) -> str:
             out.append(f"{header}Binary file {c.path} changed\n")
             continue
         body = unified(c.path, before, after, new=c.before is None, gone=c.after is None)
-        out.append(header + (body or "(empty file)\n"))
+        if body or not c.note:
+            out.append(header + (body or _no_text_change(c)))
     return "".join(out)
+
+
+def _no_text_change(c: Change) -> str:
+    """What a change with no line of text to show changed: an empty file added or removed, or only line endings."""
+    if not c.before or not c.after:
+        return "(empty file)\n"
+    return (
+        "(line endings only: \\r\\n and \\n)\n"
+        if c.before.replace(b"\r\n", b"\n") == c.after.replace(b"\r\n", b"\n")
+        else "(no change in the text)\n"
+    )
 
 
 def edit_preview(call: ToolCall, read, workdir: str = "/testbed") -> str | None:

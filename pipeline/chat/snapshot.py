@@ -25,8 +25,9 @@ import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pipeline.chat.repo_files import list_files, list_ignored, was_ignored
 from pipeline.files import atomic_write
-from swe_env.safegit import GitError, run_git
+from swe_env.safegit import GitError
 from swe_env.sandbox.common import open_inside
 from swe_env.sandbox.overlay_sync import remove_entry
 
@@ -61,10 +62,12 @@ class Snapshot:
     turn: int = 0  # the request this snapshot was taken before (1-based)
     after: dict[str, str] | None = None  # each path the turn changed -> what it held when the turn ended (`seal`);
     # None: the turn did not end here (the program was killed): undo takes back every change
+    ignored: list[str] = field(default_factory=list)  # what git ignored when it was taken ("dir/": a whole folder):
+    # not recorded, and never taken for a file the turn added, even once a turn's .gitignore stops ignoring it
 
     def save(self, folder: Path) -> None:
         data = {"turn": self.turn, "skipped": self.skipped, "entries": {k: asdict(v) for k, v in self.entries.items()},
-                "after": self.after}  # fmt: skip
+                "after": self.after, "ignored": self.ignored}  # fmt: skip
         atomic_write(folder / UNDO_DIR / "manifest.json", json.dumps(data) + "\n")
         turn_file(folder, self.turn).parent.mkdir(exist_ok=True)
         atomic_write(turn_file(folder, self.turn), json.dumps(data) + "\n")
@@ -78,10 +81,11 @@ class Snapshot:
             skipped = data["skipped"]
             if not isinstance(skipped, dict):  # a list of paths (snapshots of before 2026-12): no stamps, all said
                 skipped = dict.fromkeys(skipped, [])
-            return cls(entries, {k: list(v) for k, v in skipped.items()}, int(data["turn"]), data.get("after"))
+            ignored = [str(p) for p in data.get("ignored", [])]
+            return cls(entries, {k: list(v) for k, v in skipped.items()}, int(data["turn"]), data.get("after"), ignored)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise SnapshotError(f"{path} is unreadable ({type(exc).__name__}); undo is not available") from None
 
 
@@ -90,27 +94,11 @@ def turn_file(folder: Path, turn: int) -> Path:
     return folder / UNDO_DIR / "turns" / f"{turn}.json"
 
 
-def list_files(repo: Path, dirs: tuple[Path, Path] | None) -> list[str]:
-    """The repo's files a snapshot covers: `git ls-files` (tracked + untracked not ignored) through the safe git
-    with the git dirs found when the chat opened, or every file but .git when the repo is not a git repo."""
-    if dirs is not None:
-        try:
-            res = run_git(repo, "ls-files", "-z", "--cached", "--others", "--exclude-standard", timeout=120, dirs=dirs)
-        except GitError as exc:
-            raise SnapshotError(f"cannot list the repo's files: {exc}") from None
-        if res.returncode == 0:
-            return sorted({p for p in res.stdout.split("\0") if p and not _in_git_dir(p)})
-    out = []
-    for top, folders, files in os.walk(repo):
-        folders[:] = [f for f in folders if f != ".git"]
-        rel = Path(top).relative_to(repo)
-        out += [(rel / f).as_posix() for f in files]
-        out += [(rel / f).as_posix() for f in folders if (Path(top) / f).is_symlink()]
-    return sorted(out)
-
-
-def _in_git_dir(rel: str) -> bool:
-    return rel == ".git" or rel.startswith(".git/")
+def _files(repo: Path, dirs: tuple[Path, Path] | None) -> list[str]:
+    try:
+        return list_files(repo, dirs)
+    except GitError as exc:
+        raise SnapshotError(f"cannot list the repo's files: {exc}") from None
 
 
 def take(repo: Path, folder: Path, dirs: tuple[Path, Path] | None, turn: int) -> Snapshot:
@@ -118,8 +106,8 @@ def take(repo: Path, folder: Path, dirs: tuple[Path, Path] | None, turn: int) ->
     previous = Snapshot.load(folder) if (folder / UNDO_DIR / "manifest.json").exists() else None
     store = folder / UNDO_DIR / "blobs"
     store.mkdir(parents=True, exist_ok=True)
-    snap, budget = Snapshot(turn=turn), [MAX_TOTAL_BYTES]
-    for rel in list_files(repo, dirs):
+    snap, budget = Snapshot(turn=turn, ignored=list_ignored(repo, dirs)), [MAX_TOTAL_BYTES]
+    for rel in _files(repo, dirs):
         entry = _record(repo, rel, store, previous.entries.get(rel) if previous else None, budget)
         if entry is not None:
             snap.entries[rel] = entry
@@ -166,8 +154,11 @@ def _kept_digests(folder: Path) -> set[str]:
     """The contents the kept snapshots (every checkpoint's) name."""
     keep: set[str] = set()
     for path in (folder / UNDO_DIR / "turns").glob("*.json"):
-        entries = json.loads(path.read_text(encoding="utf-8")).get("entries", {})
-        keep |= {e["digest"] for e in entries.values() if e.get("kind") == "file"}
+        try:
+            entries = json.loads(path.read_text(encoding="utf-8")).get("entries", {})
+            keep |= {e["digest"] for e in entries.values() if e.get("kind") == "file"}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            path.unlink(missing_ok=True)  # a damaged checkpoint: undo stops before its turn (checkpoints.step_back)
     return keep
 
 
@@ -207,10 +198,12 @@ def changes(repo: Path, folder: Path, dirs: tuple[Path, Path] | None) -> list[Ch
     if snap is None:
         return []
     store, out = folder / UNDO_DIR / "blobs", []
-    for rel in sorted(set(snap.entries) | set(list_files(repo, dirs))):
+    for rel in sorted(set(snap.entries) | set(_files(repo, dirs))):
         if rel in snap.skipped:
             continue
         old = snap.entries.get(rel)
+        if old is None and was_ignored(rel, snap.ignored):
+            continue  # there before the turn, unrecorded (a .gitignore the turn changed lists it now): not the turn's
         if old is not None and old.kind == "file" and old.stamp == _stamp(repo, rel):
             continue  # not touched since the snapshot (size, mtime, ctime and inode as they were)
         now = _current(repo, rel)
@@ -280,7 +273,10 @@ def _current(repo: Path, rel: str) -> Entry | None:
 def _content(store: Path, entry: Entry | None) -> bytes | None:
     if entry is None or entry.kind != "file":
         return None
-    return (store / entry.digest).read_bytes()
+    try:
+        return (store / entry.digest).read_bytes()
+    except OSError as exc:
+        raise SnapshotError(f"the undo store lost a file's content ({exc.strerror}: {store / entry.digest})") from None
 
 
 def _content_now(repo: Path, rel: str, entry: Entry | None) -> bytes | None:
@@ -311,7 +307,10 @@ def restore(repo: Path, folder: Path, dirs: tuple[Path, Path] | None) -> Restore
     snap = Snapshot.load(folder)
     if snap is None:
         raise SnapshotError("nothing to undo: no agent turn has run in this session yet")
-    owner = os.lstat(repo)
+    try:
+        owner = os.lstat(repo)
+    except OSError as exc:
+        raise SnapshotError(f"cannot undo: the repo {repo} is not there ({exc.strerror})") from None
     changed = [rel for rel, stamp in snap.skipped.items() if not stamp or stamp != _stamp(repo, rel)]  # no stamp: said
     done, store = Restored(unrestorable=changed), folder / UNDO_DIR / "blobs"
     for change in changes(repo, folder, dirs):

@@ -81,3 +81,20 @@ def test_a_new_turn_after_an_undo_stacks_on_what_is_left(three_turns: tuple) -> 
     cp.undo(repo, folder, dirs, 2)
     cp.start(repo, folder, dirs, 4, "request 4")
     assert [c.turn for c in cp.load(folder)] == [1, 4]
+
+
+def test_a_damaged_checkpoint_file_does_not_stop_the_next_turn(three_turns: tuple) -> None:
+    """A truncated undo/turns/N.json raised JSONDecodeError in every later turn's snapshot: the chat ended with a
+    traceback on each request, resumed or not. It is dropped; undo stops before its turn."""
+    repo, folder, dirs = three_turns
+    snap.turn_file(folder, 1).write_text('{"turn": 1, "entr')
+    cp.start(repo, folder, dirs, 4, "request 4")
+    assert not snap.turn_file(folder, 1).exists()
+    assert [turn for turn, _ in cp.undo(repo, folder, dirs, 9)] == [4, 3, 2]
+
+
+def test_a_checkpoint_list_of_the_wrong_types_is_no_list(three_turns: tuple) -> None:
+    """/checkpoints ended the chat with a TypeError on a request that was a number."""
+    folder = three_turns[1]
+    (folder / snap.UNDO_DIR / cp.STACK_FILE).write_text('[{"turn": 1, "started": "x", "request": 5}]')
+    assert cp.load(folder) == []

@@ -133,3 +133,56 @@ def test_a_snapshot_saved_before_stamps_of_skipped_files_still_loads(tmp_path: P
     manifest = folder / snap.UNDO_DIR / "manifest.json"
     manifest.write_text(manifest.read_text().replace('"skipped": {}', '"skipped": ["old.bin"]'))
     assert snap.restore(repo, folder, git_dirs(repo)).unrestorable == ["old.bin"]  # no stamp: said, as then
+
+
+def test_files_a_turn_stops_ignoring_are_not_its_new_files(tmp_path: Path) -> None:
+    """A turn that rewrote .gitignore made the user's ignored .env and venv/ look like files it added: the diff
+    showed .env's secret, and /undo deleted both (they were never recorded, so nothing could bring them back)."""
+    repo, folder = _repo(tmp_path), tmp_path / "session"
+    (repo / ".gitignore").write_text(".env\nvenv/\n")
+    subprocess.run(["git", "commit", "-qam", "ignore"], cwd=repo, check=True, env=GIT_ENV)
+    (repo / ".env").write_text("SECRET_TOKEN=hunter2\n")
+    (repo / "venv" / "lib").mkdir(parents=True)
+    (repo / "venv" / "lib" / "site.py").write_text("x\n")
+    dirs = git_dirs(repo)
+    snap.take(repo, folder, dirs, turn=1)
+    (repo / ".gitignore").write_text("*.pyc\n")  # the turn
+    (repo / "made.py").write_text("new\n")
+    diff = turn_diff(snap.changes(repo, folder, dirs))
+    assert "hunter2" not in diff
+    done = snap.restore(repo, folder, dirs)
+    assert (sorted(done.changed), done.removed) == ([".gitignore"], ["made.py"])
+    assert (repo / ".env").read_text() == "SECRET_TOKEN=hunter2\n"
+    assert (repo / "venv" / "lib" / "site.py").exists()
+
+
+def test_a_lost_blob_or_a_gone_repo_is_a_snapshot_error(tmp_path: Path) -> None:
+    """Both ended the chat with a traceback (FileNotFoundError) where /diff and /undo say one line."""
+    repo, folder = _repo(tmp_path), tmp_path / "session"
+    dirs = git_dirs(repo)
+    snap.take(repo, folder, dirs, turn=1)
+    (repo / "pkg" / "mod.py").write_text("x = 2\n")
+    for blob in (folder / snap.UNDO_DIR / "blobs").iterdir():
+        blob.unlink()
+    with pytest.raises(snap.SnapshotError, match="the undo store lost a file's content"):
+        snap.changes(repo, folder, dirs)
+    subprocess.run(["rm", "-rf", str(repo)], check=True)
+    with pytest.raises(snap.SnapshotError, match="cannot undo: the repo .* is not there"):
+        snap.restore(repo, folder, dirs)
+
+
+def test_a_manifest_of_the_wrong_shape_is_unreadable(tmp_path: Path) -> None:
+    (tmp_path / snap.UNDO_DIR).mkdir()
+    (tmp_path / snap.UNDO_DIR / "manifest.json").write_text('{"turn": 1, "skipped": {}, "entries": []}')
+    with pytest.raises(snap.SnapshotError, match="unreadable"):
+        snap.Snapshot.load(tmp_path)
+
+
+def test_only_text_that_changed_is_said_empty_when_it_is(tmp_path: Path) -> None:
+    """A mode-only change and a CRLF -> LF change were both shown as "(empty file)"."""
+    mode = snap.Change("run.sh", b"echo hi\n", b"echo hi\n", note="mode 644 -> 755")
+    endings = snap.Change("win.txt", b"a\r\nb\r\n", b"a\nb\n")
+    empty = snap.Change("empty.txt", None, b"")
+    assert turn_diff([mode]) == "diff run.sh\nmode 644 -> 755\n"
+    assert turn_diff([endings]) == "diff win.txt\n(line endings only: \\r\\n and \\n)\n"
+    assert turn_diff([empty]) == "diff empty.txt\n(empty file)\n"
