@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 
 from cli.chat_output import diff_text, full
@@ -25,8 +26,12 @@ QUIT = ("exit", "quit", "exit()", "quit()", ":q", "/quit", "/exit", "/q")
 
 
 def run_command(chat, line: str) -> None:
-    """One slash command (the caller handles the quit words)."""
-    words = line.split()
+    """One slash command (the caller handles the quit words); its words split as a shell would (a quoted name with
+    a space is one word), or at spaces when its quotes do not close."""
+    try:
+        words = shlex.split(line) or line.split()
+    except ValueError:
+        words = line.split()
     cmd, args = words[0].lower(), words[1:]
     handler = COMMANDS.get(cmd)
     if cmd == "/help":
@@ -123,12 +128,12 @@ def _allowlist(chat, args: list[str]) -> None:
 
 def _sessions(chat, args: list[str]) -> None:
     if args[:1] == ["delete"]:
-        if len(args) != 2:
+        if len(args) < 2:
             chat.say(("usage: /sessions delete NAME", "yellow"))
             return
 
         try:
-            gone = chat.runner.delete_session(args[1])
+            gone = chat.runner.delete_session(" ".join(args[1:]))  # a name with a space, quoted or not
         except RunError as exc:
             chat.say(safe_text(str(exc), "yellow"))
             return

@@ -85,8 +85,8 @@ def session_name(settings: ChatSettings) -> tuple[str, str]:
         return settings.session, ""
     path = (settings.repo or Path.cwd()).resolve()
     base = path.name
-    if settings.resume:
-        found = sessions.sessions_of(path)
+    if settings.resume:  # a session with no request (a chat killed before its first) is never the one resumed
+        found = [s for s in sessions.sessions_of(path) if s.requests]
         return (found[0].name if found else base), ""
     name = sessions.new_name(base)
     return name, base if name != base else ""

@@ -4,6 +4,7 @@ approved and after the turn, /undo (changed, new and deleted files), the output 
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from pathlib import Path
 
@@ -144,6 +145,40 @@ def test_sessions_list_delete_and_new_names(tmp_path: Path, monkeypatch: pytest.
         run_command(chat, "/sessions delete nope")
         assert "no chat session 'nope'" in shown(chat)
         chat.runner.writer.close()
+
+
+def test_a_session_named_with_a_space_is_deleted_quoted_or_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repo folder "my calc" names its sessions "my calc", "my calc-2": /sessions delete could name neither."""
+    from cli.chat_commands import run_command
+
+    monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))
+    repo = failing_repo(tmp_path)
+    for name in ("my calc", "my calc-2"):
+        cs.session_dir(name).mkdir(parents=True)
+        cs.ChatState(repo=str(repo), requests=["a"]).save(cs.session_dir(name))
+    with cs.open_repo_sandbox(repo, "t") as sandbox:
+        chat = open_chat(cs.session_dir("this"), repo, [], sandbox)
+        run_command(chat, '/sessions delete "my calc"')
+        run_command(chat, "/sessions delete my calc-2")
+        said = shown(chat)
+        chat.runner.writer.close()
+    assert "deleted session my calc (" in said
+    assert "deleted session my calc-2 (" in said
+
+
+def test_resume_never_picks_a_session_with_no_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chat killed before its first request leaves an empty session, the most recent one: --resume opened it (an
+    empty history) instead of the session with the work."""
+    from pipeline.chat.opening import session_name
+    from pipeline.chat.settings import ChatSettings
+
+    monkeypatch.setenv("NEXUS_AGENT_HOME", str(tmp_path / "home"))
+    repo = failing_repo(tmp_path)
+    for name, requests in (("calc", ["fix it"]), ("calc-2", [])):  # calc-2 saved last: the most recent
+        cs.session_dir(name).mkdir(parents=True)
+        cs.ChatState(repo=str(repo), requests=requests).save(cs.session_dir(name))
+        time.sleep(0.05)
+    assert session_name(ChatSettings(repo=repo, resume=True)) == ("calc", "")
 
 
 def _pypi_reachable() -> bool:
