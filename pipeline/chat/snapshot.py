@@ -247,7 +247,7 @@ def _stamp(repo: Path, rel: str) -> list[int]:
 def _link_text(entry: Entry | None) -> str:
     if entry is None:
         return "(absent)"
-    return f"-> {entry.target}" if entry.kind == "link" else "a file"
+    return f"a link to {entry.target}" if entry.kind == "link" else "a file"
 
 
 def _lstat(repo: Path, rel: str) -> tuple[os.stat_result | None, Entry | None]:

@@ -82,6 +82,7 @@ def test_planted_symlinks_are_not_followed(tmp_path: Path) -> None:
     (repo / "run.sh").symlink_to(secret)
     changes = snap.changes(repo, folder, dirs)
     assert all(c.after != b"host secret\n" for c in changes)  # the diff does not show the secret
+    assert f"symlink: a file -> a link to {secret}" in [c.note for c in changes]  # was "a file -> -> ..."
     snap.restore(repo, folder, dirs)
     assert not (repo / "pkg").is_symlink() and (repo / "pkg" / "mod.py").read_text() == "x = 1\n"
     assert not (repo / "run.sh").is_symlink() and (repo / "run.sh").read_text() == "echo hi\n"
