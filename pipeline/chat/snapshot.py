@@ -313,12 +313,17 @@ def restore(repo: Path, folder: Path, dirs: tuple[Path, Path] | None) -> Restore
         raise SnapshotError(f"cannot undo: the repo {repo} is not there ({exc.strerror})") from None
     changed = [rel for rel, stamp in snap.skipped.items() if not stamp or stamp != _stamp(repo, rel)]  # no stamp: said
     done, store = Restored(unrestorable=changed), folder / UNDO_DIR / "blobs"
+    swept: tuple[str, ...] = ()  # paths removed here, and so all that was inside them (a folder put where a file was)
     for change in changes(repo, folder, dirs):
+        entry = snap.entries.get(change.path)
+        if entry is None and change.path.startswith(swept):
+            done.removed.append(change.path)  # the turn's, gone with the folder it was in
+            continue
         if snap.after is not None and snap.after.get(change.path) != _state_now(repo, change.path):
             done.kept.append(change.path)
             continue
-        entry = snap.entries.get(change.path)
         _remove(repo, change.path)
+        swept += (change.path + "/",)
         if entry is None:
             done.removed.append(change.path)
             _prune(repo, Path(change.path).parent, snap)

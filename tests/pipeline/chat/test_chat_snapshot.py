@@ -187,3 +187,17 @@ def test_only_text_that_changed_is_said_empty_when_it_is(tmp_path: Path) -> None
     assert turn_diff([mode]) == "diff run.sh\nmode 644 -> 755\n"
     assert turn_diff([endings]) == "diff win.txt\n(line endings only: \\r\\n and \\n)\n"
     assert turn_diff([empty]) == "diff empty.txt\n(empty file)\n"
+
+
+def test_a_file_the_turn_made_a_folder_comes_back_and_its_contents_count_as_removed(tmp_path: Path) -> None:
+    """/undo restored the tree, but listed the folder's new file as "left as they are (changed after the turn)"."""
+    repo, folder = _repo(tmp_path), tmp_path / "session"
+    dirs = git_dirs(repo)
+    snap.take(repo, folder, dirs, turn=1)
+    (repo / "run.sh").unlink()  # the turn: rm run.sh && mkdir run.sh && echo x > run.sh/g
+    (repo / "run.sh").mkdir()
+    (repo / "run.sh" / "g").write_text("x\n")
+    snap.seal(repo, folder, dirs)
+    done = snap.restore(repo, folder, dirs)
+    assert (done.changed, done.removed, done.kept) == (["run.sh"], ["run.sh/g"], [])
+    assert (repo / "run.sh").read_text() == "echo hi\n"
