@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pipeline.chat import snapshot as snap
+from pipeline.chat.repo_files import shown_path
 from pipeline.files import atomic_write
 
 STACK_FILE = "checkpoints.json"  # in undo/
@@ -33,7 +34,7 @@ class Checkpoint:
     def describe(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.started))
         text = self.request if len(self.request) <= REQUEST_CUT else self.request[: REQUEST_CUT - 1] + "…"
-        files = ", ".join(self.files) if self.files else "no files changed"
+        files = ", ".join(map(shown_path, self.files)) if self.files else "no files changed"
         return f"turn {self.turn}  {when}  {text!r}  {files}"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 
 from agent.protocols import ToolCall
+from pipeline.chat.repo_files import shown_path
 from pipeline.chat.snapshot import Change
 
 EDITS = ("create", "str_replace", "insert")  # the file_editor commands a preview is made for
@@ -27,6 +28,7 @@ def text_of(data: bytes | None) -> str | None:
 
 def unified(path: str, before: str, after: str, new: bool = False, gone: bool = False) -> str:
     """The unified diff of one file (a/ and b/ prefixes as git writes them; /dev/null for a new or deleted one)."""
+    path = shown_path(path)
     old_name, new_name = ("/dev/null" if new else f"a/{path}"), ("/dev/null" if gone else f"b/{path}")
     lines = difflib.unified_diff(_lines(before), _lines(after), old_name, new_name, n=CONTEXT)
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
@@ -42,14 +44,14 @@ def turn_diff(changes: list[Change]) -> str:
     """The diff of every change of a turn, file by file."""
     out = []
     for c in changes:
-        header = f"diff {c.path}\n"
+        header = f"diff {shown_path(c.path)}\n"
         if c.note:
             out.append(f"{header}{c.note}\n")
             if c.before is None and c.after is None:
                 continue
         before, after = text_of(c.before), text_of(c.after)
         if before is None or after is None:
-            out.append(f"{header}Binary file {c.path} changed\n")
+            out.append(f"{header}Binary file {shown_path(c.path)} changed\n")
             continue
         body = unified(c.path, before, after, new=c.before is None, gone=c.after is None)
         if body or not c.note:

@@ -5,6 +5,7 @@ git ignores, which a snapshot leaves out."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from swe_env.safegit import GitError, run_git
@@ -42,6 +43,16 @@ def list_ignored(repo: Path, dirs: tuple[Path, Path] | None) -> list[str]:
 
 def was_ignored(rel: str, ignored: list[str]) -> bool:
     return rel in ignored or rel.startswith(tuple(p for p in ignored if p.endswith("/")))
+
+
+# control characters (C0, DEL, C1) and bidi controls: a terminal acts on them, and a display that drops them shows one
+# file's name as another's ("e\x1b[31mvil" as "evil")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u061c\u202a-\u202e\u2066-\u2069]")
+
+
+def shown_path(rel: str) -> str:
+    """`rel` as it is shown to the user: each control character as an escape (`\\x1b`, `\\u202e`)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", rel)
 
 
 def _in_git_dir(rel: str) -> bool:

@@ -25,7 +25,7 @@ import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from pipeline.chat.repo_files import list_files, list_ignored, was_ignored
+from pipeline.chat.repo_files import list_files, list_ignored, shown_path, was_ignored
 from pipeline.files import atomic_write
 from swe_env.safegit import GitError
 from swe_env.sandbox.common import open_inside
@@ -295,9 +295,13 @@ class Restored:
     def summary(self) -> str:
         if not (self.changed or self.removed or self.kept):
             return "nothing to undo: the repo is as it was before the last turn"
-        parts = [f"restored {len(self.changed)}: {', '.join(self.changed)}"] if self.changed else []
-        parts += [f"removed {len(self.removed)} new: {', '.join(self.removed)}"] if self.removed else []
-        parts += [f"left as they are (changed after the turn): {', '.join(self.kept)}"] if self.kept else []
+
+        def names(paths: list[str]) -> str:
+            return ", ".join(map(shown_path, paths))
+
+        parts = [f"restored {len(self.changed)}: {names(self.changed)}"] if self.changed else []
+        parts += [f"removed {len(self.removed)} new: {names(self.removed)}"] if self.removed else []
+        parts += [f"left as they are (changed after the turn): {names(self.kept)}"] if self.kept else []
         return "; ".join(parts)
 
 

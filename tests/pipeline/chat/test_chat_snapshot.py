@@ -201,3 +201,15 @@ def test_a_file_the_turn_made_a_folder_comes_back_and_its_contents_count_as_remo
     done = snap.restore(repo, folder, dirs)
     assert (done.changed, done.removed, done.kept) == (["run.sh"], ["run.sh/g"], [])
     assert (repo / "run.sh").read_text() == "echo hi\n"
+
+
+def test_control_characters_in_a_file_name_are_shown_as_escapes(tmp_path: Path) -> None:
+    """A file named "e\\x1b[31mvil" was shown as "evil" (the terminal-safe print drops control characters): one
+    file's name read as another's in the diff, /checkpoints and /undo."""
+    repo, folder = _repo(tmp_path), tmp_path / "session"
+    dirs = git_dirs(repo)
+    snap.take(repo, folder, dirs, turn=1)
+    (repo / "e\x1b[31mvil").write_text("x\n")  # the turn
+    diff = turn_diff(snap.changes(repo, folder, dirs))
+    assert diff.startswith("diff e\\x1b[31mvil\n--- /dev/null\n+++ b/e\\x1b[31mvil\n")
+    assert snap.restore(repo, folder, dirs).summary() == "removed 1 new: e\\x1b[31mvil"
