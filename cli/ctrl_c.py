@@ -30,7 +30,7 @@ from pipeline.lifetime import Terminated
 _IMPORTLIB = frozenset({"importlib._bootstrap", "importlib._bootstrap_external"})
 POLL_S = 0.02  # how often the watcher looks whether the import is done
 NOTE_AFTER_S = 0.5  # a wait longer than this is said on stderr (NOTE), once
-NOTE = "{}: stopping once the libraries being loaded are in ({} again: at once)\n"
+NOTE = "{key}: stopping once the libraries being loaded are in ({key} again: at once)\n"
 
 
 def importing(frame: FrameType | None) -> bool:
@@ -49,7 +49,7 @@ class CtrlC:
 
     def __init__(self, signum: int = signal.SIGINT, error: type[KeyboardInterrupt] = KeyboardInterrupt) -> None:
         self.signum, self.error = signum, error
-        self.note = NOTE.format(*(("Ctrl-C",) * 2 if signum == signal.SIGINT else ("SIGTERM",) * 2)).encode()
+        self.note = NOTE.format(key="Ctrl-C" if signum == signal.SIGINT else "SIGTERM").encode()
         self.main = threading.main_thread().ident
         self.waiting = False  # a press waits for the running import to end
         self.resent = False  # the next SIGINT is the watcher's, not a key

@@ -11,8 +11,7 @@ import signal
 import sys
 
 from cli.ctrl_c import waiting_for_imports
-from cli.json_errors import error_json, json_in
-from pipeline.lifetime import Terminated
+from cli.json_errors import error_json, json_in, stopped
 
 
 def main() -> None:
@@ -21,7 +20,7 @@ def main() -> None:
             from cli.app import main as run
         run()  # its own handling from here (cli.errors), past a first line that a late-raised Ctrl-C might hit
     except KeyboardInterrupt as exc:
-        message, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+        message, code = stopped(exc)
         sys.stderr.write(message + "\n")
         if json_in(sys.argv[1:]):  # no command has read its options yet: the command line says
             sys.stdout.write(error_json("interrupted", message, code) + "\n")

@@ -23,9 +23,8 @@ try:  # typer 0.29 runs a click of its own
 except ImportError:  # earlier typers run click
     from click import ClickException
 
-from cli.json_errors import error_json, json_in
+from cli.json_errors import error_json, json_in, stopped
 from kvstore.errors import KVStoreError, NamesSetting
-from pipeline.lifetime import Terminated
 from server.errors import ServeError
 
 _err = Console(stderr=True)
@@ -97,11 +96,8 @@ def usage_error_json(exc: ClickException) -> None:
 
 def _interrupted(exc: BaseException, message: str | None = None) -> None:
     """Say how Ctrl-C or SIGTERM (`exc` or an exception it led to) ended the command, and exit 130 or 143."""
-    while exc is not None and not isinstance(exc, KeyboardInterrupt):
-        exc = exc.__cause__ or exc.__context__
-    terminated = isinstance(exc, Terminated)
-    message = message or ("terminated" if terminated else "interrupted")
-    code = 143 if terminated else 130
+    said, code = stopped(exc)
+    message = message or said
     _err.print(f"[yellow]{escape(message)}[/yellow]", highlight=False, soft_wrap=True)
     if not _Json.read:  # stopped before click read the options
         _Json.given = json_in(sys.argv[1:])

@@ -58,7 +58,7 @@ def solve_cmd(
 
     console = make_console(stderr=as_json)  # with --json, stdout carries the report alone
     recorded = _recorded_task(cfg.replay)  # --replay read and checked with the other options: before any folder
-    with _task(console, cfg, (instance_id, recorded), repo, issue, test_cmd) as (task, cfg):
+    with _task(console, cfg, instance_id, recorded, repo, issue, test_cmd) as (task, cfg):
         if out is not None:
             check_run_folder(out)  # another tool's files there: one line, before anything starts
         preflight(cfg, [task])  # after the task: a bad id is answered without importing torch
@@ -74,11 +74,12 @@ def solve_cmd(
 
 
 @contextmanager
-def _task(console: Console, cfg: RunConfig, ids, repo: Path | None, issue: str | None, test_cmd: str | None):
-    """The task to solve and the config to run it with: a task by id (`ids`: the one given and the --replay
-    recording's, each or both None), or the user's --repo and --issue (whose sandboxes check out the repo's HEAD from
-    a private repo cache, pipeline.own_repo)."""
-    instance_id, recorded = ids
+def _task(
+    console: Console, cfg: RunConfig, instance_id, recorded, repo: Path | None, issue: str | None, test_cmd: str | None
+):
+    """The task to solve and the config to run it with: a task by id (the one given, else the --replay recording's
+    `recorded`), or the user's --repo and --issue (whose sandboxes check out the repo's HEAD from a private repo
+    cache, pipeline.own_repo)."""
     if repo is None:
         if issue is not None or test_cmd is not None:
             raise RunError("--issue and --test-cmd go with --repo")

@@ -215,20 +215,21 @@ def _read_all(path: Path, skip_unreadable: bool = False) -> list[tuple[str, Memo
         except KVStoreError as e:
             if not skip_unreadable:
                 raise
-            _skipped(str(f), *_version(f), str(e).split(";")[0])
+            _skipped(str(f), _version(f), str(e).split(";")[0])
     return found
 
 
-def _version(path: Path) -> tuple[int, int]:
+def _version(path: Path) -> tuple[int, int] | None:
+    """(modification time, size) of a file: what tells its versions apart (None: it cannot be read)."""
     try:
         stat = path.stat()
     except OSError:
-        return 0, 0
+        return None
     return stat.st_mtime_ns, stat.st_size
 
 
 @lru_cache(maxsize=64)
-def _skipped(path: str, mtime_ns: int, size: int, why: str) -> None:
+def _skipped(path: str, version: tuple[int, int] | None, why: str) -> None:
     """Say on stderr, once per version of the file, that an unreadable profile was skipped."""
     print(f"nexus-agent: memory profile skipped: {why}", file=sys.stderr, flush=True)
 
@@ -288,12 +289,11 @@ def store_name(profile: MemoryProfile) -> str:
 
 
 def _load_cached(path: Path, folder: Path | None = None) -> MemoryProfile:
-    try:
-        stat = path.stat()
-    except OSError:
+    version = _version(path)
+    if version is None:
         return MemoryProfile.load(path)  # says that it does not exist
     try:
-        return _read_once(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+        return _read_once(str(path.resolve()), *version)
     except KVStoreError as e:
         if folder is None:
             raise

@@ -93,7 +93,7 @@ def test_a_long_wait_is_said_once_on_stderr(tmp_path: Path, monkeypatch, capfd: 
     with pytest.raises(KeyboardInterrupt), waiting_for_imports():
         importlib.import_module(name)
         time.sleep(10)
-    assert capfd.readouterr().err == NOTE.format("Ctrl-C", "Ctrl-C")
+    assert capfd.readouterr().err == NOTE.format(key="Ctrl-C")
 
 
 @pytest.mark.usefixtures("python_ctrl_c")
